@@ -1,0 +1,1 @@
+//! Placeholder until the device benchmarks land (issue 3).

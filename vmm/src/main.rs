@@ -1,0 +1,2 @@
+//! Placeholder until the VMM lands (issue 4).
+fn main() {}

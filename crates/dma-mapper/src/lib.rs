@@ -11,6 +11,18 @@
 
 #![deny(missing_docs)]
 
+pub mod recording;
+pub mod soft;
+mod table;
+pub mod vfio;
+
+pub use recording::{DmaCall, DmaOp, DmaStats, FaultPlan, LoggedCall, RecordingMapper};
+pub use soft::{SoftAddressSpace, TranslateError};
+pub use vfio::{ContainerOps, VfioMapper};
+
+/// The smallest page size, 4 KiB, as a `page_size_mask`.
+pub const PAGE_SIZE_4K_MASK: u64 = !0xfff;
+
 /// Access rights of a mapping, as the guest asked for them.
 ///
 /// A backend must not grant more than asked: a read-only guest mapping stays
@@ -24,6 +36,11 @@ pub struct DmaPerm {
 }
 
 impl DmaPerm {
+    /// No access: the mapping exists (and must be unmapped whole) but grants nothing.
+    pub const NONE: DmaPerm = DmaPerm {
+        read: false,
+        write: false,
+    };
     /// Read and write.
     pub const RW: DmaPerm = DmaPerm {
         read: true,
@@ -39,6 +56,16 @@ impl DmaPerm {
         read: false,
         write: true,
     };
+
+    /// Whether the mapping grants any access at all.
+    pub fn any(self) -> bool {
+        self.read || self.write
+    }
+
+    /// Whether `self` grants everything `need` asks for.
+    pub fn allows(self, need: DmaPerm) -> bool {
+        (self.read || !need.read) && (self.write || !need.write)
+    }
 }
 
 /// Why a backend refused or failed a map or unmap.
@@ -57,6 +84,14 @@ pub enum DmaError {
     InvalidGpa {
         /// Start of the refused guest-physical range.
         gpa: u64,
+        /// Length of the refused range.
+        size: u64,
+    },
+    /// The range is empty or its end overflows `u64`.
+    #[error("iova range {iova:#x}+{size:#x} is empty or wraps around")]
+    InvalidRange {
+        /// Start of the refused range.
+        iova: u64,
         /// Length of the refused range.
         size: u64,
     },
@@ -115,4 +150,81 @@ pub trait DmaMapper: Send + Sync {
     /// Page sizes the backend can map, as a bitmask (bit n set = 2^n bytes),
     /// the same encoding as virtio-iommu's `page_size_mask`.
     fn page_size_mask(&self) -> u64;
+}
+
+impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
+    fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
+        (**self).map(iova, gpa, size, perm)
+    }
+
+    fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
+        (**self).unmap(iova, size)
+    }
+
+    fn page_size_mask(&self) -> u64 {
+        (**self).page_size_mask()
+    }
+}
+
+/// Exclusive end of `[iova, iova + size)`, or [`DmaError::InvalidRange`].
+pub(crate) fn checked_end(iova: u64, size: u64) -> Result<u64, DmaError> {
+    table::range_end(iova, size).ok_or(DmaError::InvalidRange { iova, size })
+}
+
+/// Check that `iova`, `gpa` and `size` are multiples of the smallest page
+/// size in `mask`.
+pub(crate) fn check_aligned(iova: u64, gpa: u64, size: u64, mask: u64) -> Result<(), DmaError> {
+    // The smallest page size is the lowest set bit; a zero mask means "any".
+    let granule_mask = mask & mask.wrapping_neg();
+    let low = granule_mask.wrapping_sub(1);
+    if granule_mask != 0 && (iova | gpa | size) & low != 0 {
+        return Err(DmaError::Unaligned { iova, size, mask });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perm_allows() {
+        assert!(DmaPerm::RW.allows(DmaPerm::RO));
+        assert!(DmaPerm::RW.allows(DmaPerm::WO));
+        assert!(DmaPerm::RO.allows(DmaPerm::RO));
+        assert!(!DmaPerm::RO.allows(DmaPerm::WO));
+        assert!(!DmaPerm::WO.allows(DmaPerm::RO));
+        assert!(!DmaPerm::NONE.allows(DmaPerm::RO));
+        assert!(DmaPerm::NONE.allows(DmaPerm::NONE));
+        assert!(!DmaPerm::NONE.any());
+    }
+
+    #[test]
+    fn alignment_uses_smallest_page() {
+        let mask = PAGE_SIZE_4K_MASK & !(1 << 13); // 4K | 16K | 32K...
+        assert!(check_aligned(0x1000, 0x2000, 0x3000, mask).is_ok());
+        assert!(matches!(
+            check_aligned(0x1800, 0, 0x1000, mask),
+            Err(DmaError::Unaligned { iova: 0x1800, .. })
+        ));
+        assert!(check_aligned(0, 0x10, 0x1000, mask).is_err());
+        assert!(check_aligned(0, 0, 0x10, mask).is_err());
+        // 2M-only mask.
+        assert!(check_aligned(0x1000, 0, 0x20_0000, !0x1f_ffff).is_err());
+        assert!(check_aligned(0x20_0000, 0, 0x20_0000, !0x1f_ffff).is_ok());
+        assert!(check_aligned(1, 1, 1, 0).is_ok());
+    }
+
+    #[test]
+    fn checked_end_refuses_empty_and_wrap() {
+        assert!(matches!(
+            checked_end(5, 0),
+            Err(DmaError::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            checked_end(u64::MAX, 1),
+            Err(DmaError::InvalidRange { .. })
+        ));
+        assert_eq!(checked_end(0x1000, 0x1000).unwrap(), 0x2000);
+    }
 }

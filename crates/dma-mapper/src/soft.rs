@@ -1,0 +1,391 @@
+//! A software IOVA address space: what emulated devices translate through.
+//!
+//! A [`SoftAddressSpace`] is an interval map `iova -> (gpa, perm)` filled by
+//! the virtio-iommu device through [`DmaMapper`]. An emulated device behind
+//! the vIOMMU calls [`SoftAddressSpace::translate`] (or
+//! [`SoftAddressSpace::translate_ranges`]) before each DMA and gets the
+//! guest-physical address, or an error it turns into a fault report.
+//!
+//! Unmap follows VFIO type1 v2 exactly, so a device model tested against
+//! this backend behaves the same on VFIO: an unmap may remove several whole
+//! mappings and skip holes, but a range that would split a mapping fails
+//! with [`DmaError::SplitMapping`] and changes nothing.
+
+use std::sync::RwLock;
+
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+
+use crate::table::{range_end, Table};
+use crate::{check_aligned, checked_end, DmaError, DmaMapper, DmaPerm, PAGE_SIZE_4K_MASK};
+
+/// Why a device access cannot be translated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TranslateError {
+    /// The access is empty or its end overflows `u64`.
+    #[error("access {iova:#x}+{len:#x} is empty or wraps around")]
+    InvalidRange {
+        /// Start of the access.
+        iova: u64,
+        /// Length of the access.
+        len: u64,
+    },
+    /// No mapping covers `iova` (the first unmapped byte of the access).
+    #[error("iova {iova:#x} is not mapped")]
+    Unmapped {
+        /// The first unmapped IOVA.
+        iova: u64,
+    },
+    /// A mapping covers `iova` but does not grant the access.
+    #[error("iova {iova:#x} is mapped {granted:?}, access needs {needed:?}")]
+    Denied {
+        /// The first IOVA whose mapping denies the access.
+        iova: u64,
+        /// What the mapping grants.
+        granted: DmaPerm,
+        /// What the access needs.
+        needed: DmaPerm,
+    },
+    /// The access is mapped, but to guest-physical ranges that are not
+    /// contiguous; use [`SoftAddressSpace::translate_ranges`].
+    #[error("access {iova:#x}+{len:#x} maps to discontiguous guest memory")]
+    Discontiguous {
+        /// Start of the access.
+        iova: u64,
+        /// Length of the access.
+        len: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Target {
+    gpa: u64,
+    perm: DmaPerm,
+}
+
+/// An IOVA address space kept in software. See the [module docs](self).
+#[derive(Debug)]
+pub struct SoftAddressSpace {
+    table: RwLock<Table<Target>>,
+    page_size_mask: u64,
+    /// Guest RAM as sorted, disjoint `(start, exclusive end)` ranges; `None`
+    /// accepts any gpa.
+    guest_ram: Option<Vec<(u64, u64)>>,
+}
+
+impl Default for SoftAddressSpace {
+    fn default() -> Self {
+        Self::new(PAGE_SIZE_4K_MASK)
+    }
+}
+
+impl SoftAddressSpace {
+    /// An empty address space mapping pages of the sizes in `page_size_mask`
+    /// to any guest-physical address.
+    pub fn new(page_size_mask: u64) -> Self {
+        SoftAddressSpace {
+            table: RwLock::new(Table::default()),
+            page_size_mask,
+            guest_ram: None,
+        }
+    }
+
+    /// An empty address space that refuses to map anything outside the
+    /// regions of `mem` (with [`DmaError::InvalidGpa`]).
+    pub fn for_memory<M: GuestMemoryBackend>(mem: &M, page_size_mask: u64) -> Self {
+        let mut ram: Vec<(u64, u64)> = mem
+            .iter()
+            .map(|r| {
+                let start = r.start_addr().0;
+                (start, start.saturating_add(r.len()))
+            })
+            .collect();
+        ram.sort_unstable();
+        SoftAddressSpace {
+            guest_ram: Some(ram),
+            ..Self::new(page_size_mask)
+        }
+    }
+
+    fn read_table(&self) -> std::sync::RwLockReadGuard<'_, Table<Target>> {
+        // A panic while holding the lock cannot leave the table half
+        // updated (every update is a single insert or remove pass), so a
+        // poisoned lock still holds a consistent table.
+        self.table.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_table(&self) -> std::sync::RwLockWriteGuard<'_, Table<Target>> {
+        self.table.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn gpa_is_ram(&self, gpa: u64, end: u64) -> bool {
+        let Some(ram) = &self.guest_ram else {
+            return true;
+        };
+        // Adjacent regions may together cover the range.
+        let mut cursor = gpa;
+        for &(start, stop) in ram {
+            if start <= cursor && cursor < stop {
+                cursor = stop;
+                if cursor >= end {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Translate an access of `len` bytes at `iova` needing `access`, when
+    /// the whole access maps to one contiguous guest-physical range.
+    ///
+    /// Returns the guest-physical address of `iova`.
+    pub fn translate(&self, iova: u64, len: u64, access: DmaPerm) -> Result<u64, TranslateError> {
+        // translate_ranges merges gpa-contiguous pieces, so more than one
+        // piece means a discontiguity.
+        match self.translate_ranges(iova, len, access)?.as_slice() {
+            [(gpa, _)] => Ok(*gpa),
+            _ => Err(TranslateError::Discontiguous { iova, len }),
+        }
+    }
+
+    /// Translate an access of `len` bytes at `iova` needing `access` into
+    /// guest-physical `(gpa, len)` pieces, in access order. The access may
+    /// span several adjacent mappings; it fails on the first hole or
+    /// denied byte.
+    pub fn translate_ranges(
+        &self,
+        iova: u64,
+        len: u64,
+        access: DmaPerm,
+    ) -> Result<Vec<(u64, u64)>, TranslateError> {
+        let end = range_end(iova, len).ok_or(TranslateError::InvalidRange { iova, len })?;
+        let table = self.read_table();
+        let mut out = Vec::new();
+        let mut cursor = iova;
+        while cursor < end {
+            let e = table
+                .lookup(cursor)
+                .ok_or(TranslateError::Unmapped { iova: cursor })?;
+            if !e.value.perm.allows(access) {
+                return Err(TranslateError::Denied {
+                    iova: cursor,
+                    granted: e.value.perm,
+                    needed: access,
+                });
+            }
+            let piece_end = e.end().min(end);
+            // cursor lies inside the entry, and gpa + size was validated
+            // when the entry was mapped, so this does not overflow.
+            let gpa = e.value.gpa + (cursor - e.iova);
+            let piece = piece_end - cursor;
+            match out.last_mut() {
+                Some((g, l)) if *g + *l == gpa => *l += piece,
+                _ => out.push((gpa, piece)),
+            }
+            cursor = piece_end;
+        }
+        Ok(out)
+    }
+
+    /// Number of live mappings.
+    pub fn mapping_count(&self) -> usize {
+        self.read_table().len()
+    }
+
+    /// The live mappings as `(iova, size, gpa, perm)`, in IOVA order.
+    pub fn mappings(&self) -> Vec<(u64, u64, u64, DmaPerm)> {
+        self.read_table()
+            .iter()
+            .map(|e| (e.iova, e.size, e.value.gpa, e.value.perm))
+            .collect()
+    }
+
+    /// Remove every mapping; returns the number of bytes unmapped.
+    pub fn unmap_all(&self) -> u64 {
+        self.write_table().take_all().iter().map(|e| e.size).sum()
+    }
+}
+
+impl DmaMapper for SoftAddressSpace {
+    fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
+        let end = checked_end(iova, size)?;
+        check_aligned(iova, gpa, size, self.page_size_mask)?;
+        let gpa_end = gpa
+            .checked_add(size)
+            .ok_or(DmaError::InvalidGpa { gpa, size })?;
+        if !self.gpa_is_ram(gpa, gpa_end) {
+            return Err(DmaError::InvalidGpa { gpa, size });
+        }
+        let mut table = self.write_table();
+        if table.overlaps(iova, end) {
+            return Err(DmaError::Overlap { iova, size });
+        }
+        table.insert(iova, size, Target { gpa, perm });
+        Ok(())
+    }
+
+    fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
+        let end = checked_end(iova, size)?;
+        let mut table = self.write_table();
+        if table.splits(iova, end) {
+            return Err(DmaError::SplitMapping { iova, size });
+        }
+        table.remove_within(iova, end);
+        Ok(())
+    }
+
+    fn page_size_mask(&self) -> u64 {
+        self.page_size_mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::{GuestAddress, GuestMemoryMmap};
+
+    const PAGE: u64 = 0x1000;
+
+    #[test]
+    fn translate_checks_holes_and_perms() {
+        let s = SoftAddressSpace::default();
+        s.map(0x10_000, 0x80_000, 2 * PAGE, DmaPerm::RO).unwrap();
+        assert_eq!(s.translate(0x10_000, 8, DmaPerm::RO), Ok(0x80_000));
+        assert_eq!(s.translate(0x11_ff8, 8, DmaPerm::RO), Ok(0x81_ff8));
+        assert_eq!(
+            s.translate(0x10_000, 8, DmaPerm::WO),
+            Err(TranslateError::Denied {
+                iova: 0x10_000,
+                granted: DmaPerm::RO,
+                needed: DmaPerm::WO
+            })
+        );
+        // Runs off the end into a hole: the first unmapped byte is named.
+        assert_eq!(
+            s.translate(0x11_ff8, 16, DmaPerm::RO),
+            Err(TranslateError::Unmapped { iova: 0x12_000 })
+        );
+        assert_eq!(
+            s.translate(0xf_fff, 2, DmaPerm::RO),
+            Err(TranslateError::Unmapped { iova: 0xf_fff })
+        );
+        assert!(matches!(
+            s.translate(0x10_000, 0, DmaPerm::RO),
+            Err(TranslateError::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            s.translate(u64::MAX, 2, DmaPerm::RO),
+            Err(TranslateError::InvalidRange { .. })
+        ));
+    }
+
+    #[test]
+    fn translate_across_adjacent_mappings() {
+        let s = SoftAddressSpace::default();
+        s.map(0, 0x5000, PAGE, DmaPerm::RW).unwrap();
+        s.map(PAGE, 0x6000, PAGE, DmaPerm::RO).unwrap(); // gpa-contiguous
+        s.map(2 * PAGE, 0x9000, PAGE, DmaPerm::RW).unwrap(); // not contiguous
+        assert_eq!(s.translate(0x800, PAGE, DmaPerm::RO), Ok(0x5800));
+        // The second mapping is read-only: a write through both fails there.
+        assert!(matches!(
+            s.translate(0x800, PAGE, DmaPerm::WO),
+            Err(TranslateError::Denied { iova: 0x1000, .. })
+        ));
+        assert_eq!(
+            s.translate(0x800, 2 * PAGE, DmaPerm::RO),
+            Err(TranslateError::Discontiguous {
+                iova: 0x800,
+                len: 2 * PAGE
+            })
+        );
+        assert_eq!(
+            s.translate_ranges(0x800, 2 * PAGE, DmaPerm::RO).unwrap(),
+            vec![(0x5800, 0x1800), (0x9000, 0x800)]
+        );
+    }
+
+    #[test]
+    fn map_refuses_overlap_misalignment_and_bad_ranges() {
+        let s = SoftAddressSpace::default();
+        s.map(0x4000, 0, 2 * PAGE, DmaPerm::RW).unwrap();
+        assert!(matches!(
+            s.map(0x5000, 0, PAGE, DmaPerm::RW),
+            Err(DmaError::Overlap { iova: 0x5000, .. })
+        ));
+        assert!(matches!(
+            s.map(0x3000, 0, 2 * PAGE, DmaPerm::RW),
+            Err(DmaError::Overlap { .. })
+        ));
+        assert!(matches!(
+            s.map(0x10_800, 0, PAGE, DmaPerm::RW),
+            Err(DmaError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            s.map(0x10_000, 0x800, PAGE, DmaPerm::RW),
+            Err(DmaError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            s.map(0x10_000, 0, 0, DmaPerm::RW),
+            Err(DmaError::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            s.map(u64::MAX - 0xfff, 0, 2 * PAGE, DmaPerm::RW),
+            Err(DmaError::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            s.map(0x10_000, u64::MAX - 0xfff, 2 * PAGE, DmaPerm::RW),
+            Err(DmaError::InvalidGpa { .. })
+        ));
+        assert_eq!(s.mapping_count(), 1);
+    }
+
+    #[test]
+    fn unmap_is_whole_mapping_only() {
+        let s = SoftAddressSpace::default();
+        s.map(0x1000, 0x1000, PAGE, DmaPerm::RW).unwrap();
+        s.map(0x2000, 0x2000, 2 * PAGE, DmaPerm::RW).unwrap();
+        s.map(0x8000, 0x8000, PAGE, DmaPerm::RW).unwrap();
+        // Splitting the middle mapping changes nothing.
+        assert!(matches!(
+            s.unmap(0x1000, 2 * PAGE),
+            Err(DmaError::SplitMapping {
+                iova: 0x1000,
+                size: 0x2000
+            })
+        ));
+        assert!(matches!(
+            s.unmap(0x3000, PAGE),
+            Err(DmaError::SplitMapping { .. })
+        ));
+        assert_eq!(s.mapping_count(), 3);
+        // Holes are fine; several whole mappings go at once.
+        s.unmap(0, 0x8000).unwrap();
+        assert_eq!(s.mappings(), vec![(0x8000, PAGE, 0x8000, DmaPerm::RW)]);
+        s.unmap(0x100_000, PAGE).unwrap();
+        assert_eq!(s.mapping_count(), 1);
+        assert_eq!(s.unmap_all(), PAGE);
+        assert_eq!(s.mapping_count(), 0);
+        assert!(s.translate(0x8000, 1, DmaPerm::RO).is_err());
+    }
+
+    #[test]
+    fn for_memory_refuses_gpa_outside_ram() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[
+            (GuestAddress(0), 0x10_000),
+            (GuestAddress(0x10_000), 0x10_000),
+            (GuestAddress(0x100_000), 0x10_000),
+        ])
+        .unwrap();
+        let s = SoftAddressSpace::for_memory(&mem, PAGE_SIZE_4K_MASK);
+        // Spans two adjacent regions.
+        s.map(0, 0xf000, 2 * PAGE, DmaPerm::RW).unwrap();
+        assert!(matches!(
+            s.map(0x10_000, 0x1f_000, 2 * PAGE, DmaPerm::RW),
+            Err(DmaError::InvalidGpa {
+                gpa: 0x1f_000,
+                size: 0x2000
+            })
+        ));
+        assert!(s.map(0x10_000, 0x100_000, PAGE, DmaPerm::RW).is_ok());
+        assert!(s.map(0x20_000, 0x200_000, PAGE, DmaPerm::RW).is_err());
+    }
+}

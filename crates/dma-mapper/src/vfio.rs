@@ -1,0 +1,460 @@
+//! VFIO container backend (type1 v2).
+//!
+//! [`VfioMapper`] turns `map(iova, gpa, size, perm)` into
+//! `VFIO_IOMMU_MAP_DMA` calls on a container: it translates the
+//! guest-physical range to host virtual addresses through the VM's guest
+//! memory (one host call per host-contiguous run; a range spanning two
+//! memory regions becomes two) and keeps a table of the live mappings.
+//!
+//! The host side is the thin trait [`ContainerOps`], implemented for
+//! `vfio_ioctls::VfioContainer`. Everything above it (translation,
+//! splitting, rollback, the whole-mapping unmap rule) is tested with a fake.
+//!
+//! # Permissions
+//! `vfio-ioctls` 0.10 always maps READ|WRITE. A read-only or write-only
+//! guest mapping must not grow on the host, so for those the container
+//! issues `VFIO_IOMMU_MAP_DMA` itself with the right flags (the
+//! `vfio-bindings` structs on the container fd). A mapping with no access
+//! at all is kept in the table (it must still be unmapped whole) but makes
+//! no host call: DMA to it faults, as it should.
+//!
+//! # Unmap and `InvalidDmaUnmapSize`
+//! Type1 v2 refuses (`EINVAL`, nothing changed) an unmap that would bisect a
+//! mapping, and otherwise removes every mapping inside the range, reporting
+//! the byte count it removed: smaller than asked when the range had holes.
+//! `vfio-ioctls` reports any difference as `InvalidDmaUnmapSize` and drops
+//! the count, which would make a legitimate unmap across holes look like a
+//! failure and hide a real mismatch. So the container issues
+//! `VFIO_IOMMU_UNMAP_DMA` itself and returns the count, and the mapper
+//! compares it with what its table says is mapped there:
+//! - A range that splits a mapping is refused from the table, before any
+//!   host call, with [`DmaError::SplitMapping`] (a guest error; nothing
+//!   changed).
+//! - A kernel `EINVAL`, or a count different from the table's, means the
+//!   host and the table disagree: that is a VMM/host fault, reported as
+//!   [`DmaError::Host`] (the device answers DEVERR, not a guest error).
+//!   On a count mismatch the kernel has already removed every mapping in the
+//!   range, so the table drops them too and stays equal to the host.
+
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use vfio_bindings::bindings::vfio::{
+    vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_iommu_type1_info,
+    VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_DMA_UNMAP_FLAG_ALL,
+    VFIO_IOMMU_INFO_PGSIZES,
+};
+use vfio_ioctls::{VfioContainer, VfioError};
+use vm_memory::{
+    GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
+};
+
+use crate::table::Table;
+use crate::{check_aligned, checked_end, DmaError, DmaMapper, DmaPerm, PAGE_SIZE_4K_MASK};
+
+/// The host calls [`VfioMapper`] needs from a VFIO type1 container.
+///
+/// Implemented for `vfio_ioctls::VfioContainer`; tests use a fake.
+pub trait ContainerOps: Send + Sync {
+    /// `VFIO_IOMMU_MAP_DMA`: map `size` bytes of this process's memory at
+    /// `vaddr` to `iova`, granting exactly `perm` (which grants something).
+    ///
+    /// # Safety
+    /// The contract of `vfio_ioctls::VfioContainer::vfio_dma_map`: until the
+    /// range is unmapped, `[vaddr, vaddr + size)` is memory the device may
+    /// access at any time, so no Rust reference to it may exist; it is only
+    /// accessed through raw pointers, volatile accesses or system calls
+    /// (guest memory accessed through `vm-memory`'s volatile accessors).
+    unsafe fn map_dma(&self, iova: u64, size: u64, vaddr: u64, perm: DmaPerm) -> io::Result<()>;
+
+    /// `VFIO_IOMMU_UNMAP_DMA` with no flags: unmap every mapping inside
+    /// `[iova, iova + size)`; returns the number of bytes the kernel unmapped.
+    fn unmap_dma(&self, iova: u64, size: u64) -> io::Result<u64>;
+
+    /// `VFIO_IOMMU_UNMAP_DMA` with `VFIO_DMA_UNMAP_FLAG_ALL`: unmap
+    /// everything; returns the number of bytes unmapped. Kernels before 5.12
+    /// fail with `EINVAL`.
+    fn unmap_all_dma(&self) -> io::Result<u64>;
+
+    /// `VFIO_IOMMU_GET_INFO`: the page sizes the IOMMU supports (bit n set =
+    /// 2^n bytes). Valid once a group is attached and the IOMMU type set.
+    fn iova_pgsizes(&self) -> io::Result<u64>;
+}
+
+mod ioctls {
+    use vfio_bindings::bindings::vfio::{VFIO_BASE, VFIO_TYPE};
+    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_GET_INFO, VFIO_TYPE as u32, VFIO_BASE + 12);
+    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_MAP_DMA, VFIO_TYPE as u32, VFIO_BASE + 13);
+    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_UNMAP_DMA, VFIO_TYPE as u32, VFIO_BASE + 14);
+}
+
+fn vfio_to_io(e: VfioError) -> io::Error {
+    match e {
+        VfioError::IommuDmaMap(errno) | VfioError::IommuDmaUnmap(errno) => errno.into(),
+        other => io::Error::other(other),
+    }
+}
+
+fn unmap_ioctl<F: AsRawFd>(fd: &F, flags: u32, iova: u64, size: u64) -> io::Result<u64> {
+    let mut unmap = vfio_iommu_type1_dma_unmap {
+        argsz: std::mem::size_of::<vfio_iommu_type1_dma_unmap>() as u32,
+        flags,
+        iova,
+        size,
+        ..Default::default()
+    };
+    // SAFETY: `fd` is a VFIO container, the request number matches the
+    // argument type, `unmap` is a live, correctly sized struct whose argsz
+    // excludes the trailing flexible array (no bitmap flag is set), and the
+    // kernel only writes back `size` inside it.
+    let ret = unsafe {
+        vmm_sys_util::ioctl::ioctl_with_mut_ref(fd, ioctls::VFIO_IOMMU_UNMAP_DMA(), &mut unmap)
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(unmap.size)
+}
+
+impl ContainerOps for VfioContainer {
+    unsafe fn map_dma(&self, iova: u64, size: u64, vaddr: u64, perm: DmaPerm) -> io::Result<()> {
+        if perm == DmaPerm::RW {
+            let size = usize::try_from(size).map_err(io::Error::other)?;
+            // SAFETY: the caller upholds vfio_dma_map's contract (it is ours).
+            return unsafe { self.vfio_dma_map(iova, size, vaddr as *mut u8) }.map_err(vfio_to_io);
+        }
+        let mut flags = 0;
+        if perm.read {
+            flags |= VFIO_DMA_MAP_FLAG_READ;
+        }
+        if perm.write {
+            flags |= VFIO_DMA_MAP_FLAG_WRITE;
+        }
+        let map = vfio_iommu_type1_dma_map {
+            argsz: std::mem::size_of::<vfio_iommu_type1_dma_map>() as u32,
+            flags,
+            vaddr,
+            iova,
+            size,
+        };
+        // SAFETY: `self` is a VFIO container, the request number matches the
+        // argument type and the kernel only reads `map`. The memory at
+        // `vaddr` is the caller's to hand to the device (this fn's contract).
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_ref(self, ioctls::VFIO_IOMMU_MAP_DMA(), &map)
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn unmap_dma(&self, iova: u64, size: u64) -> io::Result<u64> {
+        unmap_ioctl(self, 0, iova, size)
+    }
+
+    fn unmap_all_dma(&self) -> io::Result<u64> {
+        unmap_ioctl(self, VFIO_DMA_UNMAP_FLAG_ALL, 0, 0)
+    }
+
+    fn iova_pgsizes(&self) -> io::Result<u64> {
+        let mut info = vfio_iommu_type1_info {
+            argsz: std::mem::size_of::<vfio_iommu_type1_info>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `self` is a VFIO container, the request number matches the
+        // argument type, and the kernel writes at most `argsz` bytes into
+        // `info`, which is that large.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_mut_ref(self, ioctls::VFIO_IOMMU_GET_INFO(), &mut info)
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if info.flags & VFIO_IOMMU_INFO_PGSIZES == 0 || info.iova_pgsizes == 0 {
+            return Err(io::Error::other(
+                "VFIO_IOMMU_GET_INFO reported no page sizes",
+            ));
+        }
+        Ok(info.iova_pgsizes)
+    }
+}
+
+/// A piece of a guest-physical range that is contiguous in host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRun {
+    /// Offset of the piece from the start of the range.
+    pub offset: u64,
+    /// Host virtual address of its first byte.
+    pub vaddr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// Split the guest-physical range `[gpa, gpa + size)` into host-contiguous
+/// runs, in order. Fails with [`DmaError::InvalidGpa`] if any byte of it is
+/// not guest memory.
+pub fn host_runs<M: GuestMemoryBackend>(
+    mem: &M,
+    gpa: u64,
+    size: u64,
+) -> Result<Vec<HostRun>, DmaError> {
+    let invalid = || DmaError::InvalidGpa { gpa, size };
+    let end = gpa.checked_add(size).ok_or_else(invalid)?;
+    let mut runs: Vec<HostRun> = Vec::new();
+    let mut cursor = gpa;
+    while cursor < end {
+        let region = mem.find_region(GuestAddress(cursor)).ok_or_else(invalid)?;
+        let in_region = cursor - region.start_addr().0;
+        let len = (region.len() - in_region).min(end - cursor);
+        let vaddr = region
+            .get_host_address(MemoryRegionAddress(in_region))
+            .map_err(|_| invalid())? as u64;
+        let offset = cursor - gpa;
+        match runs.last_mut() {
+            Some(last) if last.vaddr.checked_add(last.len) == Some(vaddr) => last.len += len,
+            _ => runs.push(HostRun { offset, vaddr, len }),
+        }
+        cursor += len;
+    }
+    Ok(runs)
+}
+
+#[derive(Debug)]
+struct Live {
+    gpa: u64,
+    perm: DmaPerm,
+}
+
+/// A [`DmaMapper`] on a VFIO type1 v2 container. See the [module docs](self).
+pub struct VfioMapper<C: ContainerOps = VfioContainer, M: GuestMemoryBackend = GuestMemoryMmap> {
+    container: Arc<C>,
+    mem: M,
+    table: Mutex<Table<Live>>,
+    page_size_mask: u64,
+}
+
+impl<C: ContainerOps, M: GuestMemoryBackend> std::fmt::Debug for VfioMapper<C, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VfioMapper")
+            .field(
+                "page_size_mask",
+                &format_args!("{:#x}", self.page_size_mask),
+            )
+            .field("mappings", &self.lock().len())
+            .finish()
+    }
+}
+
+impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
+    /// A mapper programming `container` with translations into `mem`.
+    ///
+    /// The page size mask is queried from the container
+    /// (`VFIO_IOMMU_GET_INFO`); if that fails (no group attached yet), 4 KiB.
+    ///
+    /// # Safety
+    /// The regions of `mem` are handed to the device for DMA: for as long as
+    /// any mapping made through this mapper exists, no Rust reference to
+    /// that memory may exist (access guest memory only through `vm-memory`'s
+    /// volatile accessors), as [`ContainerOps::map_dma`] requires. The
+    /// mapper keeps `mem` (and so its mmaps) alive; dropping it unmaps all.
+    pub unsafe fn new(container: Arc<C>, mem: M) -> Self {
+        let page_size_mask = match container.iova_pgsizes() {
+            Ok(mask) => mask,
+            Err(e) => {
+                tracing::warn!("VFIO_IOMMU_GET_INFO failed ({e}); assuming 4 KiB IOMMU pages");
+                PAGE_SIZE_4K_MASK
+            }
+        };
+        VfioMapper {
+            container,
+            mem,
+            table: Mutex::new(Table::default()),
+            page_size_mask,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table<Live>> {
+        // Every table update is one insert or one removal pass after the host
+        // call returned, so a poisoned lock still holds a consistent table.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The container this mapper programs.
+    pub fn container(&self) -> &Arc<C> {
+        &self.container
+    }
+
+    /// Number of live mappings (including no-access ones).
+    pub fn mapping_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The live mappings as `(iova, size, gpa, perm)`, in IOVA order.
+    pub fn mappings(&self) -> Vec<(u64, u64, u64, DmaPerm)> {
+        self.lock()
+            .iter()
+            .map(|e| (e.iova, e.size, e.value.gpa, e.value.perm))
+            .collect()
+    }
+
+    /// Unmap everything this mapper mapped, in one `VFIO_DMA_UNMAP_FLAG_ALL`
+    /// call where the kernel has it (5.12+), else one call per run of
+    /// adjacent mappings. Assumes the container's address space is this
+    /// mapper's alone (one container per domain).
+    ///
+    /// Returns the number of bytes unmapped on the host.
+    pub fn unmap_all(&self) -> Result<u64, DmaError> {
+        let mut table = self.lock();
+        let expected: u64 = table
+            .iter()
+            .filter(|e| e.value.perm.any())
+            .map(|e| e.size)
+            .sum();
+        if expected == 0 {
+            table.take_all();
+            return Ok(0);
+        }
+        let host_err = |iova, size, source| DmaError::Host {
+            op: "unmap",
+            iova,
+            size,
+            source,
+        };
+        let unmapped = match self.container.unmap_all_dma() {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!("VFIO_DMA_UNMAP_FLAG_ALL unsupported; unmapping run by run");
+                let mut runs: Vec<(u64, u64)> = Vec::new();
+                for e in table.iter().filter(|e| e.value.perm.any()) {
+                    match runs.last_mut() {
+                        Some((start, len)) if *start + *len == e.iova => *len += e.size,
+                        _ => runs.push((e.iova, e.size)),
+                    }
+                }
+                let mut total = 0;
+                for (iova, size) in runs {
+                    match self.container.unmap_dma(iova, size) {
+                        Ok(n) => {
+                            total += n;
+                            table.remove_within(iova, iova + size);
+                        }
+                        Err(e) => return Err(host_err(iova, size, e)),
+                    }
+                }
+                total
+            }
+            Err(e) => return Err(host_err(0, u64::MAX, e)),
+        };
+        table.take_all();
+        if unmapped != expected {
+            return Err(host_err(
+                0,
+                u64::MAX,
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("kernel unmapped {unmapped:#x} bytes, mapping table had {expected:#x}"),
+                ),
+            ));
+        }
+        Ok(unmapped)
+    }
+}
+
+impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMapper<C, M> {
+    fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
+        let end = checked_end(iova, size)?;
+        check_aligned(iova, gpa, size, self.page_size_mask)?;
+        let runs = host_runs(&self.mem, gpa, size)?;
+        let mut table = self.lock();
+        if table.overlaps(iova, end) {
+            return Err(DmaError::Overlap { iova, size });
+        }
+        if perm.any() {
+            for (i, run) in runs.iter().enumerate() {
+                let run_iova = iova + run.offset;
+                // SAFETY: `run` lies in a region of `self.mem`, which this
+                // mapper keeps mapped; `new`'s contract makes the caller
+                // access that memory only in ways map_dma allows.
+                let res = unsafe { self.container.map_dma(run_iova, run.len, run.vaddr, perm) };
+                if let Err(source) = res {
+                    // Roll back the runs already mapped: on error nothing of
+                    // the range stays mapped.
+                    for done in &runs[..i] {
+                        let done_iova = iova + done.offset;
+                        if let Err(e) = self.container.unmap_dma(done_iova, done.len) {
+                            tracing::error!(
+                                "rollback unmap of {done_iova:#x}+{:#x} failed: {e}",
+                                done.len
+                            );
+                        }
+                    }
+                    if source.raw_os_error() == Some(libc::EEXIST) {
+                        return Err(DmaError::Overlap { iova, size });
+                    }
+                    return Err(DmaError::Host {
+                        op: "map",
+                        iova,
+                        size,
+                        source,
+                    });
+                }
+            }
+        }
+        tracing::trace!(iova, gpa, size, ?perm, runs = runs.len(), "vfio map");
+        table.insert(iova, size, Live { gpa, perm });
+        Ok(())
+    }
+
+    fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
+        let end = checked_end(iova, size)?;
+        let mut table = self.lock();
+        if table.splits(iova, end) {
+            return Err(DmaError::SplitMapping { iova, size });
+        }
+        let expected: u64 = table
+            .within(iova, end)
+            .filter(|e| e.value.perm.any())
+            .map(|e| e.size)
+            .sum();
+        if expected == 0 {
+            // Nothing on the host: holes or no-access mappings only.
+            table.remove_within(iova, end);
+            return Ok(());
+        }
+        let host_err = |source| DmaError::Host {
+            op: "unmap",
+            iova,
+            size,
+            source,
+        };
+        let unmapped = self.container.unmap_dma(iova, size).map_err(host_err)?;
+        // The kernel removed every mapping inside the range (it refuses a
+        // bisecting unmap as a whole), so the table follows whatever it said.
+        let gone = table.remove_within(iova, end);
+        tracing::trace!(iova, size, mappings = gone.len(), unmapped, "vfio unmap");
+        if unmapped != expected {
+            return Err(host_err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("kernel unmapped {unmapped:#x} bytes, mapping table had {expected:#x}"),
+            )));
+        }
+        Ok(())
+    }
+
+    fn page_size_mask(&self) -> u64 {
+        self.page_size_mask
+    }
+}
+
+impl<C: ContainerOps, M: GuestMemoryBackend> Drop for VfioMapper<C, M> {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmap_all() {
+            tracing::error!("unmapping all on drop failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,648 @@
+//! The batch planner of the virtio-iommu device.
+//!
+//! Given the MAP/UNMAP requests of one domain from one drained batch (in
+//! queue order, with no ATTACH/DETACH/PROBE between them: those are barriers
+//! the device handles itself) and the domain's [`MappingTable`], it decides
+//! every request's outcome exactly as a one-by-one device would, and makes
+//! as few host calls as it can without breaking the invariants of
+//! `DESIGN.md`:
+//!
+//! 1. *Completion order.* The device publishes the whole batch with one
+//!    used-ring index update after [`run_batch`] returns, so when any status
+//!    becomes visible the host state is the state after every request of the
+//!    batch; [`run_batch`] guarantees that state equals the one-by-one result.
+//! 2. *No gap.* MAPs are **never merged** into one host mapping. VFIO type1
+//!    v2 cannot split a mapping, and the spec lets a guest unmap any single
+//!    MAP later (Linux does exactly that), so a merged host mapping would have
+//!    to be torn down and rebuilt around a partial UNMAP, leaving the rest of
+//!    it absent for an instant. Host mappings stay 1:1 with guest mappings;
+//!    a future paravirtual contract in which the guest promises never to
+//!    unmap part of a window (the bounce pool) is the place to merge.
+//! 3. *No stale access.* Every host unmap of the batch has returned before
+//!    [`run_batch`] returns (strict mode). The queue of pending host unmaps
+//!    (`pending` in the simulation) is where the lazy-unmap contract will
+//!    hold deferred unmaps until the guest's flush request.
+//! 4. *Errors stay per request.* When a host call fails, the requests before
+//!    the failing one keep their effect, the failing request gets the error
+//!    (with the table matching what the host really holds), and the rest of
+//!    the batch is planned again from that state, as a one-by-one device
+//!    would have seen it.
+//!
+//! What it saves:
+//! - consecutive UNMAPs (no effective MAP between them) are gathered and
+//!   their host mappings unmapped in as few calls as possible: each call
+//!   covers a run of *adjacent whole* host mappings, which type1 unmaps in
+//!   one ioctl and reports the exact size asked (no `InvalidDmaUnmapSize`);
+//!   if a gathered call fails, the group is replayed one request at a time
+//!   to find the request that fails;
+//! - a MAP whose mapping is removed, alone, by a later UNMAP of the same
+//!   batch with no host-unmapping request between them never reaches the
+//!   host (neither does that UNMAP). No completion of the pair is visible
+//!   before the batch ends, so the mapping never needed to exist. The
+//!   "no unmap between" rule makes this safe under failures: only a failed
+//!   UNMAP can make the cancelling UNMAP stop covering the mapping.
+
+#![deny(missing_docs)]
+
+mod table;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dma_mapper::{DmaError, DmaMapper};
+use tracing::{debug, error, trace};
+
+use table::Entry;
+pub use table::{adjacent_runs, Mapping, MappingTable, Reject, Run};
+
+/// A MAP or UNMAP request, already validated against the wire rules
+/// (alignment, flags, ranges, domain) by the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Map this range.
+    Map(Mapping),
+    /// Unmap every mapping inside the inclusive range `[first, last]`.
+    Unmap {
+        /// First IOVA.
+        first: u64,
+        /// Last IOVA (inclusive).
+        last: u64,
+    },
+}
+
+/// What kind of host failure a request met (a copyable summary of [`DmaError`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostFailure {
+    /// The backend saw an overlap the table did not (host and table disagree).
+    Overlap,
+    /// The guest-physical range is not guest memory.
+    InvalidGpa,
+    /// The backend refused to split a mapping.
+    Split,
+    /// The backend refused the alignment.
+    Unaligned,
+    /// Any other host error.
+    Host,
+}
+
+impl From<&DmaError> for HostFailure {
+    fn from(e: &DmaError) -> Self {
+        match e {
+            DmaError::Overlap { .. } => HostFailure::Overlap,
+            DmaError::InvalidGpa { .. } => HostFailure::InvalidGpa,
+            DmaError::SplitMapping { .. } => HostFailure::Split,
+            DmaError::Unaligned { .. } => HostFailure::Unaligned,
+            _ => HostFailure::Host,
+        }
+    }
+}
+
+/// The outcome of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done.
+    Ok,
+    /// Refused by the table; nothing changed.
+    Rejected(Reject),
+    /// A host call failed. For a MAP nothing is mapped; for an UNMAP the
+    /// mappings of the failing run and the runs after it stay mapped (in
+    /// the table and on the host), the ones before are gone.
+    HostFailed(HostFailure),
+}
+
+/// Where the planner sends host calls: the mappers of one domain.
+pub trait HostBackend {
+    /// Map one guest mapping on the host.
+    fn map(&mut self, m: &Mapping) -> Result<(), DmaError>;
+    /// Unmap a run of adjacent whole host mappings with one call.
+    fn unmap(&mut self, run: &Run) -> Result<(), DmaError>;
+}
+
+/// Counts of host calls made through a [`MapperSet`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    /// `DmaMapper::map` calls (each mapper counts).
+    pub map_calls: u64,
+    /// `DmaMapper::unmap` calls (each mapper counts).
+    pub unmap_calls: u64,
+    /// Bytes successfully mapped.
+    pub bytes_mapped: u64,
+    /// Bytes successfully unmapped.
+    pub bytes_unmapped: u64,
+    /// Failed calls.
+    pub failed_calls: u64,
+}
+
+/// A [`HostBackend`] over the distinct mappers of a domain's endpoints.
+///
+/// Each call goes to every mapper; if mapper `k` fails, the call is rolled
+/// back on mappers `0..k` so all mappers keep the same state (best effort:
+/// a failing rollback is logged).
+pub struct MapperSet<'a> {
+    mappers: &'a [Arc<dyn DmaMapper>],
+    /// Calls made so far.
+    pub stats: CallStats,
+}
+
+impl<'a> MapperSet<'a> {
+    /// A backend over `mappers`.
+    pub fn new(mappers: &'a [Arc<dyn DmaMapper>]) -> Self {
+        MapperSet {
+            mappers,
+            stats: CallStats::default(),
+        }
+    }
+
+    fn map_one(&mut self, mapper: &dyn DmaMapper, m: &Mapping) -> Result<(), DmaError> {
+        self.stats.map_calls += 1;
+        let r = mapper.map(m.iova, m.gpa, m.size, m.perm);
+        match &r {
+            Ok(()) => self.stats.bytes_mapped += m.size,
+            Err(_) => self.stats.failed_calls += 1,
+        }
+        r
+    }
+
+    fn unmap_one(&mut self, mapper: &dyn DmaMapper, iova: u64, size: u64) -> Result<(), DmaError> {
+        self.stats.unmap_calls += 1;
+        let r = mapper.unmap(iova, size);
+        match &r {
+            Ok(()) => self.stats.bytes_unmapped += size,
+            Err(_) => self.stats.failed_calls += 1,
+        }
+        r
+    }
+}
+
+impl HostBackend for MapperSet<'_> {
+    fn map(&mut self, m: &Mapping) -> Result<(), DmaError> {
+        let mappers = self.mappers;
+        for (k, mapper) in mappers.iter().enumerate() {
+            if let Err(e) = self.map_one(mapper.as_ref(), m) {
+                for done in &mappers[..k] {
+                    if let Err(re) = self.unmap_one(done.as_ref(), m.iova, m.size) {
+                        error!(iova = m.iova, size = m.size, error = %re, "rollback of a partial map failed");
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn unmap(&mut self, run: &Run) -> Result<(), DmaError> {
+        let mappers = self.mappers;
+        for (k, mapper) in mappers.iter().enumerate() {
+            if let Err(e) = self.unmap_one(mapper.as_ref(), run.iova, run.size) {
+                for done in &mappers[..k] {
+                    for m in &run.mappings {
+                        if let Err(re) = self.map_one(done.as_ref(), m) {
+                            error!(iova = m.iova, size = m.size, error = %re, "rollback of a partial unmap failed");
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How much the planner may optimise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Gather consecutive UNMAPs and unmap runs of adjacent host mappings
+    /// together.
+    pub coalesce_unmaps: bool,
+    /// Drop MAP+UNMAP pairs that cancel inside the batch.
+    pub cancel_pairs: bool,
+}
+
+impl PlanOptions {
+    /// Every optimisation on.
+    pub const BATCHED: PlanOptions = PlanOptions {
+        coalesce_unmaps: true,
+        cancel_pairs: true,
+    };
+    /// One request at a time: one host call per MAP, one per run of
+    /// adjacent mappings of an UNMAP.
+    pub const ONE_BY_ONE: PlanOptions = PlanOptions {
+        coalesce_unmaps: false,
+        cancel_pairs: false,
+    };
+}
+
+/// What [`run_batch`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// One outcome per request, in order.
+    pub outcomes: Vec<Outcome>,
+    /// Indices of successful MAPs that never reached the host (cancelled by
+    /// a later UNMAP of the same batch).
+    pub elided_maps: Vec<usize>,
+    /// Planning rounds (1 + number of host failures that forced a replan).
+    pub rounds: usize,
+}
+
+enum Undo {
+    Inserted(u64),
+    Removed(Entry),
+}
+
+enum Call {
+    Map {
+        op: usize,
+        mapping: Mapping,
+        /// The UNMAP that cancelled this map, which then never reaches the host.
+        cancelled_by: Option<usize>,
+    },
+    /// Host unmaps of consecutive UNMAP requests: (request, its host mappings).
+    Unmaps(Vec<(usize, Vec<Mapping>)>),
+}
+
+struct Round {
+    journal: Vec<(usize, Undo)>,
+    calls: Vec<Call>,
+    /// Host unmaps decided but not yet issued, per request. Strict mode
+    /// flushes them before the next effective MAP and at the end of the
+    /// round; the lazy-unmap contract will keep them until a flush request.
+    pending: Vec<(usize, Vec<Mapping>)>,
+    /// Maps of this round that a later lone UNMAP may still cancel: iova -> call index.
+    cancellable: HashMap<u64, usize>,
+    outcomes: Vec<Outcome>,
+}
+
+impl Round {
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.calls
+                .push(Call::Unmaps(std::mem::take(&mut self.pending)));
+        }
+    }
+}
+
+struct Failure {
+    op: usize,
+    /// For an UNMAP: its host mappings that are still mapped.
+    kept: Vec<Mapping>,
+    error: DmaError,
+}
+
+/// Executes the MAP/UNMAP requests of one domain from one batch.
+///
+/// On return, the host (through `backend`) holds exactly the mappings of
+/// `table`, and `table` equals the result of applying the requests one by
+/// one with the returned outcomes.
+pub fn run_batch(
+    table: &mut MappingTable,
+    reqs: &[Request],
+    opts: PlanOptions,
+    backend: &mut dyn HostBackend,
+) -> BatchReport {
+    let mut report = BatchReport {
+        outcomes: Vec::with_capacity(reqs.len()),
+        ..Default::default()
+    };
+    let mut start = 0;
+    while start < reqs.len() {
+        report.rounds += 1;
+        let round = simulate(table, &reqs[start..], start, opts);
+        match execute(&round, opts, backend) {
+            None => {
+                report.outcomes.extend(round.outcomes);
+                report
+                    .elided_maps
+                    .extend(elided_before(&round.calls, usize::MAX).map(|(op, _)| op));
+                start = reqs.len();
+            }
+            Some(fail) => {
+                let r = fail.op;
+                debug!(request = r, error = %fail.error, "host call failed, replanning the rest of the batch");
+                let Round {
+                    journal,
+                    outcomes,
+                    calls,
+                    ..
+                } = round;
+                rollback(table, journal, r);
+                if let Request::Unmap { first, last } = reqs[r] {
+                    // The table is back to the state before `r`: remove what
+                    // the host really unmapped.
+                    if let Ok(removed) = table.check_unmap(first, last) {
+                        for m in removed {
+                            if !fail.kept.contains(&m) {
+                                table.remove(m.iova);
+                            }
+                        }
+                    }
+                }
+                // Maps elided before `r` whose cancelling UNMAP was undone are
+                // in the table but not on the host.
+                for (op, by) in elided_before(&calls, r) {
+                    if by >= r {
+                        if let Request::Map(m) = reqs[op] {
+                            if let Some(e) = table.entry_mut(m.iova) {
+                                e.off_host = Some(op);
+                            }
+                        }
+                    }
+                    report.elided_maps.push(op);
+                }
+                report.outcomes.extend(outcomes.into_iter().take(r - start));
+                report
+                    .outcomes
+                    .push(Outcome::HostFailed(HostFailure::from(&fail.error)));
+                start = r + 1;
+            }
+        }
+    }
+    // Defensive: by the cancellation rule no elided map outlives its batch.
+    for (m, op) in table.off_host_entries() {
+        error!(
+            request = op,
+            iova = m.iova,
+            "elided map still in the table at batch end; mapping it now"
+        );
+        match backend.map(&m) {
+            Ok(()) => {
+                if let Some(e) = table.entry_mut(m.iova) {
+                    e.off_host = None;
+                }
+            }
+            Err(e) => {
+                table.remove(m.iova);
+                report.outcomes[op] = Outcome::HostFailed(HostFailure::from(&e));
+            }
+        }
+        report.elided_maps.retain(|&x| x != op);
+    }
+    report
+}
+
+/// Elided maps of requests before `limit`, with their cancelling UNMAP.
+fn elided_before(calls: &[Call], limit: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    calls.iter().filter_map(move |c| match c {
+        Call::Map {
+            op,
+            cancelled_by: Some(by),
+            ..
+        } if *op < limit => Some((*op, *by)),
+        _ => None,
+    })
+}
+
+fn rollback(table: &mut MappingTable, journal: Vec<(usize, Undo)>, from_op: usize) {
+    for (op, undo) in journal.into_iter().rev() {
+        if op < from_op {
+            break;
+        }
+        match undo {
+            Undo::Inserted(iova) => {
+                table.remove(iova);
+            }
+            Undo::Removed(entry) => table.insert(entry),
+        }
+    }
+}
+
+/// Applies `reqs` (request indices start at `base`) to the table, recording
+/// how to undo each change, and plans the host calls.
+fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanOptions) -> Round {
+    let mut round = Round {
+        journal: Vec::new(),
+        calls: Vec::new(),
+        pending: Vec::new(),
+        cancellable: HashMap::new(),
+        outcomes: Vec::with_capacity(reqs.len()),
+    };
+    for (i, req) in reqs.iter().enumerate() {
+        let op = base + i;
+        let outcome = match *req {
+            Request::Map(m) => match table.check_map(&m) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(()) => {
+                    round.flush();
+                    table.insert(Entry {
+                        mapping: m,
+                        off_host: None,
+                    });
+                    round.journal.push((op, Undo::Inserted(m.iova)));
+                    round.calls.push(Call::Map {
+                        op,
+                        mapping: m,
+                        cancelled_by: None,
+                    });
+                    if opts.cancel_pairs {
+                        round.cancellable.insert(m.iova, round.calls.len() - 1);
+                    }
+                    Outcome::Ok
+                }
+            },
+            Request::Unmap { first, last } => match table.check_unmap(first, last) {
+                Err(r) => Outcome::Rejected(r),
+                Ok(removed) => {
+                    let mut cancelled = false;
+                    if let [only] = removed.as_slice() {
+                        if let Some(&ci) = round.cancellable.get(&only.iova) {
+                            if let Call::Map {
+                                mapping,
+                                cancelled_by,
+                                ..
+                            } = &mut round.calls[ci]
+                            {
+                                if mapping == only && cancelled_by.is_none() {
+                                    *cancelled_by = Some(op);
+                                    cancelled = true;
+                                }
+                            }
+                        }
+                    }
+                    let mut host = Vec::new();
+                    for m in &removed {
+                        if let Some(entry) = table.remove(m.iova) {
+                            if entry.off_host.is_none() && !cancelled {
+                                host.push(entry.mapping);
+                            }
+                            round.journal.push((op, Undo::Removed(entry)));
+                        }
+                    }
+                    if cancelled {
+                        trace!(request = op, "map+unmap pair cancelled");
+                    }
+                    if !host.is_empty() {
+                        round.cancellable.clear();
+                        round.pending.push((op, host));
+                        if !opts.coalesce_unmaps {
+                            round.flush();
+                        }
+                    }
+                    Outcome::Ok
+                }
+            },
+        };
+        round.outcomes.push(outcome);
+    }
+    round.flush();
+    round
+}
+
+/// Issues the planned calls in order; stops at the first request whose
+/// host work fails.
+fn execute(round: &Round, opts: PlanOptions, backend: &mut dyn HostBackend) -> Option<Failure> {
+    for call in &round.calls {
+        match call {
+            Call::Map {
+                cancelled_by: Some(_),
+                ..
+            } => {}
+            Call::Map { op, mapping, .. } => {
+                if let Err(error) = backend.map(mapping) {
+                    return Some(Failure {
+                        op: *op,
+                        kept: Vec::new(),
+                        error,
+                    });
+                }
+            }
+            Call::Unmaps(groups) => {
+                for piece in pieces(groups, opts.coalesce_unmaps) {
+                    let Err(error) = backend.unmap(&piece.run) else {
+                        continue;
+                    };
+                    if let [(op, kept)] = piece.parts.as_slice() {
+                        return Some(Failure {
+                            op: *op,
+                            kept: kept.clone(),
+                            error,
+                        });
+                    }
+                    debug!(
+                        requests = piece.parts.len(),
+                        error = %error,
+                        "coalesced unmap failed, replaying its requests one at a time"
+                    );
+                    for (op, ms) in &piece.parts {
+                        for run in adjacent_runs(ms) {
+                            if let Err(error) = backend.unmap(&run) {
+                                return Some(Failure {
+                                    op: *op,
+                                    kept: ms.clone(),
+                                    error,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// One host unmap call and the requests it serves.
+struct Piece {
+    run: Run,
+    /// Each request served and the mappings that stay mapped if the call
+    /// fails and that request is found to be the failing one.
+    parts: Vec<(usize, Vec<Mapping>)>,
+}
+
+/// Splits the host unmaps of consecutive UNMAP requests into calls.
+///
+/// A piece serves either one run of one request (a request whose mappings
+/// form several runs is issued run by run, in IOVA order) or a sequence of
+/// requests, consecutive in queue order, each removing one run, where every
+/// run extends the piece at its end or at its start (ascending or
+/// descending bursts). Pieces are issued in queue order, so when one fails,
+/// every request before it is complete and, with a backend whose failed
+/// unmap changes nothing, every request after it is untouched: the failing
+/// request is found by replaying the piece one request at a time.
+fn pieces(groups: &[(usize, Vec<Mapping>)], coalesce: bool) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::new();
+    let mut open = false; // whether the last piece may still grow
+    for (op, ms) in groups {
+        let mut runs = adjacent_runs(ms);
+        if runs.len() != 1 {
+            open = false;
+            out.extend(runs.into_iter().map(|run| {
+                let kept = ms.iter().filter(|m| m.iova >= run.iova).copied().collect();
+                Piece {
+                    run,
+                    parts: vec![(*op, kept)],
+                }
+            }));
+            continue;
+        }
+        let Some(run) = runs.pop() else { continue };
+        if coalesce && open {
+            if let Some(last) = out.last_mut() {
+                if last.run.end() == run.iova {
+                    last.run.size += run.size;
+                    last.run.mappings.extend(run.mappings);
+                    last.parts.push((*op, ms.clone()));
+                    continue;
+                }
+                if run.end() == last.run.iova {
+                    last.run.iova = run.iova;
+                    last.run.size += run.size;
+                    let mut joined = run.mappings;
+                    joined.append(&mut last.run.mappings);
+                    last.run.mappings = joined;
+                    last.parts.push((*op, ms.clone()));
+                    continue;
+                }
+            }
+        }
+        open = true;
+        out.push(Piece {
+            run,
+            parts: vec![(*op, ms.clone())],
+        });
+    }
+    out
+}
+
+/// Maps every mapping of `table` on one more mapper (an endpoint joins a
+/// domain). On failure, what was mapped is unmapped again.
+pub fn replay_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result<(), DmaError> {
+    let maps: Vec<Mapping> = table.iter().copied().collect();
+    for (k, m) in maps.iter().enumerate() {
+        if let Err(e) = backend.map(m) {
+            let undo: Vec<Mapping> = maps[..k].to_vec();
+            for run in adjacent_runs(&undo) {
+                if let Err(re) = backend.unmap(&run) {
+                    error!(iova = run.iova, size = run.size, error = %re, "rollback of a replay failed");
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Unmaps every mapping of `table` from a mapper (an endpoint leaves a
+/// domain), one call per run of adjacent mappings. On failure the runs
+/// already unmapped are mapped again, so the mapper is left as it was.
+pub fn unmap_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result<(), DmaError> {
+    let runs = adjacent_runs(table.iter());
+    for (k, run) in runs.iter().enumerate() {
+        if let Err(e) = backend.unmap(run) {
+            for done in &runs[..k] {
+                for m in &done.mappings {
+                    if let Err(re) = backend.map(m) {
+                        error!(iova = m.iova, error = %re, "restoring after a failed detach failed");
+                    }
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+impl MappingTable {
+    /// Whether `iova`'s entry is on the host (false while its MAP is elided).
+    pub fn is_on_host(&self, iova: u64) -> bool {
+        self.entry(iova).is_some_and(|e| e.off_host.is_none())
+    }
+}

@@ -1,0 +1,504 @@
+//! Property tests: invariants 1-4 of DESIGN.md against a one-by-one reference
+//! model, on random MAP/UNMAP streams cut into random batches, with failures
+//! injected into the host.
+//!
+//! Case count: `PROPTEST_CASES` (default 256 here).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use dma_mapper::{DmaError, DmaMapper, DmaPerm};
+use proptest::prelude::*;
+use viommu_planner::{
+    run_batch, HostFailure, MapperSet, Mapping, MappingTable, Outcome, PlanOptions, Reject, Request,
+};
+
+const PAGE: u64 = 0x1000;
+const PAGES: u64 = 48;
+const LIMIT: usize = 24;
+
+/// A mapping as an ordered key: (iova, size, gpa, read, write).
+type K = (u64, u64, u64, bool, bool);
+
+fn key(m: &Mapping) -> K {
+    (m.iova, m.size, m.gpa, m.perm.read, m.perm.write)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Event {
+    Map(u64, u64),
+    Unmap(u64, u64),
+}
+
+/// A host that fails calls touching poisoned pages (atomically: a failed
+/// call changes nothing) and records protocol violations.
+#[derive(Default)]
+struct FakeHost {
+    maps: BTreeMap<u64, (u64, u64, DmaPerm)>,
+    map_poison: BTreeSet<u64>,
+    unmap_poison: BTreeSet<u64>,
+    log: Vec<Event>,
+    violations: Vec<String>,
+}
+
+fn touches(poison: &BTreeSet<u64>, iova: u64, size: u64) -> bool {
+    poison
+        .range(iova / PAGE..(iova + size).div_ceil(PAGE))
+        .next()
+        .is_some()
+}
+
+fn host_err(op: &'static str, iova: u64, size: u64) -> DmaError {
+    DmaError::Host {
+        op,
+        iova,
+        size,
+        source: std::io::Error::other("injected"),
+    }
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<FakeHost>>);
+
+impl Fake {
+    fn with<R>(&self, f: impl FnOnce(&mut FakeHost) -> R) -> R {
+        f(&mut self.0.lock().unwrap())
+    }
+    fn mappings(&self) -> BTreeSet<K> {
+        self.with(|h| {
+            h.maps
+                .iter()
+                .map(|(&iova, &(size, gpa, perm))| (iova, size, gpa, perm.read, perm.write))
+                .collect()
+        })
+    }
+}
+
+impl DmaMapper for Fake {
+    fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
+        self.with(|h| {
+            h.log.push(Event::Map(iova, size));
+            let end = iova + size;
+            let overlap = h
+                .maps
+                .range(..end)
+                .next_back()
+                .is_some_and(|(&s, &(sz, _, _))| s + sz > iova);
+            if overlap {
+                h.violations
+                    .push(format!("map over a host mapping {iova:#x}+{size:#x}"));
+                return Err(DmaError::Overlap { iova, size });
+            }
+            if touches(&h.map_poison, iova, size) {
+                return Err(host_err("map", iova, size));
+            }
+            h.maps.insert(iova, (size, gpa, perm));
+            Ok(())
+        })
+    }
+
+    fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
+        self.with(|h| {
+            h.log.push(Event::Unmap(iova, size));
+            let end = iova + size;
+            let hit: Vec<(u64, u64)> = h
+                .maps
+                .iter()
+                .filter(|(&s, &(sz, _, _))| s < end && s + sz > iova)
+                .map(|(&s, &(sz, _, _))| (s, sz))
+                .collect();
+            if hit.iter().any(|&(s, sz)| s < iova || s + sz > end) {
+                h.violations
+                    .push(format!("unmap splits a host mapping {iova:#x}+{size:#x}"));
+                return Err(DmaError::SplitMapping { iova, size });
+            }
+            if touches(&h.unmap_poison, iova, size) {
+                return Err(host_err("unmap", iova, size));
+            }
+            for (s, _) in hit {
+                h.maps.remove(&s);
+            }
+            Ok(())
+        })
+    }
+
+    fn page_size_mask(&self) -> u64 {
+        !(PAGE - 1)
+    }
+}
+
+/// The one-by-one device: each request alone, each host call immediately.
+struct Reference {
+    /// Mapping -> whether it is on the host (false for elided maps).
+    maps: BTreeMap<u64, (Mapping, bool)>,
+    map_poison: BTreeSet<u64>,
+    unmap_poison: BTreeSet<u64>,
+}
+
+impl Reference {
+    /// Applies one request; `elided` says the device elided this MAP (it is
+    /// then assumed to succeed on the host). Returns the outcome and the
+    /// mappings this request removed.
+    fn apply(&mut self, req: &Request, elided: bool) -> (Outcome, Vec<Mapping>) {
+        match *req {
+            Request::Map(m) => {
+                let overlap = self
+                    .maps
+                    .values()
+                    .any(|(x, _)| x.iova <= m.last() && m.iova <= x.last());
+                if overlap {
+                    return (Outcome::Rejected(Reject::Overlap), vec![]);
+                }
+                if self.maps.len() >= LIMIT {
+                    return (Outcome::Rejected(Reject::Limit), vec![]);
+                }
+                if !elided && touches(&self.map_poison, m.iova, m.size) {
+                    return (Outcome::HostFailed(HostFailure::Host), vec![]);
+                }
+                self.maps.insert(m.iova, (m, !elided));
+                (Outcome::Ok, vec![])
+            }
+            Request::Unmap { first, last } => {
+                let hit: Vec<(Mapping, bool)> = self
+                    .maps
+                    .values()
+                    .filter(|(x, _)| x.iova <= last && first <= x.last())
+                    .copied()
+                    .collect();
+                if hit.iter().any(|(x, _)| x.iova < first || x.last() > last) {
+                    return (Outcome::Rejected(Reject::Split), vec![]);
+                }
+                // Runs of adjacent host mappings, in IOVA order.
+                let mut runs: Vec<Vec<Mapping>> = Vec::new();
+                for (x, _) in hit.iter().filter(|(_, on)| *on) {
+                    match runs.last_mut() {
+                        Some(r) if r.last().unwrap().end() == x.iova => r.push(*x),
+                        _ => runs.push(vec![*x]),
+                    }
+                }
+                let mut removed = Vec::new();
+                for (x, on) in &hit {
+                    if !on {
+                        self.maps.remove(&x.iova);
+                        removed.push(*x);
+                    }
+                }
+                for run in runs {
+                    let (s, e) = (run[0].iova, run.last().unwrap().end());
+                    if touches(&self.unmap_poison, s, e - s) {
+                        return (Outcome::HostFailed(HostFailure::Host), removed);
+                    }
+                    for x in run {
+                        self.maps.remove(&x.iova);
+                        removed.push(x);
+                    }
+                }
+                (Outcome::Ok, removed)
+            }
+        }
+    }
+
+    fn mappings(&self) -> BTreeSet<K> {
+        self.maps.values().map(|(m, _)| key(m)).collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Gen {
+    Map {
+        page: u64,
+        pages: u64,
+        gpa_page: u64,
+        perm: u8,
+    },
+    /// Unmap exactly the range of the n-th earlier MAP (mod count).
+    UnmapPrev {
+        back: usize,
+    },
+    UnmapRange {
+        page: u64,
+        pages: u64,
+    },
+}
+
+fn gen_op() -> impl Strategy<Value = Gen> {
+    prop_oneof![
+        4 => (0..PAGES, 1..4u64, 0..1024u64, 1..4u8).prop_map(|(page, pages, gpa_page, perm)| Gen::Map { page, pages, gpa_page, perm }),
+        3 => (0..16usize).prop_map(|back| Gen::UnmapPrev { back }),
+        1 => (0..PAGES, 1..12u64).prop_map(|(page, pages)| Gen::UnmapRange { page, pages }),
+    ]
+}
+
+fn to_requests(gens: &[Gen]) -> Vec<Request> {
+    let mut maps: Vec<Mapping> = Vec::new();
+    let mut out = Vec::new();
+    for g in gens {
+        match *g {
+            Gen::Map {
+                page,
+                pages,
+                gpa_page,
+                perm,
+            } => {
+                let perm = DmaPerm {
+                    read: perm & 1 != 0,
+                    write: perm & 2 != 0,
+                };
+                let m = Mapping::new(page * PAGE, pages * PAGE, gpa_page * PAGE, perm).unwrap();
+                maps.push(m);
+                out.push(Request::Map(m));
+            }
+            Gen::UnmapPrev { back } => {
+                if let Some(m) = maps.iter().rev().nth(back % maps.len().max(1)) {
+                    out.push(Request::Unmap {
+                        first: m.iova,
+                        last: m.last(),
+                    });
+                }
+            }
+            Gen::UnmapRange { page, pages } => out.push(Request::Unmap {
+                first: page * PAGE,
+                last: (page + pages) * PAGE - 1,
+            }),
+        }
+    }
+    out
+}
+
+fn check_stream(
+    gens: Vec<Gen>,
+    cuts: Vec<usize>,
+    map_poison: BTreeSet<u64>,
+    unmap_poison: BTreeSet<u64>,
+    two_mappers: bool,
+    opts: PlanOptions,
+) -> Result<(), TestCaseError> {
+    let reqs = to_requests(&gens);
+    let clean = Fake::default();
+    let poisoned = Fake::default();
+    poisoned.with(|h| {
+        h.map_poison = map_poison.clone();
+        h.unmap_poison = unmap_poison.clone();
+    });
+    let mappers: Vec<Arc<dyn DmaMapper>> = if two_mappers {
+        vec![Arc::new(clean.clone()), Arc::new(poisoned.clone())]
+    } else {
+        vec![Arc::new(poisoned.clone())]
+    };
+    let mut table = MappingTable::new(LIMIT);
+    let mut reference = Reference {
+        maps: BTreeMap::new(),
+        map_poison,
+        unmap_poison,
+    };
+
+    let mut pos = 0;
+    let mut cut_iter = cuts.into_iter().cycle();
+    while pos < reqs.len() {
+        let len = cut_iter.next().unwrap_or(1).clamp(1, reqs.len() - pos);
+        let batch = &reqs[pos..pos + len];
+        let before = poisoned.mappings();
+        let log_start = poisoned.with(|h| h.log.len());
+
+        let mut backend = MapperSet::new(&mappers);
+        let report = run_batch(&mut table, batch, opts, &mut backend);
+
+        // Reference, one by one, told which maps the device elided.
+        let mut removed_in_batch: Vec<(usize, Mapping)> = Vec::new();
+        let mut expected = Vec::new();
+        for (i, r) in batch.iter().enumerate() {
+            let (o, removed) = reference.apply(r, report.elided_maps.contains(&i));
+            removed_in_batch.extend(removed.into_iter().map(|m| (i, m)));
+            expected.push(o);
+        }
+        // Invariant 4: per-request statuses of a one-by-one device.
+        prop_assert_eq!(&report.outcomes, &expected, "batch {:?}", batch);
+        // Elision is only allowed for a MAP removed later in the same batch.
+        for &i in &report.elided_maps {
+            let Request::Map(m) = batch[i] else {
+                return Err(TestCaseError::fail("elided a non-MAP"));
+            };
+            prop_assert_eq!(expected[i], Outcome::Ok);
+            prop_assert!(
+                removed_in_batch.iter().any(|&(j, x)| j > i && x == m),
+                "elided map {} not removed in its batch",
+                i
+            );
+        }
+        // Invariants 1 and 3 (and 4's "state matches"): at publication, host
+        // == table == one-by-one state.
+        let table_set: BTreeSet<K> = table.iter().map(key).collect();
+        prop_assert_eq!(&table_set, &reference.mappings());
+        prop_assert_eq!(&poisoned.mappings(), &table_set);
+        if two_mappers {
+            prop_assert_eq!(&clean.mappings(), &table_set);
+        }
+        // Invariant 2: a mapping present before the batch that no request of
+        // the batch removed is on the host after every single host call.
+        let stable: Vec<K> = before
+            .iter()
+            .filter(|m| !removed_in_batch.iter().any(|(_, x)| key(x) == **m))
+            .copied()
+            .collect();
+        let log: Vec<Event> = poisoned.with(|h| h.log[log_start..].to_vec());
+        let mut state: BTreeSet<K> = before.clone();
+        for ev in &log {
+            match *ev {
+                Event::Map(..) => {} // a map never removes anything
+                Event::Unmap(iova, size) => {
+                    let hit: Vec<K> = state
+                        .iter()
+                        .filter(|m| m.0 >= iova && m.0 + m.1 <= iova + size)
+                        .copied()
+                        .collect();
+                    if touches(&poisoned.with(|h| h.unmap_poison.clone()), iova, size) {
+                        continue; // failed call: nothing changed
+                    }
+                    for m in hit {
+                        prop_assert!(!stable.contains(&m), "gap: {:?} unmapped by {:?}", m, ev);
+                        state.remove(&m);
+                    }
+                }
+            }
+        }
+        prop_assert!(
+            poisoned.with(|h| h.violations.is_empty()),
+            "{:?}",
+            poisoned.with(|h| h.violations.clone())
+        );
+        prop_assert!(clean.with(|h| h.violations.is_empty()));
+        pos += len;
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(256)
+}
+
+fn pages() -> impl Strategy<Value = BTreeSet<u64>> {
+    proptest::collection::btree_set(0..PAGES, 0..3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn batched_matches_one_by_one(
+        gens in proptest::collection::vec(gen_op(), 1..80),
+        cuts in proptest::collection::vec(1..24usize, 1..8),
+        map_poison in pages(),
+        unmap_poison in pages(),
+        two in any::<bool>(),
+    ) {
+        check_stream(gens, cuts, map_poison, unmap_poison, two, PlanOptions::BATCHED)?;
+    }
+
+    #[test]
+    fn unbatched_matches_one_by_one(
+        gens in proptest::collection::vec(gen_op(), 1..60),
+        map_poison in pages(),
+        unmap_poison in pages(),
+    ) {
+        check_stream(gens, vec![1], map_poison, unmap_poison, false, PlanOptions::ONE_BY_ONE)?;
+    }
+}
+
+fn map(page: u64, pages: u64) -> Request {
+    Request::Map(Mapping::new(page * PAGE, pages * PAGE, page * PAGE, DmaPerm::RW).unwrap())
+}
+
+fn unmap(page: u64, pages: u64) -> Request {
+    Request::Unmap {
+        first: page * PAGE,
+        last: (page + pages) * PAGE - 1,
+    }
+}
+
+fn run(reqs: &[Request], opts: PlanOptions) -> (Vec<Outcome>, Vec<Event>) {
+    let fake = Fake::default();
+    let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+    let mut table = MappingTable::new(LIMIT);
+    let mut backend = MapperSet::new(&mappers);
+    let setup: Vec<Request> = (0..8).map(|p| map(p, 1)).collect();
+    run_batch(&mut table, &setup, opts, &mut backend);
+    fake.with(|h| h.log.clear());
+    let report = run_batch(&mut table, reqs, opts, &mut backend);
+    (report.outcomes, fake.with(|h| h.log.clone()))
+}
+
+#[test]
+fn descending_unmap_burst_is_one_call() {
+    let reqs: Vec<Request> = (0..8).rev().map(|p| unmap(p, 1)).collect();
+    let (o, log) = run(&reqs, PlanOptions::BATCHED);
+    assert!(o.iter().all(|&x| x == Outcome::Ok));
+    assert_eq!(log, vec![Event::Unmap(0, 8 * PAGE)]);
+    let (_, log) = run(&reqs, PlanOptions::ONE_BY_ONE);
+    assert_eq!(log.len(), 8);
+}
+
+#[test]
+fn map_between_unmaps_splits_the_group() {
+    let reqs = vec![
+        unmap(0, 1),
+        unmap(1, 1),
+        map(20, 1),
+        unmap(2, 1),
+        unmap(3, 1),
+    ];
+    let (_, log) = run(&reqs, PlanOptions::BATCHED);
+    assert_eq!(
+        log,
+        vec![
+            Event::Unmap(0, 2 * PAGE),
+            Event::Map(20 * PAGE, PAGE),
+            Event::Unmap(2 * PAGE, 2 * PAGE)
+        ]
+    );
+}
+
+#[test]
+fn cancelling_pair_makes_no_call() {
+    let reqs = vec![map(30, 2), map(40, 1), unmap(30, 2)];
+    let (o, log) = run(&reqs, PlanOptions::BATCHED);
+    assert_eq!(o, vec![Outcome::Ok; 3]);
+    assert_eq!(log, vec![Event::Map(40 * PAGE, PAGE)]);
+}
+
+#[test]
+fn split_is_rejected_and_partial_failure_keeps_the_rest() {
+    let fake = Fake::default();
+    let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+    let mut table = MappingTable::new(LIMIT);
+    let mut backend = MapperSet::new(&mappers);
+    run_batch(
+        &mut table,
+        &[map(0, 4), map(10, 1), map(12, 1)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    fake.with(|h| {
+        h.unmap_poison.insert(12);
+    });
+    let r = run_batch(
+        &mut table,
+        &[unmap(1, 1), unmap(10, 3), unmap(0, 4)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    assert_eq!(
+        r.outcomes,
+        vec![
+            Outcome::Rejected(Reject::Split),
+            Outcome::HostFailed(HostFailure::Host),
+            Outcome::Ok
+        ]
+    );
+    // The run at page 10 went, the one at page 12 stayed, page 0-3 went.
+    let left: Vec<u64> = table.iter().map(|m| m.iova / PAGE).collect();
+    assert_eq!(left, vec![12]);
+    assert_eq!(fake.mappings(), table.iter().map(key).collect());
+}

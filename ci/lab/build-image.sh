@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Build everything the lab boots, cached under $VIOMMU_LAB_CACHE by a hash of
+# the inputs; prints shell assignments for the lab runner:
+#
+#   HOST_KERNEL=...   the lab host's (L2) kernel: Debian's 6.1 cloud kernel
+#   HOST_INITRD=...   its initramfs: cached base + this run's overlay
+#
+#   build-image.sh [--guest-kernels baseline,patched] [--bin PATH]...
+#
+# --bin copies a program (with its shared libraries) into the lab host's
+# /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
+#   host base   busybox, KVM/VFIO modules, stock QEMU and its firmware
+#   guest base  busybox, fio and its libraries
+#   overlay     the inits, scenarios, guest kernels, --bin programs (per run)
+set -euo pipefail
+LAB_STEP=image
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+guest_kernels=baseline
+bins=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--guest-kernels) guest_kernels=$2 && shift 2 ;;
+	--bin) bins+=("$2") && shift 2 ;;
+	*) die "unknown argument '$1' (see the header of $0)" ;;
+	esac
+done
+for b in "${bins[@]}"; do [ -x "$b" ] || die "--bin $b: not an executable file"; done
+mkdir -p "$LAB_CACHE"
+
+# ---- lab host kernel: Debian's 6.1 cloud kernel, unpacked once per version.
+cloud_pkg=$(apt-cache pkgnames linux-image-6.1.0- | grep -E '^linux-image-6\.1\.0-[0-9]+-cloud-amd64-unsigned$' | sort -V | tail -n 1)
+[ -n "$cloud_pkg" ] || die "no linux-image-6.1.0-*-cloud-amd64-unsigned in apt's lists (run apt-get update)"
+cloud_ver=$(apt-cache show "$cloud_pkg" | awk '/^Version:/ {print $2; exit}')
+hostk="$LAB_CACHE/host-kernel/$cloud_pkg-$cloud_ver"
+if [ ! -f "$hostk/.done" ]; then
+	log "fetching $cloud_pkg $cloud_ver"
+	rm -rf "$hostk" && mkdir -p "$hostk/deb"
+	(cd "$hostk/deb" && apt-get download -q "$cloud_pkg=$cloud_ver" >/dev/null)
+	dpkg-deb -x "$hostk"/deb/*.deb "$hostk/root"
+	rm -rf "$hostk/deb"
+	touch "$hostk/.done"
+fi
+host_kernel=$(ls "$hostk"/root/boot/vmlinuz-*)
+moddir=$(ls -d "$hostk"/root/lib/modules/*)
+
+# modules_in_order NAME...: the .ko paths of NAMEs, dependencies first.
+modules_in_order() {
+	local m f dep
+	for m in "$@"; do
+		f=$(find "$moddir/kernel" -name "$m.ko" -o -name "${m//_/-}.ko" | head -n 1)
+		[ -n "$f" ] || die "module $m not in $cloud_pkg"
+		for dep in $(modinfo -F depends "$f" | tr ',' ' '); do
+			modules_in_order "$dep"
+		done
+		echo "$f"
+	done
+}
+
+# ---- host base: busybox, modules, QEMU.
+qemu_ver=$(pkg_version qemu-system-x86)
+host_key=$(hash_inputs "$LAB_DIR/lib.sh" "$0" "$cloud_pkg $cloud_ver" "qemu $qemu_ver" "busybox $(pkg_version busybox-static)")
+host_base="$LAB_CACHE/images/host-base-$host_key.cpio"
+if [ ! -f "$host_base" ]; then
+	log "building the lab host base image (QEMU $qemu_ver, $cloud_pkg)"
+	root=$(mktemp -d "$LAB_CACHE/tmp.XXXXXX")
+	base_rootfs "$root"
+	mkdir -p "$root/lab/modules"
+	modules_in_order kvm_amd vfio_pci vfio_iommu_type1 | awk '!seen[$0]++' | while read -r f; do
+		cp "$f" "$root/lab/modules/"
+		basename "$f" >>"$root/lab/modules/order"
+	done
+	copy_with_libs "$root" /usr/bin/qemu-system-x86_64
+	mkdir -p "$root/usr/share"
+	cp -a /usr/share/qemu /usr/share/seabios "$root/usr/share/"
+	mkdir -p "$LAB_CACHE/images"
+	make_cpio "$root" "$host_base"
+	rm -rf "$root"
+fi
+
+# ---- guest base: busybox and fio.
+guest_key=$(hash_inputs "$LAB_DIR/lib.sh" "$0" "fio $(pkg_version fio)" "busybox $(pkg_version busybox-static)")
+guest_base="$LAB_CACHE/images/guest-base-$guest_key.cpio"
+if [ ! -f "$guest_base" ]; then
+	log "building the guest base image (fio $(pkg_version fio))"
+	root=$(mktemp -d "$LAB_CACHE/tmp.XXXXXX")
+	base_rootfs "$root"
+	copy_with_libs "$root" /usr/bin/fio
+	mkdir -p "$LAB_CACHE/images"
+	make_cpio "$root" "$guest_base"
+	rm -rf "$root"
+fi
+
+# ---- overlay: small and rebuilt every run.
+run="$LAB_CACHE/run"
+rm -rf "$run" && mkdir -p "$run/guest-overlay" "$run/host-overlay/lab/guest" "$run/host-overlay/lab/bin"
+install -m 755 "$LAB_DIR/guest-init" "$run/guest-overlay/init"
+make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
+cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"
+for v in $(echo "$guest_kernels" | tr ',' ' '); do
+	k=$("$REPO_DIR/guest-patches/linux-6.1/build.sh" "$v")
+	cp "$k" "$run/host-overlay/lab/guest/$v.bzImage"
+done
+install -m 755 "$LAB_DIR/host-init" "$run/host-overlay/init"
+cp "$LAB_DIR/host-lib.sh" "$run/host-overlay/lab/"
+cp -r "$LAB_DIR/scenarios" "$run/host-overlay/lab/"
+[ ${#bins[@]} -eq 0 ] || copy_with_libs "$run/host-overlay/stage" "${bins[@]}"
+if [ -d "$run/host-overlay/stage" ]; then
+	# Libraries go where the loader looks; the programs into /lab/bin.
+	for b in "${bins[@]}"; do mv "$run/host-overlay/stage$b" "$run/host-overlay/lab/bin/"; done
+	cp -a "$run/host-overlay/stage/." "$run/host-overlay/" && rm -rf "$run/host-overlay/stage"
+fi
+make_cpio "$run/host-overlay" "$run/host-overlay.cpio"
+cat "$host_base" "$run/host-overlay.cpio" >"$run/host-initrd.cpio"
+rm -rf "$run/host-overlay" "$run/guest-overlay"
+
+echo "HOST_KERNEL=$host_kernel"
+echo "HOST_INITRD=$run/host-initrd.cpio"

@@ -1,0 +1,102 @@
+# Helpers for lab scenarios, sourced by the lab host's /init (busybox sh).
+
+# wait_for CONDITION TENTHS: poll a shell condition every 0.1 s.
+wait_for() {
+	i=0
+	while ! eval "$1"; do
+		[ "$i" -ge "$2" ] && return 1
+		sleep 0.1
+		i=$((i + 1))
+	done
+}
+
+# lab_arg NAME DEFAULT: value of lab.NAME= on the lab host's command line.
+lab_arg() {
+	v=$2
+	for a in $(cat /proc/cmdline); do
+		case "$a" in "lab.$1="*) v=${a#*=} ;; esac
+	done
+	echo "$v"
+}
+
+# guest_cmdline EXTRA: the L3 kernel command line; lab.* knobs for the
+# guest pass through from the lab host's own command line.
+guest_cmdline() {
+	c="console=ttyS0 quiet panic=-1 lab.mode=$(lab_arg mode smoke)"
+	for k in bs runtime iodepth verify counters; do
+		v=$(lab_arg "$k" "")
+		[ -n "$v" ] && c="$c lab.$k=$v"
+	done
+	echo "$c $1"
+}
+
+# vmm_command VMM IOMMU KERNEL TRACE: the command that starts the guest
+# under VMM (qemu) with IOMMU (viommu or none), recording device requests
+# to TRACE; the caller appends -append.
+vmm_command() {
+	local vmm=$1 iommu=$2 kernel=$3 trace=$4
+	case "$vmm" in
+	qemu)
+		echo qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp "$(lab_arg guest_cpus 1)" -m 1024 \
+			-nodefaults -display none -monitor none -serial stdio -no-reboot -net none \
+			-kernel "/lab/guest/$kernel.bzImage" -initrd /lab/guest/initramfs.cpio
+		if [ "$iommu" = viommu ]; then
+			echo -device virtio-iommu-pci -D "$trace" \
+				-trace virtio_iommu_map -trace virtio_iommu_unmap -trace vfio_iommu_map_notify
+		fi
+		echo -device "vfio-pci,host=$BDF"
+		;;
+	*) return 1 ;;
+	esac
+}
+
+# run_guest TAG VMM IOMMU KERNEL [EXTRA_CMDLINE]: boot the guest, relay its
+# results tagged with TAG, count device requests per fio phase. Returns 0
+# when the guest finished its scenario without an error.
+run_guest() {
+	local tag=$1 vmm=$2 iommu=$3 kernel=$4 extra=$5
+	local trace=/tmp/trace-$tag.log marks=/tmp/marks-$tag log=/tmp/guest-$tag.log
+	: >"$marks"
+	[ -f "/lab/guest/$kernel.bzImage" ] || { echo "no guest kernel '$kernel' in the lab image"; return 1; }
+	cmd=$(vmm_command "$vmm" "$iommu" "$kernel" "$trace") || { echo "unknown vmm '$vmm'"; return 1; }
+	limit=$(lab_arg guest_timeout 600)
+	echo "@@LAB-RUN@@ {\"tag\":\"$tag\",\"vmm\":\"$vmm\",\"iommu\":\"$iommu\",\"kernel\":\"$kernel\",\"extra\":\"$extra\"}"
+	start=$(date +%s)
+	# shellcheck disable=SC2086
+	(timeout "$limit" $cmd -append "$(guest_cmdline "$extra")" </dev/null 2>&1
+		echo "@@LAB-VMM-EXIT@@ rc=$?") |
+		awk -v tag="$tag" -v trace="$trace" -v marks="$marks" -v logf="$log" '
+		{ sub(/\r$/, ""); print >logf; fflush(logf) }
+		/@@LAB-PHASE@@/ {
+			n = 0; cmd = "cat " trace " 2>/dev/null | wc -l"; cmd | getline n; close(cmd)
+			sub(/.*@@LAB-PHASE@@ /, ""); print $0, n >>marks; fflush(marks)
+		}
+		/@@LAB-GUEST@@|@@LAB-GUEST-DONE@@|@@LAB-VMM-EXIT@@/ {
+			sub(/.*@@LAB-/, "@@LAB-"); print "@@LAB-L3@@ " tag " " $0; fflush()
+		}'
+	echo "@@LAB-L3@@ $tag @@LAB-WALL@@ $(($(date +%s) - start))"
+	# Requests the device saw between each phase's begin and end markers.
+	awk -v trace="$trace" -v tag="$tag" '
+		$1 == "begin" { b[$2] = $3 }
+		$1 == "end" && ($2 in b) {
+			m = u = v = 0
+			cmd = "cat " trace " 2>/dev/null"
+			i = 0
+			while ((cmd | getline l) > 0) {
+				i++
+				if (i <= b[$2] || i > $3) continue
+				if (l ~ /virtio_iommu_map /) m++
+				else if (l ~ /virtio_iommu_unmap /) u++
+				else if (l ~ /vfio_iommu_map_notify /) v++
+			}
+			close(cmd)
+			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"vfio_calls\":%d}\n", tag, $2, m, u, v
+		}' "$marks"
+	if grep -q '@@LAB-GUEST-DONE@@ rc=0' "$log"; then
+		return 0
+	fi
+	echo "---- guest $tag failed; its serial log and VMM output follow ----"
+	cat "$log"
+	echo "---- end of guest $tag log ----"
+	return 1
+}

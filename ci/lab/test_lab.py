@@ -1,0 +1,81 @@
+"""Unit tests of the lab runner's serial parsing, judging and table (no VM)."""
+
+import importlib.machinery
+import importlib.util
+import unittest
+from pathlib import Path
+
+_loader = importlib.machinery.SourceFileLoader("lab", str(Path(__file__).with_name("lab")))
+_spec = importlib.util.spec_from_loader("lab", _loader)
+lab = importlib.util.module_from_spec(_spec)
+_loader.exec_module(lab)
+
+HOST = '@@LAB-HOST-READY@@ {"kernel":"6.1.0-56-cloud-amd64","nvme":"0000:00:03.0","vfio_group":3,"cpus":2}'
+
+
+def guest(tag, body):
+    return f"@@LAB-L3@@ {tag} {body}"
+
+
+def fio(phase, iops, kib, error=0):
+    return (
+        f'@@LAB-GUEST@@ {{"event":"fio","phase":"{phase}","error":{error},"read_kib":{kib},'
+        f'"read_bw_kib":{kib // 8},"read_iops":{iops},"read_ms":8000,"write_kib":0,'
+        f'"write_bw_kib":0,"write_iops":0,"write_ms":0,"counters":{{}}}}'
+    )
+
+
+def good_run(tag, iommu, iops):
+    return [
+        f'@@LAB-RUN@@ {{"tag":"{tag}","vmm":"qemu","iommu":"{iommu}","kernel":"baseline","extra":""}}',
+        guest(tag, '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1.192","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'),
+        guest(tag, fio("verify-4k", 0, 8192)),
+        guest(tag, fio("randread-4k", iops, iops * 4 * 8)),
+        guest(tag, '@@LAB-COUNT@@ {"phase":"randread-4k","map_requests":100,"unmap_requests":100,"vfio_calls":200}'),
+        guest(tag, "@@LAB-GUEST-DONE@@ rc=0"),
+        guest(tag, "@@LAB-VMM-EXIT@@ rc=0"),
+    ]
+
+
+class CollectorTest(unittest.TestCase):
+    def collect(self, lines):
+        col = lab.Collector("qemu-baseline")
+        for line in lines:
+            col.feed("noise before " + line if line.startswith("@@LAB-HOST") else line)
+        return col, col.finish()
+
+    def test_good_run_passes_and_merges_counts(self):
+        col, problems = self.collect([HOST] + good_run("qemu-viommu", "viommu", 600) + good_run("qemu-none", "none", 2000) + ["@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, [])
+        ph = col.doc["runs"][0]["phases"]["randread-4k"]
+        self.assertEqual((ph["read_iops"], ph["map_requests"], ph["vfio_calls"]), (600, 100, 200))
+        table = lab.table(col.doc)
+        self.assertIn("| 4k | 600 |", table)
+        self.assertIn("0.30", table)  # 600 / 2000 of the ceiling
+
+    def test_verify_error_fails(self):
+        lines = [HOST] + good_run("g", "viommu", 1) + ["@@LAB-DONE@@ rc=0"]
+        lines[3] = guest("g", fio("verify-4k", 0, 8192, error=84))
+        _, problems = self.collect(lines)
+        self.assertIn("g: fio verify-4k error 84", problems)
+
+    def test_missing_nvme_and_no_done_fail(self):
+        lines = [HOST] + [l.replace('"nvme":true', '"nvme":false') for l in good_run("g", "viommu", 1)]
+        _, problems = self.collect(lines)
+        self.assertIn("the lab host never finished the scenario", problems)
+        self.assertIn("g: no /dev/nvme0n1 in the guest", problems)
+
+    def test_guest_without_verify_fails(self):
+        lines = [HOST] + [l for l in good_run("g", "viommu", 1) if "verify-" not in l] + ["@@LAB-DONE@@ rc=0"]
+        _, problems = self.collect(lines)
+        self.assertIn("g: no write+verify pass ran", problems)
+
+    def test_block_size_parsing(self):
+        self.assertEqual(lab._kib("128k"), 128)
+        self.assertEqual(lab._kib("1m"), 1024)
+        with self.assertRaises(lab.LabError):
+            lab._kib("big")
+
+
+if __name__ == "__main__":
+    unittest.main()

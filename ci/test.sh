@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# All tests: formatting, lints, unit/property tests, the fuzz targets for a
+# bounded time, and the lab smoke test (a real guest behind virtio-iommu
+# with VFIO passthrough of an NVMe, data verified). The README's test command.
+#
+#   ci/test.sh [--no-lab]     FUZZ_SECONDS=N sets the fuzzing time per target (default 60)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+lab=1
+[ "${1:-}" = --no-lab ] && lab=0
+
+bash ci/install-deps.sh || exit 1
+
+passed=0 failed=0 failures=()
+step() {
+	local name=$1 start=$SECONDS
+	shift
+	echo "==== $name" >&2
+	if "$@"; then
+		passed=$((passed + 1))
+		echo "==== $name: ok ($((SECONDS - start)) s)" >&2
+	else
+		failed=$((failed + 1))
+		failures+=("$name")
+		echo "==== $name: FAILED ($((SECONDS - start)) s)" >&2
+	fi
+}
+
+step "cargo fmt" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test" cargo test --workspace --locked
+[ -x fuzz/run.sh ] && step "fuzz" fuzz/run.sh "${FUZZ_SECONDS:-60}"
+step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/linux-6.1/build.sh; do bash -n "$f" || exit 1; done; for f in ci/lab/guest-init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
+if [ $lab = 1 ]; then
+	mkdir -p target && step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
+fi
+
+[ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -22,6 +22,8 @@ mod request;
 pub mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_linux;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::num::Wrapping;

@@ -1,0 +1,95 @@
+//! How the guest (or a fatal error) ends the VM, and the process exit code.
+
+use std::sync::Mutex;
+
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+/// Why the VM stopped. The first reason reported wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitReason {
+    /// The guest powered off (ACPI S5 through the FADT sleep control register).
+    PowerOff,
+    /// The guest asked for a reset (ACPI reset register or i8042 0xfe). We
+    /// do not restart guests: the VMM exits and the caller may start it again.
+    Reset,
+    /// A vCPU triple-faulted or KVM reported a shutdown.
+    TripleFault,
+    /// The VMM failed while the guest ran.
+    Error(String),
+}
+
+impl ExitReason {
+    /// The process exit code for this reason:
+    /// 0 poweroff, 3 reset (reboot), 4 triple fault, 1 VMM error.
+    /// (2 is a command line error, from clap or flag validation.)
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ExitReason::PowerOff => 0,
+            ExitReason::Reset => 3,
+            ExitReason::TripleFault => 4,
+            ExitReason::Error(_) => 1,
+        }
+    }
+}
+
+/// Where devices and vCPUs report that the VM must stop; the main thread
+/// waits on [`VmExit::eventfd`].
+#[derive(Debug)]
+pub struct VmExit {
+    reason: Mutex<Option<ExitReason>>,
+    evt: EventFd,
+}
+
+impl VmExit {
+    /// A fresh exit channel.
+    pub fn new() -> std::io::Result<Self> {
+        Ok(VmExit {
+            reason: Mutex::new(None),
+            evt: EventFd::new(EFD_NONBLOCK)?,
+        })
+    }
+
+    /// Record `reason` (if none was recorded yet) and wake the main thread.
+    pub fn request(&self, reason: ExitReason) {
+        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        if r.is_none() {
+            tracing::info!(?reason, "VM exit requested");
+            *r = Some(reason);
+        }
+        drop(r);
+        if let Err(e) = self.evt.write(1) {
+            tracing::error!("cannot signal VM exit: {e}");
+        }
+    }
+
+    /// The recorded reason, if any.
+    pub fn reason(&self) -> Option<ExitReason> {
+        self.reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Readable once an exit was requested.
+    pub fn eventfd(&self) -> &EventFd {
+        &self.evt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_reason_wins_and_wakes() {
+        let x = VmExit::new().unwrap();
+        assert!(x.eventfd().read().is_err(), "nothing pending");
+        x.request(ExitReason::PowerOff);
+        x.request(ExitReason::TripleFault);
+        assert_eq!(x.reason(), Some(ExitReason::PowerOff));
+        assert!(x.eventfd().read().unwrap() >= 1);
+        assert_eq!(ExitReason::PowerOff.exit_code(), 0);
+        assert_eq!(ExitReason::Reset.exit_code(), 3);
+        assert_ne!(ExitReason::Error("x".into()).exit_code(), 0);
+    }
+}

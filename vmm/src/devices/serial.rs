@@ -1,0 +1,128 @@
+//! The 16550 UART console (COM1) from `vm-superio`, interrupting through an
+//! irqfd.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+use vm_superio::{serial::NoEvents, Serial, Trigger};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::bus::BusDevice;
+
+/// Raises the UART's IRQ by writing the irqfd registered for its GSI.
+#[derive(Debug)]
+pub struct IrqfdTrigger(pub EventFd);
+
+impl Trigger for IrqfdTrigger {
+    type E = std::io::Error;
+    fn trigger(&self) -> std::io::Result<()> {
+        self.0.write(1)
+    }
+}
+
+/// The UART on the port bus.
+pub struct SerialDevice {
+    uart: Serial<IrqfdTrigger, NoEvents, Box<dyn Write + Send>>,
+}
+
+impl SerialDevice {
+    /// A UART raising `irq` and writing what the guest sends to `out`.
+    pub fn new(irq: EventFd, out: Box<dyn Write + Send>) -> Self {
+        SerialDevice {
+            uart: Serial::new(IrqfdTrigger(irq), out),
+        }
+    }
+
+    /// Queue host input for the guest to read; returns how many bytes fit.
+    pub fn enqueue_input(&mut self, bytes: &[u8]) -> usize {
+        match self.uart.enqueue_raw_bytes(bytes) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("serial input dropped: {e:?}");
+                0
+            }
+        }
+    }
+}
+
+impl BusDevice for SerialDevice {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        let v = self.uart.read(offset as u8);
+        data.fill(v);
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        if let Some(&v) = data.first() {
+            if let Err(e) = self.uart.write(offset as u8, v) {
+                tracing::warn!("serial write failed: {e:?}");
+            }
+        }
+    }
+}
+
+/// Forward host stdin to the UART until EOF, from a thread of its own.
+/// Bytes that do not fit the guest's FIFO are retried after a short wait.
+pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("serial-in".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin();
+            let mut buf = [0u8; 64];
+            loop {
+                let n = match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let mut rest = &buf[..n];
+                while !rest.is_empty() {
+                    let taken = serial
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .enqueue_input(rest);
+                    rest = &rest[taken..];
+                    if !rest.is_empty() {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn output_reaches_the_writer_and_input_raises_irq() {
+        let out = Shared::default();
+        let irq = EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK).unwrap();
+        let mut s = SerialDevice::new(irq.try_clone().unwrap(), Box::new(out.clone()));
+        for b in b"hi\n" {
+            s.write(0, &[*b]);
+        }
+        assert_eq!(&*out.0.lock().unwrap(), b"hi\n");
+        // Enable the "data available" interrupt (IER bit 0), then feed input.
+        s.write(1, &[0x01]);
+        assert_eq!(s.enqueue_input(b"x"), 1);
+        assert!(irq.read().unwrap() >= 1);
+        let mut lsr = [0u8];
+        s.read(5, &mut lsr);
+        assert_eq!(lsr[0] & 1, 1, "LSR data ready");
+        let mut rbr = [0u8];
+        s.read(0, &mut rbr);
+        assert_eq!(rbr[0], b'x');
+    }
+}

@@ -1,0 +1,22 @@
+//! The pieces of the `vmm` binary, one module per concern, so each can be
+//! unit-tested without KVM.
+//!
+//! - [`cli`]: flags and their validation
+//! - [`layout`]: the guest-physical and port map
+//! - [`vm`]: guest memory and the KVM VM
+//! - [`vcpu`]: CPUID, MSRs, 64-bit boot state, run loop
+//! - [`boot`]: bzImage, initramfs, command line, zero page and e820
+//! - [`acpi`]: RSDP, XSDT, FADT, DSDT, MADT, MCFG, VIOT
+//! - [`pci`]: root bus, ECAM and 0xcf8 access, config space, BAR allocation
+//! - [`devices`]: buses, serial console, power control, VM exit
+
+#![deny(missing_docs)]
+
+pub mod acpi;
+pub mod boot;
+pub mod cli;
+pub mod devices;
+pub mod layout;
+pub mod pci;
+pub mod vcpu;
+pub mod vm;

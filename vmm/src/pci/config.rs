@@ -1,0 +1,324 @@
+//! A type 0 PCI configuration space: header, BARs with sizing, and a
+//! capability list. Devices own one and answer config cycles through it.
+
+/// Bytes of configuration space (PCI Express: 4 KiB).
+pub const CONFIG_SPACE_SIZE: usize = 4096;
+const DWORDS: usize = CONFIG_SPACE_SIZE / 4;
+/// Number of BARs in a type 0 header.
+pub const NUM_BARS: usize = 6;
+const BAR0_REG: usize = 4;
+const STATUS_CAP_LIST: u32 = 1 << 20; // bit 4 of the status word (reg 1, high half)
+const CAP_PTR_REG: usize = 0xd;
+const FIRST_CAP_OFFSET: usize = 0x40;
+const BAR_MEM_64: u32 = 0b100;
+const BAR_PREFETCH: u32 = 0b1000;
+
+/// What kind of memory a BAR decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarKind {
+    /// 32-bit memory BAR.
+    Mmio32,
+    /// 64-bit memory BAR (takes two BAR slots).
+    Mmio64,
+}
+
+/// Why a BAR or capability could not be added.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Bad BAR index, or its slot (or its upper half's) is taken.
+    #[error("BAR {0} is out of range or already used")]
+    BarSlot(usize),
+    /// BAR sizes are powers of two, at least 16 bytes.
+    #[error("BAR size {0:#x} is not a power of two >= 16")]
+    BarSize(u64),
+    /// The capability does not fit below 256 bytes.
+    #[error("capability of {0} bytes does not fit in the config space")]
+    CapabilityTooBig(usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bar {
+    size: u64,
+    kind: BarKind,
+}
+
+/// Identity of a function: the fixed part of its header.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PciIds {
+    /// Vendor id.
+    pub vendor: u16,
+    /// Device id.
+    pub device: u16,
+    /// Revision.
+    pub revision: u8,
+    /// Class, subclass, programming interface.
+    pub class: (u8, u8, u8),
+    /// Subsystem vendor id.
+    pub subsystem_vendor: u16,
+    /// Subsystem id.
+    pub subsystem: u16,
+}
+
+/// A function's configuration space.
+#[derive(Clone)]
+pub struct PciConfig {
+    regs: Box<[u32; DWORDS]>,
+    /// Bits the guest may change, per dword.
+    writable: Box<[u32; DWORDS]>,
+    bars: [Option<Bar>; NUM_BARS],
+    last_cap: Option<usize>,
+    next_cap: usize,
+}
+
+impl std::fmt::Debug for PciConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PciConfig")
+            .field("id", &format_args!("{:08x}", self.regs[0]))
+            .field("bars", &self.bars)
+            .finish()
+    }
+}
+
+impl PciConfig {
+    /// A header with `ids`; command register writable (I/O, memory, bus
+    /// master, INTx disable).
+    pub fn new(ids: PciIds) -> Self {
+        let mut regs = Box::new([0u32; DWORDS]);
+        let mut writable = Box::new([0u32; DWORDS]);
+        regs[0] = u32::from(ids.device) << 16 | u32::from(ids.vendor);
+        let (class, sub, prog_if) = ids.class;
+        regs[2] = u32::from(class) << 24
+            | u32::from(sub) << 16
+            | u32::from(prog_if) << 8
+            | u32::from(ids.revision);
+        regs[0xb] = u32::from(ids.subsystem) << 16 | u32::from(ids.subsystem_vendor);
+        writable[1] = 0x0000_0407; // command: IO, MEM, bus master, INTx disable
+        writable[0xf] = 0x0000_00ff; // interrupt line
+        PciConfig {
+            regs,
+            writable,
+            bars: [None; NUM_BARS],
+            last_cap: None,
+            next_cap: FIRST_CAP_OFFSET,
+        }
+    }
+
+    /// Declare BAR `index` of `size` bytes.
+    pub fn add_bar(&mut self, index: usize, size: u64, kind: BarKind) -> Result<(), ConfigError> {
+        let slots = if kind == BarKind::Mmio64 { 2 } else { 1 };
+        if index + slots > NUM_BARS || self.bars[index..index + slots].iter().any(Option::is_some) {
+            return Err(ConfigError::BarSlot(index));
+        }
+        let max = if kind == BarKind::Mmio64 {
+            u64::MAX
+        } else {
+            1 << 31
+        };
+        if !size.is_power_of_two() || !(16..=max).contains(&size) {
+            return Err(ConfigError::BarSize(size));
+        }
+        let mask = !(size - 1);
+        let reg = BAR0_REG + index;
+        match kind {
+            BarKind::Mmio32 => {
+                self.writable[reg] = mask as u32;
+            }
+            BarKind::Mmio64 => {
+                self.regs[reg] = BAR_MEM_64 | BAR_PREFETCH;
+                self.writable[reg] = mask as u32 & !0xf;
+                self.writable[reg + 1] = (mask >> 32) as u32;
+                // The upper half is part of this BAR, not a BAR of its own.
+                self.bars[index + 1] = Some(Bar { size: 0, kind });
+            }
+        }
+        self.bars[index] = Some(Bar { size, kind });
+        Ok(())
+    }
+
+    /// Size of BAR `index`, if it is the start of a BAR.
+    pub fn bar_size(&self, index: usize) -> Option<u64> {
+        self.bars.get(index)?.filter(|b| b.size > 0).map(|b| b.size)
+    }
+
+    /// The address BAR `index` is programmed with.
+    pub fn bar_address(&self, index: usize) -> Option<u64> {
+        let bar = self.bars.get(index)?.filter(|b| b.size > 0)?;
+        let lo = u64::from(self.regs[BAR0_REG + index] & !0xf);
+        Some(match bar.kind {
+            BarKind::Mmio32 => lo,
+            BarKind::Mmio64 => lo | u64::from(self.regs[BAR0_REG + index + 1]) << 32,
+        })
+    }
+
+    /// Program BAR `index` with `addr` (as firmware would).
+    pub fn set_bar_address(&mut self, index: usize, addr: u64) {
+        let Some(bar) = self.bars.get(index).copied().flatten() else {
+            return;
+        };
+        let reg = BAR0_REG + index;
+        self.regs[reg] = (self.regs[reg] & 0xf) | (addr as u32 & self.writable[reg]);
+        if bar.kind == BarKind::Mmio64 {
+            self.regs[reg + 1] = (addr >> 32) as u32 & self.writable[reg + 1];
+        }
+    }
+
+    /// Append a capability: `body` starts with the capability id and a
+    /// placeholder next pointer (both bytes are filled in here). Bytes
+    /// set in `writable_mask` (same length as `body`) are guest-writable.
+    /// Returns the capability's offset.
+    pub fn add_capability(
+        &mut self,
+        id: u8,
+        body: &[u8],
+        writable_mask: &[u8],
+    ) -> Result<usize, ConfigError> {
+        let len = body.len().max(2).next_multiple_of(4);
+        let off = self.next_cap;
+        if off + len > 256 {
+            return Err(ConfigError::CapabilityTooBig(body.len()));
+        }
+        for (i, &b) in body.iter().enumerate() {
+            let v = match i {
+                0 => id,
+                1 => 0,
+                _ => b,
+            };
+            self.set_byte(off + i, v);
+            let w = writable_mask.get(i).copied().unwrap_or(0);
+            let (reg, shift) = ((off + i) / 4, ((off + i) % 4) * 8);
+            self.writable[reg] = (self.writable[reg] & !(0xff << shift)) | (u32::from(w) << shift);
+        }
+        match self.last_cap {
+            Some(prev) => self.set_byte(prev + 1, off as u8),
+            None => {
+                self.set_byte(CAP_PTR_REG * 4, off as u8);
+                self.regs[1] |= STATUS_CAP_LIST;
+            }
+        }
+        self.last_cap = Some(off);
+        self.next_cap = off + len;
+        Ok(off)
+    }
+
+    fn set_byte(&mut self, off: usize, v: u8) {
+        let (reg, shift) = (off / 4, (off % 4) * 8);
+        self.regs[reg] = (self.regs[reg] & !(0xff << shift)) | (u32::from(v) << shift);
+    }
+
+    /// Read dword register `reg` (0..1024); out of range reads all ones.
+    pub fn read_reg(&self, reg: usize) -> u32 {
+        self.regs.get(reg).copied().unwrap_or(u32::MAX)
+    }
+
+    /// Write `data` (1, 2 or 4 bytes) at byte `offset` of dword `reg`,
+    /// keeping read-only bits.
+    pub fn write_reg(&mut self, reg: usize, offset: usize, data: &[u8]) {
+        if reg >= DWORDS || offset + data.len() > 4 || data.is_empty() {
+            return;
+        }
+        let mut val = 0u32;
+        let mut lanes = 0u32;
+        for (i, b) in data.iter().enumerate() {
+            val |= u32::from(*b) << ((offset + i) * 8);
+            lanes |= 0xff << ((offset + i) * 8);
+        }
+        let mask = self.writable[reg] & lanes;
+        self.regs[reg] = (self.regs[reg] & !mask) | (val & mask);
+    }
+
+    /// Write a whole dword as the device itself (ignores write masks).
+    pub fn write_reg_internal(&mut self, reg: usize, val: u32) {
+        if let Some(r) = self.regs.get_mut(reg) {
+            *r = val;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> PciConfig {
+        PciConfig::new(PciIds {
+            vendor: 0x1af4,
+            device: 0x1057,
+            revision: 1,
+            class: (0x08, 0x80, 0),
+            subsystem_vendor: 0x1af4,
+            subsystem: 0x40,
+        })
+    }
+
+    #[test]
+    fn header_ids_and_readonly_fields() {
+        let mut c = cfg();
+        assert_eq!(c.read_reg(0), 0x1057_1af4);
+        assert_eq!(c.read_reg(2), 0x0880_0001);
+        c.write_reg(0, 0, &[0, 0, 0, 0]);
+        assert_eq!(c.read_reg(0), 0x1057_1af4, "ids are read-only");
+        c.write_reg(1, 0, &[0x06, 0x00]);
+        assert_eq!(c.read_reg(1) & 0xffff, 0x6);
+        c.write_reg(1, 0, &[0xff, 0xff]);
+        assert_eq!(c.read_reg(1) & 0xffff, 0x407);
+        assert_eq!(c.read_reg(5000), u32::MAX);
+    }
+
+    #[test]
+    fn bar_sizing_and_programming() {
+        let mut c = cfg();
+        c.add_bar(0, 0x4000, BarKind::Mmio64).unwrap();
+        c.add_bar(2, 0x1000, BarKind::Mmio32).unwrap();
+        assert_eq!(
+            c.add_bar(1, 0x1000, BarKind::Mmio32),
+            Err(ConfigError::BarSlot(1))
+        );
+        assert_eq!(
+            c.add_bar(5, 0x1000, BarKind::Mmio64),
+            Err(ConfigError::BarSlot(5))
+        );
+        assert_eq!(
+            c.add_bar(3, 0x1001, BarKind::Mmio32),
+            Err(ConfigError::BarSize(0x1001))
+        );
+        assert_eq!(c.bar_size(0), Some(0x4000));
+        assert_eq!(c.bar_size(1), None);
+        // Sizing protocol: write all ones, read back the size mask.
+        c.write_reg(4, 0, &[0xff; 4]);
+        c.write_reg(5, 0, &[0xff; 4]);
+        assert_eq!(c.read_reg(4), 0xffff_c00c);
+        assert_eq!(c.read_reg(5), 0xffff_ffff);
+        c.write_reg(6, 0, &[0xff; 4]);
+        assert_eq!(c.read_reg(6), 0xffff_f000);
+        // Program addresses.
+        c.write_reg(4, 0, &0x0000_8000u32.to_le_bytes());
+        c.write_reg(5, 0, &0x10u32.to_le_bytes());
+        assert_eq!(c.bar_address(0), Some(0x10_0000_8000));
+        c.set_bar_address(2, 0xc000_1000);
+        assert_eq!(c.bar_address(2), Some(0xc000_1000));
+        assert_eq!(c.read_reg(6), 0xc000_1000);
+        // Unused BARs read zero and ignore writes.
+        c.write_reg(7, 0, &[0xff; 4]);
+        assert_eq!(c.read_reg(7), 0);
+    }
+
+    #[test]
+    fn capability_list_links() {
+        let mut c = cfg();
+        let a = c
+            .add_capability(0x11, &[0, 0, 0x12, 0x34], &[0, 0, 0xff, 0])
+            .unwrap();
+        let b = c.add_capability(0x09, &[0; 6], &[]).unwrap();
+        assert_eq!((a, b), (0x40, 0x44));
+        assert_ne!(c.read_reg(1) & STATUS_CAP_LIST, 0);
+        assert_eq!(c.read_reg(CAP_PTR_REG) & 0xff, 0x40);
+        assert_eq!(c.read_reg(0x10), 0x3412_4411, "id 0x11, next 0x44, body");
+        assert_eq!(c.read_reg(0x11) & 0xffff, 0x0009, "last cap: next 0");
+        c.write_reg(0x10, 2, &[0xaa, 0xbb]);
+        assert_eq!(
+            c.read_reg(0x10) >> 16,
+            0x34aa,
+            "only the masked byte changed"
+        );
+        assert!(c.add_capability(0x09, &[0; 200], &[]).is_err());
+    }
+}

@@ -1,0 +1,594 @@
+//! vCPUs: CPUID, MSRs, the 64-bit boot state of the Linux boot protocol,
+//! and the run loop that dispatches exits to the buses.
+//!
+//! The boot vCPU starts in long mode at the kernel's 64-bit entry with
+//! `rsi` = zero page, a GDT whose `__BOOT_CS` (0x10) and `__BOOT_DS` (0x18)
+//! are flat 4 GiB segments, and page tables identity-mapping the first
+//! 4 GiB with 2 MiB pages (Documentation/x86/boot.rst, "64-bit Boot
+//! Protocol"). Application processors wait for INIT/SIPI in the in-kernel
+//! local APIC.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use kvm_bindings::{
+    kvm_fpu, kvm_lapic_state, kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, CpuId, Msrs,
+    KVM_SYSTEM_EVENT_RESET, KVM_SYSTEM_EVENT_SHUTDOWN,
+};
+use kvm_ioctls::{VcpuExit, VcpuFd};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::devices::bus::Bus;
+use crate::devices::exit::{ExitReason, VmExit};
+use crate::layout::{BOOT_STACK_POINTER, GDT_START, IDT_START, PML4_START, ZERO_PAGE_START};
+
+/// Why a vCPU could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum VcpuError {
+    /// A KVM vCPU ioctl failed.
+    #[error("vCPU {cpu}: KVM {what} failed")]
+    Kvm {
+        /// Which vCPU.
+        cpu: u8,
+        /// Which call.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// KVM accepted fewer MSRs than given.
+    #[error("vCPU {cpu}: KVM set {set} of {total} boot MSRs")]
+    Msrs {
+        /// Which vCPU.
+        cpu: u8,
+        /// How many were set.
+        set: usize,
+        /// How many were given.
+        total: usize,
+    },
+    /// Boot structures could not be written to guest memory.
+    #[error("cannot write {what} to guest memory")]
+    Memory {
+        /// Which structure.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: vm_memory::GuestMemoryError,
+    },
+}
+
+// ---- CPUID ----------------------------------------------------------------
+
+const CPUID_HYPERVISOR: u32 = 1 << 31; // leaf 1 ecx
+const CPUID_HTT: u32 = 1 << 28; // leaf 1 edx
+
+/// Adjust the host-supported CPUID for vCPU `cpu` of `cpus`: APIC ids and
+/// topology (one socket, one thread per core), and the hypervisor bit.
+pub fn setup_cpuid(cpuid: &mut CpuId, cpu: u8, cpus: u8) {
+    let cpu = u32::from(cpu);
+    let cpus = u32::from(cpus.max(1));
+    // Bits needed to number the cores in the x2APIC id.
+    let core_bits = 32 - (cpus - 1).leading_zeros();
+    for e in cpuid.as_mut_slice() {
+        match e.function {
+            1 => {
+                e.ebx = (e.ebx & 0x0000_ffff) | (cpus << 16) | (cpu << 24);
+                e.ecx |= CPUID_HYPERVISOR;
+                if cpus > 1 {
+                    e.edx |= CPUID_HTT;
+                } else {
+                    e.edx &= !CPUID_HTT;
+                }
+            }
+            4 => {
+                // Cores per package - 1 in 31:26; sharing of the cache in
+                // 25:14: private L1/L2, shared L3.
+                let level = (e.eax >> 5) & 0x7;
+                let sharing = if level >= 3 { cpus - 1 } else { 0 };
+                e.eax = (e.eax & 0x3fff) | ((sharing & 0xfff) << 14) | (((cpus - 1) & 0x3f) << 26);
+            }
+            0xb | 0x1f => {
+                e.edx = cpu;
+                match e.index {
+                    0 => {
+                        e.eax = 0;
+                        e.ebx = 1;
+                        e.ecx = 1 << 8; // level type SMT
+                    }
+                    1 => {
+                        e.eax = core_bits;
+                        e.ebx = cpus;
+                        e.ecx = (2 << 8) | 1; // level type core
+                    }
+                    i => {
+                        e.eax = 0;
+                        e.ebx = 0;
+                        e.ecx = i;
+                    }
+                }
+            }
+            0x8000_0008 => {
+                // AMD: cores per package - 1, and the APIC id width.
+                e.ecx = (e.ecx & !0xf0ff) | (core_bits << 12) | (cpus - 1);
+            }
+            0x8000_001e => {
+                // AMD: extended APIC id, core id, one thread per core, node 0.
+                e.eax = cpu;
+                e.ebx = cpu & 0xff;
+                e.ecx = 0;
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---- MSRs -----------------------------------------------------------------
+
+const MSR_IA32_TSC: u32 = 0x10;
+const MSR_IA32_SYSENTER_CS: u32 = 0x174;
+const MSR_IA32_SYSENTER_ESP: u32 = 0x175;
+const MSR_IA32_SYSENTER_EIP: u32 = 0x176;
+const MSR_IA32_MISC_ENABLE: u32 = 0x1a0;
+const MSR_MTRR_DEF_TYPE: u32 = 0x2ff;
+const MSR_STAR: u32 = 0xc000_0081;
+const MSR_LSTAR: u32 = 0xc000_0082;
+const MSR_CSTAR: u32 = 0xc000_0083;
+const MSR_SYSCALL_MASK: u32 = 0xc000_0084;
+const MSR_KERNEL_GS_BASE: u32 = 0xc000_0102;
+const MISC_ENABLE_FAST_STRING: u64 = 1;
+const MTRR_ENABLE: u64 = 1 << 11;
+const MTRR_TYPE_WRBACK: u64 = 6;
+
+/// MSR values at boot: syscall MSRs cleared, fast strings on, MTRRs on
+/// with write-back as the default memory type.
+pub fn boot_msrs() -> Vec<kvm_msr_entry> {
+    [
+        (MSR_IA32_SYSENTER_CS, 0),
+        (MSR_IA32_SYSENTER_ESP, 0),
+        (MSR_IA32_SYSENTER_EIP, 0),
+        (MSR_STAR, 0),
+        (MSR_CSTAR, 0),
+        (MSR_KERNEL_GS_BASE, 0),
+        (MSR_SYSCALL_MASK, 0),
+        (MSR_LSTAR, 0),
+        (MSR_IA32_TSC, 0),
+        (MSR_IA32_MISC_ENABLE, MISC_ENABLE_FAST_STRING),
+        (MSR_MTRR_DEF_TYPE, MTRR_ENABLE | MTRR_TYPE_WRBACK),
+    ]
+    .into_iter()
+    .map(|(index, data)| kvm_msr_entry {
+        index,
+        data,
+        ..Default::default()
+    })
+    .collect()
+}
+
+// ---- GDT, segments, page tables --------------------------------------------
+
+/// A GDT descriptor from flags (access byte + flags nibble), base and limit.
+pub fn gdt_entry(flags: u16, base: u32, limit: u32) -> u64 {
+    let (flags, base, limit) = (u64::from(flags), u64::from(base), u64::from(limit));
+    ((base & 0xff00_0000) << 32)
+        | ((flags & 0xf0ff) << 40)
+        | ((limit & 0x000f_0000) << 32)
+        | ((base & 0x00ff_ffff) << 16)
+        | (limit & 0xffff)
+}
+
+/// The boot GDT: null, unused, `__BOOT_CS` (0x10, 64-bit code),
+/// `__BOOT_DS` (0x18, data), TSS (0x20).
+pub fn boot_gdt() -> [u64; 5] {
+    [
+        0,
+        0,
+        gdt_entry(0xa09b, 0, 0xfffff),
+        gdt_entry(0xc093, 0, 0xfffff),
+        gdt_entry(0x808b, 0, 0xfffff),
+    ]
+}
+
+/// The KVM view of GDT entry `index` holding `entry`.
+pub fn segment_from_gdt(entry: u64, index: u8) -> kvm_segment {
+    let bit = |n: u32| ((entry >> n) & 1) as u8;
+    let g = bit(55);
+    let raw_limit = (((entry >> 32) & 0x000f_0000) | (entry & 0xffff)) as u32;
+    let present = bit(47);
+    kvm_segment {
+        base: ((entry >> 16) & 0x00ff_ffff) | ((entry >> 32) & 0xff00_0000),
+        limit: if g == 1 {
+            (raw_limit << 12) | 0xfff
+        } else {
+            raw_limit
+        },
+        selector: u16::from(index) * 8,
+        type_: ((entry >> 40) & 0xf) as u8,
+        present,
+        dpl: ((entry >> 45) & 0x3) as u8,
+        db: bit(54),
+        s: bit(44),
+        l: bit(53),
+        g,
+        avl: bit(52),
+        unusable: u8::from(present == 0),
+        padding: 0,
+    }
+}
+
+const X86_CR0_PE: u64 = 1;
+const X86_CR0_ET: u64 = 1 << 4;
+const X86_CR0_PG: u64 = 1 << 31;
+const X86_CR4_PAE: u64 = 1 << 5;
+const EFER_LME: u64 = 1 << 8;
+const EFER_LMA: u64 = 1 << 10;
+const PTE_PRESENT_RW: u64 = 0x3;
+const PDE_HUGE: u64 = 0x80;
+/// Identity-mapped at boot: 4 GiB, with 2 MiB pages.
+pub const BOOT_IDENTITY_MAP_GIB: u64 = 4;
+
+/// Write the boot page tables at [`PML4_START`]: PML4, one PDPT and
+/// [`BOOT_IDENTITY_MAP_GIB`] page directories of 2 MiB pages. Returns CR3.
+pub fn setup_page_tables(mem: &GuestMemoryMmap) -> Result<u64, VcpuError> {
+    let err = |source| VcpuError::Memory {
+        what: "page tables",
+        source,
+    };
+    let pdpt = PML4_START + 0x1000;
+    let pd0 = PML4_START + 0x2000;
+    mem.write_obj(pdpt | PTE_PRESENT_RW, GuestAddress(PML4_START))
+        .map_err(err)?;
+    for gib in 0..BOOT_IDENTITY_MAP_GIB {
+        let pd = pd0 + gib * 0x1000;
+        mem.write_obj(pd | PTE_PRESENT_RW, GuestAddress(pdpt + gib * 8))
+            .map_err(err)?;
+        let mut entries = [0u8; 4096];
+        for (i, chunk) in entries.chunks_exact_mut(8).enumerate() {
+            let addr = (gib << 30) | ((i as u64) << 21);
+            chunk.copy_from_slice(&(addr | PTE_PRESENT_RW | PDE_HUGE).to_le_bytes());
+        }
+        mem.write_slice(&entries, GuestAddress(pd)).map_err(err)?;
+    }
+    Ok(PML4_START)
+}
+
+/// Write the GDT and an empty IDT, and set `sregs` for 64-bit mode with
+/// paging through `cr3`.
+pub fn setup_sregs(
+    mem: &GuestMemoryMmap,
+    sregs: &mut kvm_sregs,
+    cr3: u64,
+) -> Result<(), VcpuError> {
+    let gdt = boot_gdt();
+    for (i, e) in gdt.iter().enumerate() {
+        mem.write_obj(*e, GuestAddress(GDT_START + 8 * i as u64))
+            .map_err(|source| VcpuError::Memory {
+                what: "GDT",
+                source,
+            })?;
+    }
+    mem.write_obj(0u64, GuestAddress(IDT_START))
+        .map_err(|source| VcpuError::Memory {
+            what: "IDT",
+            source,
+        })?;
+    sregs.gdt.base = GDT_START;
+    sregs.gdt.limit = (std::mem::size_of_val(&gdt) - 1) as u16;
+    sregs.idt.base = IDT_START;
+    sregs.idt.limit = 7;
+    let code = segment_from_gdt(gdt[2], 2);
+    let data = segment_from_gdt(gdt[3], 3);
+    sregs.cs = code;
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+    sregs.tr = segment_from_gdt(gdt[4], 4);
+    sregs.cr0 |= X86_CR0_PE | X86_CR0_ET | X86_CR0_PG;
+    sregs.cr3 = cr3;
+    sregs.cr4 |= X86_CR4_PAE;
+    sregs.efer |= EFER_LME | EFER_LMA;
+    Ok(())
+}
+
+/// General registers of the boot vCPU: entry point, stack, `rsi` = zero page.
+pub fn boot_regs(entry: GuestAddress) -> kvm_regs {
+    kvm_regs {
+        rflags: 0x2,
+        rip: entry.0,
+        rsp: BOOT_STACK_POINTER,
+        rbp: BOOT_STACK_POINTER,
+        rsi: ZERO_PAGE_START,
+        ..Default::default()
+    }
+}
+
+const APIC_LVT0: usize = 0x350;
+const APIC_LVT1: usize = 0x360;
+const APIC_MODE_NMI: u32 = 0x4;
+const APIC_MODE_EXTINT: u32 = 0x7;
+
+fn lapic_reg(l: &kvm_lapic_state, off: usize) -> u32 {
+    let b = &l.regs[off..off + 4];
+    u32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+}
+
+fn set_lapic_reg(l: &mut kvm_lapic_state, off: usize, v: u32) {
+    for (i, byte) in v.to_le_bytes().iter().enumerate() {
+        l.regs[off + i] = *byte as _;
+    }
+}
+
+/// LINT0 as ExtINT and LINT1 as NMI, as firmware leaves them.
+pub fn setup_lint(l: &mut kvm_lapic_state) {
+    let lvt0 = lapic_reg(l, APIC_LVT0);
+    set_lapic_reg(l, APIC_LVT0, (lvt0 & !0x700) | (APIC_MODE_EXTINT << 8));
+    let lvt1 = lapic_reg(l, APIC_LVT1);
+    set_lapic_reg(l, APIC_LVT1, (lvt1 & !0x700) | (APIC_MODE_NMI << 8));
+}
+
+/// Configure vCPU `cpu`: CPUID, MSRs, FPU and LAPIC for every vCPU; the
+/// boot registers only for vCPU 0 (`boot` = its entry point).
+pub fn configure(
+    fd: &VcpuFd,
+    cpu: u8,
+    cpus: u8,
+    base_cpuid: &CpuId,
+    mem: &GuestMemoryMmap,
+    boot: Option<GuestAddress>,
+) -> Result<(), VcpuError> {
+    let kvm = |what| move |source| VcpuError::Kvm { cpu, what, source };
+    let mut cpuid = base_cpuid.clone();
+    setup_cpuid(&mut cpuid, cpu, cpus);
+    fd.set_cpuid2(&cpuid).map_err(kvm("KVM_SET_CPUID2"))?;
+
+    let entries = boot_msrs();
+    let msrs = Msrs::from_entries(&entries).expect("boot MSR list fits a FamStructWrapper");
+    let set = fd.set_msrs(&msrs).map_err(kvm("KVM_SET_MSRS"))?;
+    if set != entries.len() {
+        return Err(VcpuError::Msrs {
+            cpu,
+            set,
+            total: entries.len(),
+        });
+    }
+    let fpu = kvm_fpu {
+        fcw: 0x37f,
+        mxcsr: 0x1f80,
+        ..Default::default()
+    };
+    fd.set_fpu(&fpu).map_err(kvm("KVM_SET_FPU"))?;
+    let mut lapic = fd.get_lapic().map_err(kvm("KVM_GET_LAPIC"))?;
+    setup_lint(&mut lapic);
+    fd.set_lapic(&lapic).map_err(kvm("KVM_SET_LAPIC"))?;
+
+    if let Some(entry) = boot {
+        let mut sregs = fd.get_sregs().map_err(kvm("KVM_GET_SREGS"))?;
+        let cr3 = setup_page_tables(mem)?;
+        setup_sregs(mem, &mut sregs, cr3)?;
+        fd.set_sregs(&sregs).map_err(kvm("KVM_SET_SREGS"))?;
+        fd.set_regs(&boot_regs(entry))
+            .map_err(kvm("KVM_SET_REGS"))?;
+    }
+    Ok(())
+}
+
+// ---- run loop ---------------------------------------------------------------
+
+/// A configured vCPU ready to run on its own thread.
+pub struct Vcpu {
+    /// KVM vCPU fd.
+    pub fd: VcpuFd,
+    /// Its index (= APIC id).
+    pub id: u8,
+    /// Port I/O bus.
+    pub pio: Arc<Bus>,
+    /// MMIO bus.
+    pub mmio: Arc<Bus>,
+    /// Where to report that the VM must stop.
+    pub exit: Arc<VmExit>,
+    /// Set by the main thread when the VM stops; checked after every exit.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Vcpu {
+    /// Run until the VM stops.
+    pub fn run(mut self) {
+        let id = self.id;
+        while !self.stop.load(Ordering::Acquire) {
+            let reason = match self.fd.run() {
+                Ok(VcpuExit::IoIn(port, data)) => {
+                    if !self.pio.read(u64::from(port), data) {
+                        tracing::trace!(port, len = data.len(), "unclaimed port read");
+                    }
+                    continue;
+                }
+                Ok(VcpuExit::IoOut(port, data)) => {
+                    if !self.pio.write(u64::from(port), data) {
+                        tracing::trace!(port, ?data, "unclaimed port write");
+                    }
+                    continue;
+                }
+                Ok(VcpuExit::MmioRead(addr, data)) => {
+                    if !self.mmio.read(addr, data) {
+                        tracing::debug!(addr, len = data.len(), "unclaimed MMIO read");
+                    }
+                    continue;
+                }
+                Ok(VcpuExit::MmioWrite(addr, data)) => {
+                    if !self.mmio.write(addr, data) {
+                        tracing::debug!(addr, ?data, "unclaimed MMIO write");
+                    }
+                    continue;
+                }
+                Ok(VcpuExit::Shutdown) => ExitReason::TripleFault,
+                Ok(VcpuExit::SystemEvent(kind, _)) => match kind {
+                    KVM_SYSTEM_EVENT_SHUTDOWN => ExitReason::PowerOff,
+                    KVM_SYSTEM_EVENT_RESET => ExitReason::Reset,
+                    other => ExitReason::Error(format!("vCPU {id}: system event {other}")),
+                },
+                Ok(VcpuExit::Hlt) => {
+                    ExitReason::Error(format!("vCPU {id}: HLT exit with an in-kernel irqchip"))
+                }
+                Ok(VcpuExit::FailEntry(reason, cpu)) => ExitReason::Error(format!(
+                    "vCPU {id}: KVM entry failed, hardware reason {reason:#x} on host CPU {cpu}"
+                )),
+                Ok(VcpuExit::InternalError) => {
+                    ExitReason::Error(format!("vCPU {id}: KVM internal error"))
+                }
+                Ok(other) => ExitReason::Error(format!("vCPU {id}: unexpected exit {other:?}")),
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
+                Err(e) => ExitReason::Error(format!("vCPU {id}: KVM_RUN failed: {e}")),
+            };
+            self.exit.request(reason);
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvm_bindings::kvm_cpuid_entry2;
+    use vm_memory::GuestAddress;
+
+    fn mem() -> GuestMemoryMmap {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x20_0000)]).unwrap()
+    }
+
+    #[test]
+    fn gdt_entries_decode_to_flat_long_mode_segments() {
+        let gdt = boot_gdt();
+        assert_eq!(gdt[2], 0x00af_9b00_0000_ffff);
+        assert_eq!(gdt[3], 0x00cf_9300_0000_ffff);
+        let cs = segment_from_gdt(gdt[2], 2);
+        assert_eq!((cs.selector, cs.base, cs.limit), (0x10, 0, 0xffff_ffff));
+        assert_eq!((cs.l, cs.db, cs.present, cs.s, cs.type_), (1, 0, 1, 1, 0xb));
+        let ds = segment_from_gdt(gdt[3], 3);
+        assert_eq!((ds.selector, ds.l, ds.db, ds.type_), (0x18, 0, 1, 0x3));
+        let tr = segment_from_gdt(gdt[4], 4);
+        assert_eq!(
+            (tr.selector, tr.type_, tr.s, tr.unusable),
+            (0x20, 0xb, 0, 0)
+        );
+        assert_eq!(segment_from_gdt(0, 0).unusable, 1);
+        assert_eq!(gdt_entry(0x8093, 0x1234_5678, 0xabcde) >> 56, 0x12);
+        assert_eq!(
+            segment_from_gdt(gdt_entry(0x0093, 0x1234_5678, 0xabcde), 1).base,
+            0x1234_5678
+        );
+    }
+
+    /// Walk the 4-level tables as the MMU would.
+    fn translate(mem: &GuestMemoryMmap, cr3: u64, va: u64) -> Option<u64> {
+        let pml4e: u64 = mem
+            .read_obj(GuestAddress(cr3 + ((va >> 39) & 0x1ff) * 8))
+            .ok()?;
+        if pml4e & 1 == 0 {
+            return None;
+        }
+        let pdpte: u64 = mem
+            .read_obj(GuestAddress((pml4e & !0xfff) + ((va >> 30) & 0x1ff) * 8))
+            .ok()?;
+        if pdpte & 1 == 0 {
+            return None;
+        }
+        let pde: u64 = mem
+            .read_obj(GuestAddress((pdpte & !0xfff) + ((va >> 21) & 0x1ff) * 8))
+            .ok()?;
+        if pde & 1 == 0 || pde & PDE_HUGE == 0 {
+            return None;
+        }
+        Some((pde & !0x1f_ffff & 0x000f_ffff_ffff_ffff) | (va & 0x1f_ffff))
+    }
+
+    #[test]
+    fn page_tables_identity_map_4g() {
+        let m = mem();
+        let cr3 = setup_page_tables(&m).unwrap();
+        for va in [0, 0x7000, 0x10_0000, 0x1234_5678, 0xbfff_ffff, 0xffff_f000] {
+            assert_eq!(translate(&m, cr3, va), Some(va), "{va:#x}");
+        }
+        assert_eq!(translate(&m, cr3, 0x1_0000_0000), None);
+    }
+
+    #[test]
+    fn sregs_enter_long_mode() {
+        let m = mem();
+        let mut s = kvm_sregs::default();
+        setup_sregs(&m, &mut s, PML4_START).unwrap();
+        assert_eq!(s.cr0 & (X86_CR0_PE | X86_CR0_PG), X86_CR0_PE | X86_CR0_PG);
+        assert_ne!(s.cr4 & X86_CR4_PAE, 0);
+        assert_eq!(s.efer & (EFER_LME | EFER_LMA), EFER_LME | EFER_LMA);
+        assert_eq!(
+            (s.cs.selector, s.ds.selector, s.ss.selector),
+            (0x10, 0x18, 0x18)
+        );
+        assert_eq!((s.gdt.base, s.gdt.limit), (GDT_START, 39));
+        let cs_raw: u64 = m.read_obj(GuestAddress(GDT_START + 0x10)).unwrap();
+        assert_eq!(cs_raw, boot_gdt()[2]);
+        let r = boot_regs(GuestAddress(0x10_0200));
+        assert_eq!((r.rip, r.rsi, r.rflags), (0x10_0200, ZERO_PAGE_START, 2));
+    }
+
+    fn entry(function: u32, index: u32) -> kvm_cpuid_entry2 {
+        kvm_cpuid_entry2 {
+            function,
+            index,
+            eax: 0xffff_ffff,
+            ebx: 0xffff_ffff,
+            ecx: 0x0000_0000,
+            edx: 0xffff_ffff,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpuid_topology_and_apic_ids() {
+        let base = CpuId::from_entries(&[
+            entry(1, 0),
+            kvm_cpuid_entry2 {
+                eax: 1 << 5,
+                ..entry(4, 0)
+            },
+            kvm_cpuid_entry2 {
+                eax: 3 << 5,
+                ..entry(4, 3)
+            },
+            entry(0xb, 0),
+            entry(0xb, 1),
+            entry(0xb, 2),
+            entry(0x8000_0008, 0),
+        ])
+        .unwrap();
+        let mut c = base.clone();
+        setup_cpuid(&mut c, 2, 3);
+        let e = c.as_slice();
+        assert_eq!(e[0].ebx >> 24, 2, "initial APIC id");
+        assert_eq!((e[0].ebx >> 16) & 0xff, 3, "logical processors");
+        assert_ne!(e[0].ecx & CPUID_HYPERVISOR, 0);
+        assert_ne!(e[0].edx & CPUID_HTT, 0);
+        assert_eq!(e[1].eax >> 26, 2, "cores per package - 1");
+        assert_eq!((e[1].eax >> 14) & 0xfff, 0, "L1 private");
+        assert_eq!((e[2].eax >> 14) & 0xfff, 2, "L3 shared by all");
+        assert_eq!((e[3].ebx, e[3].ecx, e[3].edx), (1, 0x100, 2));
+        assert_eq!((e[4].eax, e[4].ebx, e[4].ecx, e[4].edx), (2, 3, 0x201, 2));
+        assert_eq!((e[5].ebx, e[5].ecx), (0, 2));
+        assert_eq!(e[6].ecx & 0xff, 2);
+
+        let mut one = base;
+        setup_cpuid(&mut one, 0, 1);
+        assert_eq!(one.as_slice()[0].edx & CPUID_HTT, 0);
+        assert_eq!(one.as_slice()[4].eax, 0);
+    }
+
+    #[test]
+    fn lint_modes() {
+        let mut l = kvm_lapic_state::default();
+        set_lapic_reg(&mut l, APIC_LVT0, 0x0001_0700);
+        setup_lint(&mut l);
+        assert_eq!(lapic_reg(&l, APIC_LVT0), 0x0001_0700);
+        assert_eq!((lapic_reg(&l, APIC_LVT1) >> 8) & 7, APIC_MODE_NMI);
+        assert_eq!(boot_msrs().len(), 11);
+    }
+}

@@ -1,0 +1,173 @@
+//! The KVM VM: guest memory, in-kernel irqchip, memory slots.
+
+use std::sync::Arc;
+
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::{Cap, Kvm, VmFd};
+use vm_memory::mmap::MmapRegionBuilder;
+use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap};
+
+use crate::layout::ram_regions;
+
+/// Where KVM keeps the real-mode TSS (3 pages) and the identity map page:
+/// in the 32-bit hole, clear of every window in [`crate::layout`].
+const KVM_TSS_ADDRESS: usize = 0xfffb_d000;
+const KVM_IDENTITY_MAP_ADDRESS: u64 = 0xfffb_c000;
+
+/// Why the VM could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// /dev/kvm is missing or unusable.
+    #[error("cannot open /dev/kvm ({0}): load kvm_intel or kvm_amd and check you may read/write /dev/kvm")]
+    OpenKvm(#[source] kvm_ioctls::Error),
+    /// The host KVM lacks something we need.
+    #[error("host KVM lacks capability {0:?}")]
+    MissingCap(Cap),
+    /// A KVM ioctl failed.
+    #[error("KVM {what} failed")]
+    Kvm {
+        /// Which call.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// Guest RAM could not be mapped.
+    #[error("cannot map {size} MiB of guest RAM{hint}")]
+    Memory {
+        /// MiB asked.
+        size: u64,
+        /// Advice.
+        hint: String,
+        /// The error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// Map `mem_size` bytes of guest RAM around the 32-bit hole, from anonymous
+/// memory or 2 MiB huge pages.
+pub fn create_guest_memory(mem_size: u64, hugepages: bool) -> Result<GuestMemoryMmap, VmError> {
+    let mib = mem_size >> 20;
+    let err = |hint: String, source: Box<dyn std::error::Error + Send + Sync>| VmError::Memory {
+        size: mib,
+        hint,
+        source,
+    };
+    let ranges = ram_regions(mem_size);
+    if !hugepages {
+        let ranges: Vec<_> = ranges.iter().map(|&(a, s)| (a, s as usize)).collect();
+        return GuestMemoryMmap::from_ranges(&ranges).map_err(|e| err(String::new(), e.into()));
+    }
+    let mut regions = Vec::new();
+    for (addr, size) in ranges {
+        // No MAP_NORESERVE: with too few huge pages mmap fails now instead
+        // of the guest taking SIGBUS later.
+        let mmap = MmapRegionBuilder::new(size as usize)
+            .with_mmap_prot(libc::PROT_READ | libc::PROT_WRITE)
+            .with_mmap_flags(libc::MAP_ANONYMOUS | libc::MAP_PRIVATE | libc::MAP_HUGETLB)
+            .with_hugetlbfs(true)
+            .build()
+            .map_err(|e| {
+                err(
+                    format!(
+                        " from huge pages; reserve them first: echo {} > /proc/sys/vm/nr_hugepages",
+                        mem_size.div_ceil(2 << 20)
+                    ),
+                    e.into(),
+                )
+            })?;
+        let region = GuestRegionMmap::new(mmap, addr)
+            .ok_or_else(|| err(String::new(), "region wraps the address space".into()))?;
+        regions.push(region);
+    }
+    GuestMemoryMmap::from_regions(regions).map_err(|e| err(String::new(), e.into()))
+}
+
+/// A KVM VM with its memory registered and an in-kernel irqchip.
+pub struct Vm {
+    // Field order matters: the VM fd is dropped before the memory it maps.
+    fd: Arc<VmFd>,
+    kvm: Kvm,
+    mem: GuestMemoryMmap,
+}
+
+impl Vm {
+    /// Create the VM and register `mem` with it.
+    pub fn new(mem: GuestMemoryMmap) -> Result<Self, VmError> {
+        let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+        for cap in [
+            Cap::Irqchip,
+            Cap::UserMemory,
+            Cap::Irqfd,
+            Cap::SetTssAddr,
+            Cap::ExtCpuid,
+        ] {
+            if !kvm.check_extension(cap) {
+                return Err(VmError::MissingCap(cap));
+            }
+        }
+        let kvm_err = |what| move |source| VmError::Kvm { what, source };
+        let fd = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
+        fd.set_tss_address(KVM_TSS_ADDRESS)
+            .map_err(kvm_err("KVM_SET_TSS_ADDR"))?;
+        fd.set_identity_map_address(KVM_IDENTITY_MAP_ADDRESS)
+            .map_err(kvm_err("KVM_SET_IDENTITY_MAP_ADDR"))?;
+        fd.create_irq_chip()
+            .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
+        for (slot, region) in mem.iter().enumerate() {
+            let host = region
+                .get_host_address(vm_memory::MemoryRegionAddress(0))
+                .map_err(|e| VmError::Memory {
+                    size: region.len() >> 20,
+                    hint: String::new(),
+                    source: e.into(),
+                })?;
+            let r = kvm_userspace_memory_region {
+                slot: slot as u32,
+                flags: 0,
+                guest_phys_addr: region.start_addr().raw_value(),
+                memory_size: region.len(),
+                userspace_addr: host as u64,
+            };
+            // SAFETY: `host` is the start of a live mmap of `region.len()`
+            // bytes that `self.mem` keeps mapped for as long as the VM fd
+            // lives (the fd is dropped first, see the field order).
+            unsafe { fd.set_user_memory_region(r) }
+                .map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+        }
+        Ok(Vm {
+            fd: Arc::new(fd),
+            kvm,
+            mem,
+        })
+    }
+
+    /// The VM fd.
+    pub fn fd(&self) -> &Arc<VmFd> {
+        &self.fd
+    }
+
+    /// The KVM system fd.
+    pub fn kvm(&self) -> &Kvm {
+        &self.kvm
+    }
+
+    /// Guest memory.
+    pub fn memory(&self) -> &GuestMemoryMmap {
+        &self.mem
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::GuestAddress;
+
+    #[test]
+    fn memory_follows_layout() {
+        let mem = create_guest_memory(256 << 20, false).unwrap();
+        assert_eq!(mem.num_regions(), 1);
+        assert_eq!(mem.last_addr(), GuestAddress((256 << 20) - 1));
+    }
+}

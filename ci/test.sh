@@ -32,7 +32,9 @@ step "cargo test" cargo test --workspace --locked
 [ -x fuzz/run.sh ] && step "fuzz" fuzz/run.sh "${FUZZ_SECONDS:-60}"
 step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/linux-6.1/build.sh; do bash -n "$f" || exit 1; done; for f in ci/lab/guest-init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
 if [ $lab = 1 ]; then
-	mkdir -p target && step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
+	mkdir -p target
+	step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
+	step "lab vfio-backend" ci/lab/lab run vfio-backend --results target/lab-vfio-backend.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

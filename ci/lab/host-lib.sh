@@ -31,8 +31,10 @@ guest_cmdline() {
 }
 
 # vmm_command VMM IOMMU KERNEL TRACE: the command that starts the guest
-# under VMM (qemu) with IOMMU (viommu or none), recording device requests
-# to TRACE; the caller appends -append.
+# under VMM (qemu: stock QEMU; vmm: ours) with IOMMU (viommu: the NVMe behind
+# a virtio-iommu; none: plain passthrough; nodev: no device at all), QEMU
+# recording device requests to TRACE. It ends with the VMM's flag for the
+# kernel command line, which the caller appends.
 vmm_command() {
 	local vmm=$1 iommu=$2 kernel=$3 trace=$4
 	case "$vmm" in
@@ -44,7 +46,16 @@ vmm_command() {
 			echo -device virtio-iommu-pci -D "$trace" \
 				-trace virtio_iommu_map -trace virtio_iommu_unmap -trace vfio_iommu_map_notify
 		fi
-		echo -device "vfio-pci,host=$BDF"
+		[ "$iommu" != nodev ] && echo -device "vfio-pci,host=$BDF"
+		echo -append
+		;;
+	vmm)
+		# Ours (vmm/): the NVMe behind our virtio-iommu, or plain passthrough.
+		echo vmm --kernel "/lab/guest/$kernel.bzImage" --initrd /lab/guest/initramfs.cpio \
+			--memory 1024M --cpus "$(lab_arg guest_cpus 1)"
+		[ "$iommu" != nodev ] && echo --vfio "/sys/bus/pci/devices/$BDF"
+		[ "$iommu" = viommu ] && echo --viommu
+		echo --cmdline
 		;;
 	*) return 1 ;;
 	esac
@@ -63,7 +74,7 @@ run_guest() {
 	echo "@@LAB-RUN@@ {\"tag\":\"$tag\",\"vmm\":\"$vmm\",\"iommu\":\"$iommu\",\"kernel\":\"$kernel\",\"extra\":\"$extra\"}"
 	start=$(date +%s)
 	# shellcheck disable=SC2086
-	(timeout "$limit" $cmd -append "$(guest_cmdline "$extra")" </dev/null 2>&1
+	(timeout "$limit" $cmd "$(guest_cmdline "$extra")" </dev/null 2>&1
 		echo "@@LAB-VMM-EXIT@@ rc=$?") |
 		awk -v tag="$tag" -v trace="$trace" -v marks="$marks" -v logf="$log" '
 		{ sub(/\r$/, ""); print >logf; fflush(logf) }

@@ -4,3 +4,4 @@ pub mod bus;
 pub mod exit;
 pub mod power;
 pub mod serial;
+pub mod virtio;

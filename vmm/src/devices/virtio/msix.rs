@@ -1,0 +1,243 @@
+//! MSI-X: the vector table and pending bits of one PCI function, and
+//! delivery of its messages.
+
+use std::sync::Arc;
+
+/// Bytes per MSI-X table entry.
+pub const ENTRY_SIZE: u64 = 16;
+const CTRL_MASKED: u32 = 1;
+/// "No vector" as virtio writes it.
+pub const NO_VECTOR: u16 = 0xffff;
+
+/// Sends an MSI message (on KVM: `KVM_SIGNAL_MSI`).
+pub trait MsiSender: Send + Sync {
+    /// Deliver the message `data` to `address`.
+    fn send(&self, address: u64, data: u32) -> std::io::Result<()>;
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Entry {
+    addr_lo: u32,
+    addr_hi: u32,
+    data: u32,
+    ctrl: u32,
+}
+
+impl Default for MsixTable {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+/// The table, the pending bits and the capability's enable/mask bits.
+#[derive(Debug)]
+pub struct MsixTable {
+    entries: Vec<Entry>,
+    pending: Vec<bool>,
+    enabled: bool,
+    function_masked: bool,
+}
+
+impl MsixTable {
+    /// A table of `vectors` entries, all masked (the reset state).
+    pub fn new(vectors: u16) -> Self {
+        let n = usize::from(vectors.max(1));
+        MsixTable {
+            entries: vec![
+                Entry {
+                    ctrl: CTRL_MASKED,
+                    ..Default::default()
+                };
+                n
+            ],
+            pending: vec![false; n],
+            enabled: false,
+            function_masked: false,
+        }
+    }
+
+    /// Number of vectors.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table is empty (never: at least one vector).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether MSI-X is enabled in the capability.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Reset to all masked, nothing pending, disabled.
+    pub fn reset(&mut self) {
+        *self = Self::new(self.entries.len() as u16);
+    }
+
+    /// Update from the capability's message control word; returns the
+    /// messages that became deliverable (vectors pending and now unmasked).
+    pub fn set_control(&mut self, enabled: bool, function_masked: bool) -> Vec<(u64, u32)> {
+        self.enabled = enabled;
+        self.function_masked = function_masked;
+        self.flush_pending()
+    }
+
+    fn deliverable(&self, v: usize) -> bool {
+        self.enabled && !self.function_masked && self.entries[v].ctrl & CTRL_MASKED == 0
+    }
+
+    fn message(&self, v: usize) -> (u64, u32) {
+        let e = &self.entries[v];
+        (u64::from(e.addr_hi) << 32 | u64::from(e.addr_lo), e.data)
+    }
+
+    fn flush_pending(&mut self) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        for v in 0..self.entries.len() {
+            if self.pending[v] && self.deliverable(v) {
+                self.pending[v] = false;
+                out.push(self.message(v));
+            }
+        }
+        out
+    }
+
+    /// Raise `vector`: the message to send now, or `None` if it was
+    /// masked (then it is pending) or out of range.
+    pub fn raise(&mut self, vector: u16) -> Option<(u64, u32)> {
+        let v = usize::from(vector);
+        if v >= self.entries.len() {
+            return None;
+        }
+        if self.deliverable(v) {
+            Some(self.message(v))
+        } else {
+            self.pending[v] = true;
+            None
+        }
+    }
+
+    /// Read table bytes (dword or qword accesses, as the spec allows).
+    pub fn read_table(&self, offset: u64, data: &mut [u8]) {
+        data.fill(0);
+        let mut bytes = [0u8; 8];
+        for (i, chunk) in bytes.chunks_exact_mut(4).enumerate() {
+            chunk.copy_from_slice(&self.dword(offset + 4 * i as u64).to_le_bytes());
+        }
+        if offset.is_multiple_of(4) && data.len() <= 8 {
+            let n = data.len();
+            data.copy_from_slice(&bytes[..n]);
+        }
+    }
+
+    fn dword(&self, offset: u64) -> u32 {
+        let v = (offset / ENTRY_SIZE) as usize;
+        let Some(e) = self.entries.get(v) else {
+            return 0;
+        };
+        match offset % ENTRY_SIZE {
+            0 => e.addr_lo,
+            4 => e.addr_hi,
+            8 => e.data,
+            12 => e.ctrl,
+            _ => 0,
+        }
+    }
+
+    /// Write table bytes; returns messages that became deliverable
+    /// (an entry unmasked with its pending bit set).
+    pub fn write_table(&mut self, offset: u64, data: &[u8]) -> Vec<(u64, u32)> {
+        if !offset.is_multiple_of(4) || !(data.len() == 4 || data.len() == 8) {
+            return Vec::new();
+        }
+        for (i, chunk) in data.chunks_exact(4).enumerate() {
+            let off = offset + 4 * i as u64;
+            let val = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            let v = (off / ENTRY_SIZE) as usize;
+            let Some(e) = self.entries.get_mut(v) else {
+                continue;
+            };
+            match off % ENTRY_SIZE {
+                0 => e.addr_lo = val,
+                4 => e.addr_hi = val,
+                8 => e.data = val,
+                _ => e.ctrl = val & CTRL_MASKED,
+            }
+        }
+        self.flush_pending()
+    }
+
+    /// Read the pending bit array.
+    pub fn read_pba(&self, offset: u64, data: &mut [u8]) {
+        for (i, b) in data.iter_mut().enumerate() {
+            let base = (offset as usize + i) * 8;
+            *b = (0..8)
+                .filter(|bit| self.pending.get(base + bit).copied().unwrap_or(false))
+                .fold(0u8, |acc, bit| acc | (1 << bit));
+        }
+    }
+}
+
+/// Send each message through `sender`, logging failures.
+pub fn send_all(sender: &Arc<dyn MsiSender>, msgs: Vec<(u64, u32)>) {
+    for (addr, data) in msgs {
+        if let Err(e) = sender.send(addr, data) {
+            tracing::warn!("MSI to {addr:#x} data {data:#x} failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(t: &mut MsixTable, v: u64, addr: u64, data: u32) {
+        t.write_table(v * 16, &(addr as u32).to_le_bytes());
+        t.write_table(v * 16 + 4, &((addr >> 32) as u32).to_le_bytes());
+        t.write_table(v * 16 + 8, &data.to_le_bytes());
+    }
+
+    #[test]
+    fn masked_vectors_pend_and_fire_on_unmask() {
+        let mut t = MsixTable::new(2);
+        program(&mut t, 1, 0xfee0_1000, 0x41);
+        assert_eq!(t.raise(1), None, "disabled");
+        assert!(t.set_control(true, false).is_empty(), "entry still masked");
+        let mut pba = [0u8];
+        t.read_pba(0, &mut pba);
+        assert_eq!(pba[0], 0b10);
+        // Unmask entry 1: the pending message goes out.
+        let sent = t.write_table(16 + 12, &0u32.to_le_bytes());
+        assert_eq!(sent, vec![(0xfee0_1000, 0x41)]);
+        t.read_pba(0, &mut pba);
+        assert_eq!(pba[0], 0);
+        assert_eq!(t.raise(1), Some((0xfee0_1000, 0x41)));
+        // Function mask holds everything back until cleared.
+        t.set_control(true, true);
+        assert_eq!(t.raise(1), None);
+        assert_eq!(t.set_control(true, false), vec![(0xfee0_1000, 0x41)]);
+        assert_eq!(t.raise(7), None, "out of range");
+    }
+
+    #[test]
+    fn table_reads_back_and_qword_writes() {
+        let mut t = MsixTable::new(1);
+        t.write_table(0, &0x1_fee0_0000u64.to_le_bytes());
+        let mut q = [0u8; 8];
+        t.read_table(0, &mut q);
+        assert_eq!(u64::from_le_bytes(q), 0x1_fee0_0000);
+        let mut d = [0u8; 4];
+        t.read_table(12, &mut d);
+        assert_eq!(u32::from_le_bytes(d), 1, "masked at reset");
+        t.write_table(12, &0xffff_fffeu32.to_le_bytes());
+        t.read_table(12, &mut d);
+        assert_eq!(u32::from_le_bytes(d), 0, "only the mask bit is kept");
+        t.read_table(64, &mut d);
+        assert_eq!(d, [0; 4]);
+        t.reset();
+        t.read_table(12, &mut d);
+        assert_eq!(u32::from_le_bytes(d), 1);
+    }
+}

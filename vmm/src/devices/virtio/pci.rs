@@ -1,0 +1,483 @@
+//! The virtio-pci modern transport: capabilities in config space, one
+//! 64-bit memory BAR holding the common, ISR, device and notify regions
+//! and the MSI-X table and PBA.
+//!
+//! Interrupts are MSI-X only (no INTx): a queue or config vector of
+//! `NO_VECTOR` raises nothing but the ISR bit. The optional
+//! VIRTIO_PCI_CAP_PCI_CFG access window is not offered yet.
+
+use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use virtio_bindings::virtio_config::{
+    VIRTIO_CONFIG_S_DRIVER_OK, VIRTIO_CONFIG_S_FEATURES_OK, VIRTIO_CONFIG_S_NEEDS_RESET,
+    VIRTIO_F_VERSION_1,
+};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestMemoryMmap;
+
+use super::msix::{send_all, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
+use super::{VirtioDevice, VirtioInterrupt};
+use crate::devices::bus::BusDevice;
+use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
+use crate::pci::PciDevice;
+
+/// PCI vendor id of virtio devices.
+pub const VIRTIO_PCI_VENDOR: u16 = 0x1af4;
+/// Modern device ids are 0x1040 + the virtio device id.
+pub const VIRTIO_PCI_DEVICE_BASE: u16 = 0x1040;
+
+/// Size of BAR 0.
+pub const BAR_SIZE: u64 = 0x8000;
+const COMMON_OFFSET: u64 = 0x0000;
+const COMMON_SIZE: u64 = 0x38;
+const ISR_OFFSET: u64 = 0x1000;
+const DEVICE_CFG_OFFSET: u64 = 0x2000;
+const DEVICE_CFG_SIZE: u64 = 0x1000;
+const NOTIFY_OFFSET: u64 = 0x3000;
+const NOTIFY_MULTIPLIER: u32 = 4;
+const MSIX_TABLE_OFFSET: u64 = 0x4000;
+const MSIX_PBA_OFFSET: u64 = 0x6000;
+const REGION_SIZE: u64 = 0x1000;
+
+const CAP_VENDOR: u8 = 0x09;
+const CAP_MSIX: u8 = 0x11;
+const CFG_TYPE_COMMON: u8 = 1;
+const CFG_TYPE_NOTIFY: u8 = 2;
+const CFG_TYPE_ISR: u8 = 3;
+const CFG_TYPE_DEVICE: u8 = 4;
+const MSIX_ENABLE: u32 = 1 << 31; // in the dword holding message control
+const MSIX_FUNCTION_MASK: u32 = 1 << 30;
+
+/// A virtio_pci_cap (16 bytes), or virtio_pci_notify_cap with the multiplier.
+fn virtio_cap(cfg_type: u8, offset: u64, length: u64, multiplier: Option<u32>) -> Vec<u8> {
+    let len: u8 = if multiplier.is_some() { 20 } else { 16 };
+    let mut c = vec![CAP_VENDOR, 0, len, cfg_type, 0 /* bar */, 0, 0, 0];
+    c.extend_from_slice(&(offset as u32).to_le_bytes());
+    c.extend_from_slice(&(length as u32).to_le_bytes());
+    if let Some(m) = multiplier {
+        c.extend_from_slice(&m.to_le_bytes());
+    }
+    c
+}
+
+#[derive(Debug, Clone, Copy)]
+struct QueueState {
+    max: u16,
+    size: u16,
+    ready: bool,
+    desc: u64,
+    avail: u64,
+    used: u64,
+}
+
+impl QueueState {
+    fn new(max: u16) -> Self {
+        QueueState {
+            max,
+            size: max,
+            ready: false,
+            desc: 0,
+            avail: 0,
+            used: 0,
+        }
+    }
+}
+
+/// Vector assignments, shared with the interrupt handle.
+struct Vectors {
+    config: AtomicU16,
+    queues: Vec<AtomicU16>,
+}
+
+struct PciInterrupt {
+    vectors: Arc<Vectors>,
+    isr: Arc<AtomicU8>,
+    msix: Arc<Mutex<MsixTable>>,
+    msi: Arc<dyn MsiSender>,
+}
+
+impl PciInterrupt {
+    fn raise(&self, isr_bit: u8, vector: u16) -> std::io::Result<()> {
+        self.isr.fetch_or(isr_bit, Ordering::AcqRel);
+        if vector == NO_VECTOR {
+            return Ok(());
+        }
+        let msg = self
+            .msix
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .raise(vector);
+        match msg {
+            Some((addr, data)) => self.msi.send(addr, data),
+            None => Ok(()),
+        }
+    }
+}
+
+impl VirtioInterrupt for PciInterrupt {
+    fn trigger_queue(&self, queue: u16) -> std::io::Result<()> {
+        let v = self
+            .vectors
+            .queues
+            .get(usize::from(queue))
+            .map_or(NO_VECTOR, |v| v.load(Ordering::Acquire));
+        self.raise(1, v)
+    }
+
+    fn trigger_config(&self) -> std::io::Result<()> {
+        self.raise(2, self.vectors.config.load(Ordering::Acquire))
+    }
+}
+
+/// A virtio device on PCI. Plug it into the PCI root (config space) and
+/// map [`BAR_SIZE`] bytes of it on the MMIO bus at the address of BAR 0.
+pub struct VirtioPciDevice {
+    config: PciConfig,
+    msix_cap: usize,
+    device: Box<dyn VirtioDevice>,
+    mem: GuestMemoryMmap,
+    msix: Arc<Mutex<MsixTable>>,
+    msi: Arc<dyn MsiSender>,
+    vectors: Arc<Vectors>,
+    isr: Arc<AtomicU8>,
+    queues: Vec<QueueState>,
+    queue_select: u16,
+    device_feature_select: u32,
+    driver_feature_select: u32,
+    driver_features: u64,
+    status: u8,
+    config_generation: u8,
+    active: bool,
+}
+
+impl VirtioPciDevice {
+    /// Wrap `device`; its BAR 0 is programmed at `bar_addr`.
+    pub fn new(
+        device: Box<dyn VirtioDevice>,
+        mem: GuestMemoryMmap,
+        msi: Arc<dyn MsiSender>,
+        bar_addr: u64,
+    ) -> Result<Self, ConfigError> {
+        let max_sizes = device.queue_max_sizes();
+        let nvec = max_sizes.len() as u16 + 1; // one per queue plus config
+        let mut config = PciConfig::new(PciIds {
+            vendor: VIRTIO_PCI_VENDOR,
+            device: VIRTIO_PCI_DEVICE_BASE + device.device_type() as u16,
+            revision: 1,
+            // Other system peripheral.
+            class: (0x08, 0x80, 0x00),
+            subsystem_vendor: VIRTIO_PCI_VENDOR,
+            subsystem: 0x1100,
+        });
+        config.add_bar(0, BAR_SIZE, BarKind::Mmio64)?;
+        config.set_bar_address(0, bar_addr);
+        for cap in [
+            virtio_cap(CFG_TYPE_COMMON, COMMON_OFFSET, COMMON_SIZE, None),
+            virtio_cap(CFG_TYPE_ISR, ISR_OFFSET, 1, None),
+            virtio_cap(CFG_TYPE_DEVICE, DEVICE_CFG_OFFSET, DEVICE_CFG_SIZE, None),
+            virtio_cap(
+                CFG_TYPE_NOTIFY,
+                NOTIFY_OFFSET,
+                u64::from(NOTIFY_MULTIPLIER) * max_sizes.len() as u64,
+                Some(NOTIFY_MULTIPLIER),
+            ),
+        ] {
+            config.add_capability(CAP_VENDOR, &cap, &[])?;
+        }
+        let mut msix_cap = vec![CAP_MSIX, 0];
+        msix_cap.extend_from_slice(&(nvec - 1).to_le_bytes());
+        msix_cap.extend_from_slice(&(MSIX_TABLE_OFFSET as u32).to_le_bytes()); // BIR 0
+        msix_cap.extend_from_slice(&(MSIX_PBA_OFFSET as u32).to_le_bytes());
+        // Only the enable and function-mask bits are writable.
+        let msix_cap = config.add_capability(CAP_MSIX, &msix_cap, &[0, 0, 0, 0xc0])?;
+        let queues = max_sizes.iter().map(|&m| QueueState::new(m)).collect();
+        let vectors = Arc::new(Vectors {
+            config: AtomicU16::new(NO_VECTOR),
+            queues: max_sizes
+                .iter()
+                .map(|_| AtomicU16::new(NO_VECTOR))
+                .collect(),
+        });
+        Ok(VirtioPciDevice {
+            config,
+            msix_cap,
+            device,
+            mem,
+            msix: Arc::new(Mutex::new(MsixTable::new(nvec))),
+            msi,
+            vectors,
+            isr: Arc::new(AtomicU8::new(0)),
+            queues,
+            queue_select: 0,
+            device_feature_select: 0,
+            driver_feature_select: 0,
+            driver_features: 0,
+            status: 0,
+            config_generation: 0,
+            active: false,
+        })
+    }
+
+    /// Where BAR 0 is programmed.
+    pub fn bar_address(&self) -> u64 {
+        self.config.bar_address(0).unwrap_or(0)
+    }
+
+    fn msix(&self) -> std::sync::MutexGuard<'_, MsixTable> {
+        self.msix.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn selected(&self) -> Option<&QueueState> {
+        self.queues.get(usize::from(self.queue_select))
+    }
+
+    fn common_bytes(&self) -> [u8; COMMON_SIZE as usize] {
+        let mut b = [0u8; COMMON_SIZE as usize];
+        let features = self.device.features();
+        let dev_features = match self.device_feature_select {
+            0 => features as u32,
+            1 => (features >> 32) as u32,
+            _ => 0,
+        };
+        let drv_features = match self.driver_feature_select {
+            0 => self.driver_features as u32,
+            1 => (self.driver_features >> 32) as u32,
+            _ => 0,
+        };
+        b[0x00..0x04].copy_from_slice(&self.device_feature_select.to_le_bytes());
+        b[0x04..0x08].copy_from_slice(&dev_features.to_le_bytes());
+        b[0x08..0x0c].copy_from_slice(&self.driver_feature_select.to_le_bytes());
+        b[0x0c..0x10].copy_from_slice(&drv_features.to_le_bytes());
+        b[0x10..0x12].copy_from_slice(&self.vectors.config.load(Ordering::Acquire).to_le_bytes());
+        b[0x12..0x14].copy_from_slice(&(self.queues.len() as u16).to_le_bytes());
+        b[0x14] = self.status;
+        b[0x15] = self.config_generation;
+        b[0x16..0x18].copy_from_slice(&self.queue_select.to_le_bytes());
+        if let Some(q) = self.selected() {
+            let qi = usize::from(self.queue_select);
+            b[0x18..0x1a].copy_from_slice(&q.size.to_le_bytes());
+            b[0x1a..0x1c].copy_from_slice(
+                &self.vectors.queues[qi]
+                    .load(Ordering::Acquire)
+                    .to_le_bytes(),
+            );
+            b[0x1c..0x1e].copy_from_slice(&u16::from(q.ready).to_le_bytes());
+            b[0x1e..0x20].copy_from_slice(&self.queue_select.to_le_bytes()); // notify off
+            b[0x20..0x28].copy_from_slice(&q.desc.to_le_bytes());
+            b[0x28..0x30].copy_from_slice(&q.avail.to_le_bytes());
+            b[0x30..0x38].copy_from_slice(&q.used.to_le_bytes());
+        }
+        b
+    }
+
+    fn valid_vector(&self, v: u16) -> u16 {
+        if usize::from(v) < self.msix().len() {
+            v
+        } else {
+            NO_VECTOR
+        }
+    }
+
+    fn write_common(&mut self, offset: u64, data: &[u8]) {
+        let mut raw = [0u8; 8];
+        let n = data.len().min(8);
+        raw[..n].copy_from_slice(&data[..n]);
+        let v = u64::from_le_bytes(raw);
+        let qi = usize::from(self.queue_select);
+        let can_configure = self.queues.get(qi).is_some_and(|q| !q.ready) && !self.active;
+        match (offset, data.len()) {
+            (0x00, 4) => self.device_feature_select = v as u32,
+            (0x08, 4) => self.driver_feature_select = v as u32,
+            (0x0c, 4) if self.status & VIRTIO_CONFIG_S_FEATURES_OK as u8 == 0 => {
+                match self.driver_feature_select {
+                    0 => self.driver_features = (self.driver_features & !0xffff_ffff) | v,
+                    1 => self.driver_features = (self.driver_features & 0xffff_ffff) | v << 32,
+                    _ => {}
+                }
+            }
+            (0x10, 2) => {
+                let vec = self.valid_vector(v as u16);
+                self.vectors.config.store(vec, Ordering::Release);
+            }
+            (0x14, 1) => self.write_status(v as u8),
+            (0x16, 2) => self.queue_select = v as u16,
+            (0x18, 2) if can_configure => {
+                let q = &mut self.queues[qi];
+                q.size = (v as u16).min(q.max);
+            }
+            (0x1a, 2) if qi < self.queues.len() => {
+                let vec = self.valid_vector(v as u16);
+                self.vectors.queues[qi].store(vec, Ordering::Release);
+            }
+            (0x1c, 2) if can_configure && v == 1 => self.queues[qi].ready = true,
+            (0x20..=0x37, 4 | 8) if can_configure => {
+                let q = &mut self.queues[qi];
+                let field = match offset & !7 {
+                    0x20 => &mut q.desc,
+                    0x28 => &mut q.avail,
+                    _ => &mut q.used,
+                };
+                *field = match (offset % 8, data.len()) {
+                    (0, 8) => v,
+                    (0, 4) => (*field & !0xffff_ffff) | v,
+                    (4, 4) => (*field & 0xffff_ffff) | v << 32,
+                    _ => *field,
+                };
+            }
+            _ => tracing::debug!(offset, len = data.len(), "ignored virtio common cfg write"),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.device.reset();
+        for q in &mut self.queues {
+            *q = QueueState::new(q.max);
+        }
+        for v in &self.vectors.queues {
+            v.store(NO_VECTOR, Ordering::Release);
+        }
+        self.vectors.config.store(NO_VECTOR, Ordering::Release);
+        self.isr.store(0, Ordering::Release);
+        self.queue_select = 0;
+        self.device_feature_select = 0;
+        self.driver_feature_select = 0;
+        self.driver_features = 0;
+        self.status = 0;
+        self.active = false;
+    }
+
+    fn interrupt(&self) -> Arc<dyn VirtioInterrupt> {
+        Arc::new(PciInterrupt {
+            vectors: self.vectors.clone(),
+            isr: self.isr.clone(),
+            msix: self.msix.clone(),
+            msi: self.msi.clone(),
+        })
+    }
+
+    fn write_status(&mut self, new: u8) {
+        if new == 0 {
+            self.reset();
+            return;
+        }
+        let old = self.status;
+        let mut new = new;
+        let features_ok = VIRTIO_CONFIG_S_FEATURES_OK as u8;
+        if new & features_ok != 0 && old & features_ok == 0 {
+            let offered = self.device.features();
+            let f = self.driver_features;
+            if f & !offered != 0 || f & (1 << VIRTIO_F_VERSION_1) == 0 {
+                tracing::warn!(
+                    "driver features {f:#x} not acceptable (offered {offered:#x}, VERSION_1 required)"
+                );
+                new &= !features_ok;
+            } else {
+                self.device.ack_features(f);
+            }
+        }
+        let driver_ok = VIRTIO_CONFIG_S_DRIVER_OK as u8;
+        if new & driver_ok != 0 && old & driver_ok == 0 && new & features_ok != 0 && !self.active {
+            match self.activate() {
+                Ok(()) => self.active = true,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    new |= VIRTIO_CONFIG_S_NEEDS_RESET as u8;
+                    self.status = new;
+                    let _ = self.interrupt().trigger_config();
+                    return;
+                }
+            }
+        }
+        self.status = new;
+    }
+
+    fn activate(&mut self) -> Result<(), super::ActivateError> {
+        let mut queues = Vec::with_capacity(self.queues.len());
+        for (i, s) in self.queues.iter().enumerate() {
+            let mut q =
+                Queue::new(s.max).map_err(|e| super::ActivateError(format!("queue {i}: {e:?}")))?;
+            q.set_size(s.size);
+            q.set_desc_table_address(Some(s.desc as u32), Some((s.desc >> 32) as u32));
+            q.set_avail_ring_address(Some(s.avail as u32), Some((s.avail >> 32) as u32));
+            q.set_used_ring_address(Some(s.used as u32), Some((s.used >> 32) as u32));
+            q.set_ready(s.ready);
+            queues.push(q);
+        }
+        let interrupt = self.interrupt();
+        self.device.activate(self.mem.clone(), queues, interrupt)
+    }
+
+    fn msix_control_changed(&mut self) {
+        let ctrl = self.config.read_reg(self.msix_cap / 4);
+        let msgs = self
+            .msix()
+            .set_control(ctrl & MSIX_ENABLE != 0, ctrl & MSIX_FUNCTION_MASK != 0);
+        send_all(&self.msi, msgs);
+    }
+}
+
+impl PciDevice for VirtioPciDevice {
+    fn read_config(&mut self, reg: usize) -> u32 {
+        self.config.read_reg(reg)
+    }
+
+    fn write_config(&mut self, reg: usize, offset: usize, data: &[u8]) {
+        self.config.write_reg(reg, offset, data);
+        if reg == self.msix_cap / 4 {
+            self.msix_control_changed();
+        }
+    }
+}
+
+impl BusDevice for VirtioPciDevice {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        let len = data.len() as u64;
+        match offset {
+            o if o + len <= COMMON_OFFSET + COMMON_SIZE => {
+                let b = self.common_bytes();
+                data.copy_from_slice(&b[o as usize..(o + len) as usize]);
+            }
+            ISR_OFFSET => {
+                data.fill(0);
+                data[0] = self.isr.swap(0, Ordering::AcqRel);
+            }
+            o if (DEVICE_CFG_OFFSET..DEVICE_CFG_OFFSET + DEVICE_CFG_SIZE).contains(&o) => {
+                self.device.read_config(o - DEVICE_CFG_OFFSET, data);
+            }
+            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + 2 * REGION_SIZE).contains(&o) => {
+                self.msix().read_table(o - MSIX_TABLE_OFFSET, data);
+            }
+            o if (MSIX_PBA_OFFSET..MSIX_PBA_OFFSET + REGION_SIZE).contains(&o) => {
+                self.msix().read_pba(o - MSIX_PBA_OFFSET, data);
+            }
+            _ => data.fill(0),
+        }
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        match offset {
+            o if o < COMMON_OFFSET + COMMON_SIZE => self.write_common(o, data),
+            o if (DEVICE_CFG_OFFSET..DEVICE_CFG_OFFSET + DEVICE_CFG_SIZE).contains(&o) => {
+                self.device.write_config(o - DEVICE_CFG_OFFSET, data);
+            }
+            o if (NOTIFY_OFFSET..NOTIFY_OFFSET + REGION_SIZE).contains(&o) => {
+                let q = ((o - NOTIFY_OFFSET) / u64::from(NOTIFY_MULTIPLIER)) as u16;
+                if self.active && usize::from(q) < self.queues.len() {
+                    self.device.queue_notify(q);
+                }
+            }
+            o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + 2 * REGION_SIZE).contains(&o) => {
+                let msgs = self.msix().write_table(o - MSIX_TABLE_OFFSET, data);
+                send_all(&self.msi, msgs);
+            }
+            _ => tracing::debug!(offset, "ignored virtio-pci BAR write"),
+        }
+    }
+}
+
+const _: () = assert!(MSIX_TABLE_OFFSET + 2 * REGION_SIZE <= MSIX_PBA_OFFSET);
+const _: () = assert!(ENTRY_SIZE * 64 <= 2 * REGION_SIZE);
+
+#[cfg(test)]
+mod tests;

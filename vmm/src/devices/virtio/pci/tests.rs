@@ -1,0 +1,290 @@
+//! The transport driven the way Linux's virtio_pci_modern does it.
+
+use std::sync::{Arc, Mutex};
+
+use vm_memory::GuestAddress;
+
+use super::*;
+
+#[derive(Default)]
+struct DummyState {
+    acked: Option<u64>,
+    activated: Vec<(u16, u64, u64, u64, bool)>, // size, desc, avail, used, ready
+    notified: Vec<u16>,
+    resets: usize,
+    config: [u8; 8],
+    interrupt: Option<Arc<dyn VirtioInterrupt>>,
+}
+
+struct Dummy(Arc<Mutex<DummyState>>);
+
+const DUMMY_FEATURES: u64 = 1 << VIRTIO_F_VERSION_1 | 1 << 3;
+
+impl VirtioDevice for Dummy {
+    fn device_type(&self) -> u32 {
+        23
+    }
+    fn queue_max_sizes(&self) -> Vec<u16> {
+        vec![256, 64]
+    }
+    fn features(&self) -> u64 {
+        DUMMY_FEATURES
+    }
+    fn ack_features(&mut self, features: u64) {
+        self.0.lock().unwrap().acked = Some(features);
+    }
+    fn read_config(&self, offset: u64, data: &mut [u8]) {
+        let c = self.0.lock().unwrap().config;
+        for (i, d) in data.iter_mut().enumerate() {
+            *d = c.get(offset as usize + i).copied().unwrap_or(0);
+        }
+    }
+    fn write_config(&mut self, offset: u64, data: &[u8]) {
+        let mut s = self.0.lock().unwrap();
+        for (i, d) in data.iter().enumerate() {
+            if let Some(c) = s.config.get_mut(offset as usize + i) {
+                *c = *d;
+            }
+        }
+    }
+    fn activate(
+        &mut self,
+        _mem: GuestMemoryMmap,
+        queues: Vec<Queue>,
+        interrupt: Arc<dyn VirtioInterrupt>,
+    ) -> Result<(), super::super::ActivateError> {
+        let mut s = self.0.lock().unwrap();
+        s.activated = queues
+            .iter()
+            .map(|q| {
+                (
+                    q.size(),
+                    q.desc_table(),
+                    q.avail_ring(),
+                    q.used_ring(),
+                    q.ready(),
+                )
+            })
+            .collect();
+        s.interrupt = Some(interrupt);
+        Ok(())
+    }
+    fn queue_notify(&mut self, queue: u16) {
+        self.0.lock().unwrap().notified.push(queue);
+    }
+    fn reset(&mut self) {
+        let mut s = self.0.lock().unwrap();
+        s.resets += 1;
+        s.interrupt = None;
+        s.activated.clear();
+    }
+}
+
+#[derive(Default)]
+struct Msis(Mutex<Vec<(u64, u32)>>);
+impl MsiSender for Msis {
+    fn send(&self, address: u64, data: u32) -> std::io::Result<()> {
+        self.0.lock().unwrap().push((address, data));
+        Ok(())
+    }
+}
+
+struct Rig {
+    dev: VirtioPciDevice,
+    state: Arc<Mutex<DummyState>>,
+    msis: Arc<Msis>,
+}
+
+fn rig() -> Rig {
+    let state = Arc::new(Mutex::new(DummyState::default()));
+    let msis = Arc::new(Msis::default());
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+    let dev = VirtioPciDevice::new(
+        Box::new(Dummy(state.clone())),
+        mem,
+        msis.clone(),
+        0xc000_0000,
+    )
+    .unwrap();
+    Rig { dev, state, msis }
+}
+
+impl Rig {
+    fn w(&mut self, off: u64, v: u64, len: usize) {
+        BusDevice::write(&mut self.dev, off, &v.to_le_bytes()[..len]);
+    }
+    fn r(&mut self, off: u64, len: usize) -> u64 {
+        let mut b = [0u8; 8];
+        BusDevice::read(&mut self.dev, off, &mut b[..len]);
+        u64::from_le_bytes(b)
+    }
+    fn cfg(&mut self, reg: usize) -> u32 {
+        PciDevice::read_config(&mut self.dev, reg)
+    }
+    fn cfg_byte(&mut self, off: usize) -> u8 {
+        (self.cfg(off / 4) >> ((off % 4) * 8)) as u8
+    }
+    /// Capabilities as (offset, id, cfg_type for vendor caps).
+    fn caps(&mut self) -> Vec<(usize, u8, u8)> {
+        let mut out = Vec::new();
+        let mut p = usize::from(self.cfg_byte(0x34));
+        while p != 0 {
+            out.push((p, self.cfg_byte(p), self.cfg_byte(p + 3)));
+            p = usize::from(self.cfg_byte(p + 1));
+        }
+        out
+    }
+}
+
+const STATUS: u64 = 0x14;
+
+#[test]
+fn config_space_describes_a_modern_virtio_device() {
+    let mut r = rig();
+    assert_eq!(r.cfg(0), 0x1057_1af4);
+    assert_eq!(r.cfg(2) >> 8, 0x08_8000);
+    assert_eq!(r.dev.bar_address(), 0xc000_0000);
+    assert_eq!(r.cfg(4) & !0xf, 0xc000_0000);
+    assert_eq!(r.cfg(4) & 0x6, 0x4, "64-bit BAR");
+    let caps = r.caps();
+    let vendor: Vec<u8> = caps.iter().filter(|c| c.1 == 0x09).map(|c| c.2).collect();
+    assert_eq!(vendor, [1, 3, 4, 2]);
+    let notify = caps.iter().find(|c| c.1 == 0x09 && c.2 == 2).unwrap().0;
+    assert_eq!(r.cfg(notify / 4 + 2), NOTIFY_OFFSET as u32);
+    assert_eq!(r.cfg(notify / 4 + 4), NOTIFY_MULTIPLIER);
+    let msix = caps.iter().find(|c| c.1 == 0x11).unwrap().0;
+    assert_eq!(r.cfg(msix / 4) >> 16, 2, "3 vectors: table size - 1");
+    assert_eq!(r.cfg(msix / 4 + 1), MSIX_TABLE_OFFSET as u32);
+    assert_eq!(r.cfg(msix / 4 + 2), MSIX_PBA_OFFSET as u32);
+}
+
+#[test]
+fn linux_style_bring_up_notify_and_interrupt() {
+    let mut r = rig();
+    r.w(STATUS, 0, 1);
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x00, 1, 4);
+    assert_eq!(r.r(0x04, 4), DUMMY_FEATURES >> 32);
+    r.w(0x00, 0, 4);
+    assert_eq!(r.r(0x04, 4), DUMMY_FEATURES & 0xffff_ffff);
+    r.w(0x08, 0, 4);
+    r.w(0x0c, 1 << 3, 4);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1, 4); // VERSION_1 is bit 32
+    r.w(STATUS, 1 | 2 | 8, 1);
+    assert_eq!(r.r(STATUS, 1), 1 | 2 | 8, "FEATURES_OK accepted");
+    assert_eq!(r.state.lock().unwrap().acked, Some(DUMMY_FEATURES));
+    assert_eq!(r.r(0x12, 2), 2, "num_queues");
+
+    // MSI-X on: enable in the capability, program vectors 0 (config) and 1.
+    let msix = r.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
+    PciDevice::write_config(&mut r.dev, msix / 4, 3, &[0x80]);
+    for (v, data) in [(0u64, 0x30u64), (1, 0x31)] {
+        r.w(MSIX_TABLE_OFFSET + v * 16, 0xfee0_0000, 4);
+        r.w(MSIX_TABLE_OFFSET + v * 16 + 4, 0, 4);
+        r.w(MSIX_TABLE_OFFSET + v * 16 + 8, data, 4);
+        r.w(MSIX_TABLE_OFFSET + v * 16 + 12, 0, 4);
+    }
+    r.w(0x10, 0, 2);
+    assert_eq!(r.r(0x10, 2), 0);
+    r.w(0x10, 9, 2);
+    assert_eq!(r.r(0x10, 2), u64::from(NO_VECTOR), "no such vector");
+    r.w(0x10, 0, 2);
+
+    // Queue 0: 128 entries, vector 1, rings at split addresses.
+    r.w(0x16, 0, 2);
+    assert_eq!(r.r(0x18, 2), 256);
+    r.w(0x18, 128, 2);
+    r.w(0x1a, 1, 2);
+    assert_eq!(r.r(0x1a, 2), 1);
+    r.w(0x20, 0x1_0000, 4);
+    r.w(0x24, 0, 4);
+    r.w(0x28, 0x2_0000, 8);
+    r.w(0x30, 0x3_0000, 4);
+    r.w(0x34, 0x1, 4);
+    assert_eq!(r.r(0x30, 4), 0x3_0000);
+    assert_eq!(r.r(0x34, 4), 1);
+    assert_eq!(r.r(0x1e, 2), 0, "queue_notify_off");
+    r.w(0x1c, 1, 2);
+    assert_eq!(r.r(0x1c, 2), 1);
+    r.w(0x18, 16, 2);
+    assert_eq!(r.r(0x18, 2), 128, "size is fixed once enabled");
+
+    // Queue 1 left disabled. DRIVER_OK activates.
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    assert_eq!(r.r(STATUS, 1), 15);
+    {
+        let s = r.state.lock().unwrap();
+        assert_eq!(
+            s.activated,
+            vec![
+                (128, 0x1_0000, 0x2_0000, 0x1_0003_0000, true),
+                (64, 0, 0, 0, false)
+            ]
+        );
+    }
+    r.w(NOTIFY_OFFSET, 0, 2);
+    r.w(NOTIFY_OFFSET + 4, 1, 2);
+    r.w(NOTIFY_OFFSET + 4 * 7, 7, 2); // no such queue
+    assert_eq!(r.state.lock().unwrap().notified, vec![0, 1]);
+
+    // The device raises queue 0: MSI vector 1; config: vector 0.
+    let irq = r.state.lock().unwrap().interrupt.clone().unwrap();
+    irq.trigger_queue(0).unwrap();
+    irq.trigger_config().unwrap();
+    irq.trigger_queue(1).unwrap(); // NO_VECTOR: ISR only
+    assert_eq!(
+        *r.msis.0.lock().unwrap(),
+        vec![(0xfee0_0000, 0x31), (0xfee0_0000, 0x30)]
+    );
+    assert_eq!(r.r(ISR_OFFSET, 1), 3);
+    assert_eq!(r.r(ISR_OFFSET, 1), 0, "ISR clears on read");
+
+    // A masked vector pends and fires on unmask.
+    r.w(MSIX_TABLE_OFFSET + 16 + 12, 1, 4);
+    irq.trigger_queue(0).unwrap();
+    assert_eq!(r.msis.0.lock().unwrap().len(), 2);
+    assert_eq!(r.r(MSIX_PBA_OFFSET, 1), 0b10);
+    r.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
+    assert_eq!(r.msis.0.lock().unwrap().len(), 3);
+
+    // Device config passes through.
+    r.w(DEVICE_CFG_OFFSET + 2, 0xab, 1);
+    assert_eq!(r.r(DEVICE_CFG_OFFSET, 4), 0xab_0000);
+
+    // Reset.
+    r.w(STATUS, 0, 1);
+    assert_eq!(r.r(STATUS, 1), 0);
+    assert_eq!(r.r(0x18, 2), 256);
+    assert_eq!(r.r(0x1a, 2), u64::from(NO_VECTOR));
+    assert_eq!(
+        r.state.lock().unwrap().resets,
+        2,
+        "the initial reset and this one"
+    );
+    r.w(NOTIFY_OFFSET, 0, 2);
+    assert_eq!(
+        r.state.lock().unwrap().notified.len(),
+        2,
+        "no notify after reset"
+    );
+}
+
+#[test]
+fn features_without_version_1_are_refused() {
+    let mut r = rig();
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x08, 0, 4);
+    r.w(0x0c, 1 << 3, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    assert_eq!(r.r(STATUS, 1) & 8, 0);
+    assert_eq!(r.state.lock().unwrap().acked, None);
+    // Features the device never offered are refused too.
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1 | 2, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    assert_eq!(r.r(STATUS, 1) & 8, 0);
+    // DRIVER_OK without FEATURES_OK does not activate.
+    r.w(STATUS, 1 | 2 | 4, 1);
+    assert!(r.state.lock().unwrap().interrupt.is_none());
+}

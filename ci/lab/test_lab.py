@@ -45,13 +45,19 @@ class CollectorTest(unittest.TestCase):
         return col, col.finish()
 
     def test_good_run_passes_and_merges_counts(self):
-        col, problems = self.collect([HOST] + good_run("qemu-viommu", "viommu", 600) + good_run("qemu-none", "none", 2000) + ["@@LAB-DONE@@ rc=0"])
+        col, problems = self.collect([HOST] + good_run("qemu-viommu", "viommu", 600) + good_run("no-viommu", "none", 2000) + ["@@LAB-DONE@@ rc=0"])
         self.assertEqual(problems, [])
         ph = col.doc["runs"][0]["phases"]["randread-4k"]
         self.assertEqual((ph["read_iops"], ph["map_requests"], ph["vfio_calls"]), (600, 100, 200))
         table = lab.table(col.doc)
-        self.assertIn("| 4k | 600 |", table)
-        self.assertIn("0.30", table)  # 600 / 2000 of the ceiling
+        self.assertIn("| 4k | qemu-viommu | 600 | 2.3 | 0.30 | 0.04 | 10923 | 0.04 | 10923 | - |", table)
+        self.assertIn("| 4k | no-viommu | 2000 | 7.8 | 1.00 | - | - | - | - | - |", table)
+
+    def test_guest_counters_stand_in_for_device_counts(self):
+        ph = {"map_requests": 0, "unmap_requests": 0, "vfio_calls": 0,
+              "counters": {"virtio-iommu/virtio0/map": 30, "virtio-iommu/virtio0/unmap": 10, "iommu-dma-pool/hits": 9}}
+        self.assertEqual(lab.requests(ph), (40, None))
+        self.assertEqual(lab.counter_sum(ph, "/hits"), 9)
 
     def test_verify_error_fails(self):
         lines = [HOST] + good_run("g", "viommu", 1) + ["@@LAB-DONE@@ rc=0"]

@@ -1,15 +1,19 @@
-# Scenario: boot the guest once per entry of lab.runs=TAG:VMM:IOMMU:KERNEL[:OPT],...
-# OPT strict|lazy picks the guest's IOMMU domain mode (iommu.strict=1|0).
+# Scenario: boot the guest once per entry of lab.runs=TAG:VMM:IOMMU:KERNEL[:OPTS],...
+# OPTS is a '+'-separated list of guest kernel parameters, or the aliases
+# strict (iommu.strict=1) and lazy (iommu.strict=0).
 status=0
 for spec in $(lab_arg runs "" | tr ',' ' '); do
-	IFS=: read -r tag vmm iommu kernel opt <<SPEC
+	IFS=: read -r tag vmm iommu kernel opts <<SPEC
 $spec
 SPEC
-	case "$opt" in
-	strict) extra=iommu.strict=1 ;;
-	lazy) extra=iommu.strict=0 ;;
-	*) extra= ;;
-	esac
+	extra=
+	for o in $(echo "$opts" | tr '+' ' '); do
+		case "$o" in
+		strict) o=iommu.strict=1 ;;
+		lazy) o=iommu.strict=0 ;;
+		esac
+		extra="$extra $o"
+	done
 	run_guest "$tag" "$vmm" "$iommu" "$kernel" "$extra" || status=1
 done
 return $status

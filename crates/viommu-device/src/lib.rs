@@ -590,6 +590,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 .disable_notification(&*mem)
                 .map_err(|source| Error::Queue { queue: q, source })?;
             let mut items = Vec::new();
+            let mut progress_unbatched = false;
             while let Some(chain) = active.requestq.pop_descriptor_chain(&*mem) {
                 let item = match read_chain(chain) {
                     Ok(raw) => Item {
@@ -611,17 +612,28 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                     self.execute(&*mem, &mut items, PlanOptions::ONE_BY_ONE);
                     self.complete(&*mem, &mut active.requestq, &*active.interrupt, q, &items)?;
                     items.clear();
+                    progress_unbatched = true;
                 }
             }
             if !items.is_empty() {
                 self.execute(&*mem, &mut items, PlanOptions::BATCHED);
                 self.complete(&*mem, &mut active.requestq, &*active.interrupt, q, &items)?;
             }
+            let popped = !items.is_empty() || progress_unbatched;
             let more = active
                 .requestq
                 .enable_notification(&*mem)
                 .map_err(|source| Error::Queue { queue: q, source })?;
             if !more {
+                return Ok(());
+            }
+            if !popped {
+                // The avail index says there is more, but nothing could be
+                // popped: a corrupt index (e.g. more than a queue size ahead).
+                // Stop instead of spinning; the next notification retries.
+                warn!(
+                    "request queue avail index is inconsistent; waiting for the next notification"
+                );
                 return Ok(());
             }
         }

@@ -423,6 +423,13 @@ impl GuestDriver {
         .expect("used_event");
     }
 
+    /// Overwrites the avail index (as a buggy or hostile driver might).
+    pub fn set_avail_idx<M: GuestMemory>(&mut self, mem: &M, v: u16) {
+        mem.write_obj(v.to_le(), GuestAddress(self.avail + 2))
+            .expect("avail idx");
+        self.avail_idx = v;
+    }
+
     /// Sets the avail ring flags (e.g. `VRING_AVAIL_F_NO_INTERRUPT`).
     pub fn set_avail_flags<M: GuestMemory>(&self, mem: &M, v: u16) {
         mem.write_obj(v.to_le(), GuestAddress(self.avail))
@@ -451,11 +458,15 @@ impl GuestDriver {
             let mut status = None;
             if let Some((descs, wr)) = self.chains.remove(&head) {
                 if let Some((addr, wlen)) = wr {
-                    if wlen >= 4 && len >= 4 {
-                        let t: wire::ReqTail = mem
-                            .read_obj(GuestAddress(addr + u64::from(wlen) - 4))
-                            .expect("tail");
-                        status = Some(t.status);
+                    // Hand-made chains may point anywhere: no tail, no status.
+                    let at = addr
+                        .checked_add(u64::from(wlen))
+                        .and_then(|e| e.checked_sub(4));
+                    if let (true, Some(at)) = (wlen >= 4 && len >= 4, at) {
+                        status = mem
+                            .read_obj::<wire::ReqTail>(GuestAddress(at))
+                            .ok()
+                            .map(|t| t.status);
                     }
                 }
                 self.free.extend(descs);
@@ -576,6 +587,8 @@ pub struct Harness {
     pub irq: Arc<CountingInterrupt>,
     /// The mapper of each endpoint, in the order given to [`Harness::new`].
     pub mappers: Vec<Arc<FakeMapper>>,
+    /// The endpoint ids, in the same order.
+    pub endpoints: Vec<u32>,
 }
 
 impl Harness {
@@ -617,7 +630,50 @@ impl Harness {
             evq,
             irq,
             mappers,
+            endpoints: endpoints.to_vec(),
         }
+    }
+
+    /// Device reset, fresh rings, negotiation of `features`, activation.
+    pub fn restart(&mut self, features: u64) {
+        self.dev.reset();
+        self.dev.set_acked_features(features);
+        self.reqq = GuestDriver::new(&*self.mem, REQQ_BASE, self.reqq.size, REQQ_BUFFERS);
+        self.evq = GuestDriver::new(&*self.mem, EVQ_BASE, 64, EVQ_BUFFERS);
+        self.dev
+            .activate(
+                self.mem.clone(),
+                vec![self.reqq.queue(), self.evq.queue()],
+                self.irq.clone(),
+            )
+            .expect("activate");
+    }
+
+    /// Checks that every endpoint's mapper holds exactly the mappings of the
+    /// endpoint's domain (nothing when unattached or in bypass) and that no
+    /// mapper saw a protocol violation.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        for (ep, m) in self.endpoints.iter().zip(&self.mappers) {
+            let want: Vec<(u64, u64, u64, DmaPerm)> = match self.dev.endpoint_state(*ep) {
+                Some(crate::EndpointState::Translated(d)) => self
+                    .dev
+                    .domain_mappings(d)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|x| (x.iova, x.size, x.gpa, x.perm))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let have = m.mappings();
+            if have != want {
+                return Err(format!("endpoint {ep}: host {have:x?} != device {want:x?}"));
+            }
+            let v = m.violations();
+            if !v.is_empty() {
+                return Err(format!("endpoint {ep}: {v:?}"));
+            }
+        }
+        Ok(())
     }
 
     /// Queues requests without notifying the device; returns their heads.

@@ -877,3 +877,23 @@ fn bad_configurations_are_refused() {
         Err(Error::Granule { .. })
     ));
 }
+
+#[test]
+fn corrupt_avail_index_does_not_hang() {
+    for batching in [true, false] {
+        let mut h = Harness::new(
+            DeviceConfig {
+                batching,
+                ..Default::default()
+            },
+            &[1],
+            64,
+        );
+        h.send(&[req::attach(1, 1, 0)]);
+        // More than a queue size ahead of what the device consumed.
+        h.reqq.set_avail_idx(&*h.mem, 1 + 64 + 5);
+        h.dev.process_request_queue().unwrap();
+        h.reqq.set_avail_idx(&*h.mem, 0);
+        h.dev.process_request_queue().unwrap();
+    }
+}

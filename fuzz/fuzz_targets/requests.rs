@@ -1,0 +1,225 @@
+//! Fuzzes request parsing and execution: the input is a small program that
+//! queues well-formed, typed and hand-made (possibly hostile) descriptor
+//! chains, notifies the device, feeds the event queue, writes config space
+//! and resets the device. After every notification the host mappers must
+//! hold exactly what the device's domains say, without any protocol
+//! violation (overlapping map, splitting unmap); any panic is a finding.
+//!
+//! Input format (little-endian):
+//! - byte 0: bit 0 batching, bit 1 EVENT_IDX, bit 2 BYPASS_CONFIG, bit 3
+//!   MMIO, bit 4 withhold MAP_UNMAP, bits 5-7: n > 0 makes every host call
+//!   touching page `8 * n` fail.
+//! - then records, each a tag byte (`tag & 7` selects) and its operands:
+//!   0 raw request: rlen u8, wlen u16, rlen bytes (readable part)
+//!   1 typed request: kind u8, then 3-4 u8 fields (domain, endpoint/page...)
+//!   2 hand-made chain: n u8 (1-4 descriptors) of (addr u32, len u16, flags u8)
+//!   3 notify the request queue and check consistency
+//!   4 event queue: what u8, value u8
+//!   5 config write: offset u8, value u8
+//!   6 reset and renegotiate
+//!   7 used_event u16 / avail flags
+
+#![no_main]
+
+use libfuzzer_sys::{fuzz_target, Corpus};
+use viommu_device::testing::{req, FakeCall, Harness, DATA_BASE};
+use viommu_device::{DeviceConfig, FaultReport};
+use viommu_device::{
+    VIRTIO_IOMMU_F_BYPASS_CONFIG, VIRTIO_IOMMU_F_DOMAIN_RANGE, VIRTIO_IOMMU_F_INPUT_RANGE,
+    VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO, VIRTIO_IOMMU_F_PROBE,
+};
+
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn u8(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes([self.u8()?, self.u8()?]))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes([
+            self.u8()?,
+            self.u8()?,
+            self.u8()?,
+            self.u8()?,
+        ]))
+    }
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+}
+
+fn features(setup: u8) -> u64 {
+    let mut f = (1u64 << 32)
+        | (1 << VIRTIO_IOMMU_F_INPUT_RANGE)
+        | (1 << VIRTIO_IOMMU_F_DOMAIN_RANGE)
+        | (1 << VIRTIO_IOMMU_F_PROBE);
+    if setup & 2 != 0 {
+        f |= 1 << 29; // VIRTIO_RING_F_EVENT_IDX
+    }
+    if setup & 4 != 0 {
+        f |= 1 << VIRTIO_IOMMU_F_BYPASS_CONFIG;
+    }
+    if setup & 8 != 0 {
+        f |= 1 << VIRTIO_IOMMU_F_MMIO;
+    }
+    if setup & 16 == 0 {
+        f |= 1 << VIRTIO_IOMMU_F_MAP_UNMAP;
+    }
+    f
+}
+
+fn run(data: &[u8]) -> Option<()> {
+    let mut input = Input(data);
+    let setup = input.u8()?;
+    let cfg = DeviceConfig {
+        batching: setup & 1 != 0,
+        offer_mmio: setup & 8 != 0,
+        max_domains: 4,
+        max_mappings_per_domain: 32,
+        max_pending_events: 4,
+        ..Default::default()
+    };
+    let mut h = Harness::new(cfg, &[1, 2, 3], 32);
+    h.restart(features(setup));
+    let fail_page = u64::from(setup >> 5) * 8;
+    if fail_page != 0 {
+        for m in &h.mappers {
+            m.fail_when(move |c| match *c {
+                FakeCall::Map { iova, size, .. } | FakeCall::Unmap { iova, size } => {
+                    let p = fail_page * 0x1000;
+                    iova <= p && p - iova < size
+                }
+            });
+        }
+    }
+    let mem = h.mem.clone();
+    while let Some(tag) = input.u8() {
+        match tag & 7 {
+            0 => {
+                let rlen = usize::from(input.u8()?);
+                let wlen = u32::from(input.u16()? % 1024);
+                let r = input.bytes(rlen.min(0x100))?.to_vec();
+                let _ = h.reqq.push(&*mem, &r, wlen);
+            }
+            1 => {
+                let kind = input.u8()?;
+                let (a, b, c) = (input.u8()?, input.u8()?, input.u8()?);
+                let (d, p, n) = (u32::from(a % 8), u64::from(b % 64), u64::from(c % 8));
+                let page = 0x1000u64;
+                let r = match kind % 6 {
+                    0 => req::attach(d, u32::from(b % 5), u32::from(c % 3)),
+                    1 => req::detach(d, u32::from(b % 5)),
+                    2 => req::map(
+                        d,
+                        p * page,
+                        (p + n + 1) * page - 1,
+                        DATA_BASE + p * page,
+                        u32::from(kind >> 3),
+                    ),
+                    3 => req::unmap(
+                        d,
+                        p * page,
+                        ((p + n) * page + u64::from(kind >> 4) * 0x800).wrapping_sub(1),
+                    ),
+                    4 => req::probe(u32::from(b % 5)),
+                    _ => req::map(
+                        d,
+                        p * page,
+                        p * page + u64::from(c) * 0x800,
+                        u64::from(b) << 20,
+                        3,
+                    ),
+                };
+                let wlen = if kind % 6 == 4 { 512 + 4 } else { 4 };
+                let _ = h.reqq.push(&*mem, &r, wlen);
+            }
+            2 => {
+                let n = usize::from(input.u8()? % 4) + 1;
+                let mut descs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let addr = u64::from(input.u32()?);
+                    let len = u32::from(input.u16()?);
+                    // WRITE and INDIRECT only; NEXT is set by the driver.
+                    let flags = u16::from(input.u8()?) & 0x6;
+                    descs.push((addr, len, flags));
+                }
+                let _ = h.reqq.push_raw(&*mem, &descs);
+            }
+            3 => {
+                h.dev.process_request_queue().ok()?;
+                h.reqq.poll(&*mem);
+                if let Err(e) = h.check_consistency() {
+                    panic!("inconsistent after a batch: {e}");
+                }
+            }
+            4 => {
+                let what = input.u8()?;
+                let v = input.u8()?;
+                match what % 3 {
+                    0 => {
+                        let slot = h.evq.slot_addr(u16::from(v % 32));
+                        let _ = h.evq.push_raw(&*mem, &[(slot, u32::from(v), 2)]);
+                    }
+                    1 => {
+                        let _ = h.dev.report_fault(FaultReport {
+                            reason: v % 4,
+                            flags: u32::from(v),
+                            endpoint: u32::from(v % 5),
+                            address: u64::from(v) << 12,
+                        });
+                    }
+                    _ => {
+                        let _ = h.dev.process_event_queue();
+                        h.evq.poll(&*mem);
+                    }
+                }
+            }
+            5 => {
+                let off = u64::from(input.u8()? % 48);
+                let v = input.u8()?;
+                h.dev.write_config(off, &[v]);
+                let mut buf = [0u8; 8];
+                h.dev.read_config(off, &mut buf);
+            }
+            6 => {
+                let f = input.u8()?;
+                h.restart(features(f));
+                if let Err(e) = h.check_consistency() {
+                    panic!("inconsistent after reset: {e}");
+                }
+            }
+            _ => {
+                let v = input.u16()?;
+                if v & 1 == 0 {
+                    h.reqq.set_used_event(&*mem, v >> 1);
+                } else {
+                    h.reqq.set_avail_flags(&*mem, (v >> 1) & 1);
+                }
+            }
+        }
+    }
+    h.dev.process_request_queue().ok()?;
+    h.reqq.poll(&*mem);
+    if let Err(e) = h.check_consistency() {
+        panic!("inconsistent at the end: {e}");
+    }
+    Some(())
+}
+
+fuzz_target!(|data: &[u8]| -> Corpus {
+    if data.is_empty() {
+        return Corpus::Reject;
+    }
+    run(data);
+    Corpus::Keep
+});

@@ -20,7 +20,11 @@ use vmm::devices::bus::{Bus, BusError};
 use vmm::devices::exit::{ExitReason, VmExit};
 use vmm::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use vmm::devices::serial::{spawn_stdin_forwarder, SerialDevice};
+use vmm::devices::viommu::ViommuDevice;
+use vmm::devices::virtio::msix::MsiSender;
+use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use vmm::layout::*;
+use vmm::pci::alloc::BarAllocator;
 use vmm::{acpi, boot, cli, pci, vcpu, vm};
 
 /// Why the VMM could not start or keep running the VM.
@@ -36,6 +40,14 @@ enum VmmError {
     Acpi(#[from] acpi::AcpiError),
     #[error("cannot place a device")]
     Bus(#[from] BusError),
+    #[error("cannot place a PCI BAR")]
+    Bar(#[from] pci::alloc::AllocError),
+    #[error("cannot plug a PCI device")]
+    Pci(#[from] pci::PciError),
+    #[error("bad PCI configuration space")]
+    PciConfig(#[from] pci::config::ConfigError),
+    #[error("cannot create the virtio-iommu")]
+    Viommu(#[from] viommu_device::Error),
     #[error("{what}")]
     Io {
         what: &'static str,
@@ -82,10 +94,12 @@ struct Platform {
     pio: Arc<Bus>,
     mmio: Arc<Bus>,
     serial: Arc<Mutex<SerialDevice>>,
+    viot: Option<acpi::ViotConfig>,
 }
 
-/// Put the serial port, power control and PCI config access on the buses.
-fn platform(vm: &vm::Vm, exit: &Arc<VmExit>) -> Result<Platform, VmmError> {
+/// Put the serial port, power control, PCI config access and the PCI
+/// devices on the buses.
+fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Platform, VmmError> {
     let pio = Arc::new(Bus::new());
     let mmio = Arc::new(Bus::new());
 
@@ -111,7 +125,33 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>) -> Result<Platform, VmmError> {
         3,
     )?;
 
-    let root = Arc::new(pci::PciRoot::new());
+    let mut root = pci::PciRoot::new();
+    let mut bars = BarAllocator::new(PCI_MMIO32_START, PCI_MMIO32_SIZE);
+    let mut viot = None;
+    if cfg.viommu {
+        let device = ViommuDevice::new(viommu_device::DeviceConfig::default())?;
+        let bar = bars.allocate(BAR_SIZE)?;
+        let msi: Arc<dyn MsiSender> = Arc::new(vm::KvmMsiSender(vm.fd().clone()));
+        let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
+            Box::new(device),
+            vm.memory().clone(),
+            msi,
+            bar,
+        )?));
+        let slot = root.add_device(transport.clone())?;
+        mmio.insert(transport, bar, BAR_SIZE)?;
+        tracing::info!(slot, bar, "virtio-iommu on PCI");
+        viot = Some(acpi::ViotConfig {
+            iommu: acpi::Bdf {
+                bus: 0,
+                device: slot,
+                function: 0,
+            },
+            // VFIO endpoints join here (issue 4, item 4).
+            endpoints: Vec::new(),
+        });
+    }
+    let root = Arc::new(root);
     mmio.insert(
         Arc::new(Mutex::new(pci::PciEcam(root.clone()))),
         PCI_ECAM_START,
@@ -122,20 +162,30 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>) -> Result<Platform, VmmError> {
         u64::from(PCI_CONFIG_IO_PORT),
         8,
     )?;
-    Ok(Platform { pio, mmio, serial })
+    Ok(Platform {
+        pio,
+        mmio,
+        serial,
+        viot,
+    })
 }
 
 fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     let mem = vm::create_guest_memory(cfg.memory, cfg.hugepages)?;
     let vm = vm::Vm::new(mem.clone())?;
     let exit = Arc::new(VmExit::new().map_err(io_err("cannot create the exit eventfd"))?);
-    let Platform { pio, mmio, serial } = platform(&vm, &exit)?;
+    let Platform {
+        pio,
+        mmio,
+        serial,
+        viot,
+    } = platform(&vm, &exit, &cfg)?;
 
     let rsdp = acpi::write_tables(
         &mem,
         &acpi::AcpiConfig {
             cpus: cfg.cpus,
-            viot: None,
+            viot,
         },
     )?;
     let boot = boot::load(

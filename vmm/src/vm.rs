@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use kvm_bindings::kvm_userspace_memory_region;
+use kvm_bindings::{kvm_msi, kvm_userspace_memory_region};
 use kvm_ioctls::{Cap, Kvm, VmFd};
 use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap};
 
+use crate::devices::virtio::msix::MsiSender;
 use crate::layout::ram_regions;
 
 /// Where KVM keeps the real-mode TSS (3 pages) and the identity map page:
@@ -102,6 +103,7 @@ impl Vm {
             Cap::Irqfd,
             Cap::SetTssAddr,
             Cap::ExtCpuid,
+            Cap::SignalMsi,
         ] {
             if !kvm.check_extension(cap) {
                 return Err(VmError::MissingCap(cap));
@@ -156,6 +158,24 @@ impl Vm {
     /// Guest memory.
     pub fn memory(&self) -> &GuestMemoryMmap {
         &self.mem
+    }
+}
+
+/// Delivers MSI messages with `KVM_SIGNAL_MSI`.
+pub struct KvmMsiSender(pub Arc<VmFd>);
+
+impl MsiSender for KvmMsiSender {
+    fn send(&self, address: u64, data: u32) -> std::io::Result<()> {
+        let msi = kvm_msi {
+            address_lo: address as u32,
+            address_hi: (address >> 32) as u32,
+            data,
+            ..Default::default()
+        };
+        self.0
+            .signal_msi(msi)
+            .map(|_| ())
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))
     }
 }
 

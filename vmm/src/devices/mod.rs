@@ -4,4 +4,5 @@ pub mod bus;
 pub mod exit;
 pub mod power;
 pub mod serial;
+pub mod viommu;
 pub mod virtio;

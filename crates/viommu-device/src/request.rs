@@ -44,7 +44,8 @@ fn read<T: ByteValued>(bytes: &[u8]) -> Option<T> {
 ///   device SHOULD NOT write the buffer and SHOULD set the used length to zero.").
 /// - Readable part shorter or longer than the type's, or a writable part
 ///   that is not exactly a tail (PROBE: properties + tail): `S_IOERR`.
-/// - PROBE properties area smaller than `probe_size`: `S_INVAL` (spec:
+/// - PROBE properties area larger than `probe_size`: `S_IOERR`; smaller:
+///   `S_INVAL` (spec:
 ///   "If the properties list is smaller than probe_size, the device SHOULD
 ///   NOT write any property. It SHOULD reject the request and set status to
 ///   VIRTIO_IOMMU_S_INVAL.").
@@ -69,8 +70,14 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32) -> Parsed {
         return Parsed::Status(VIRTIO_IOMMU_S_IOERR);
     }
     if head.type_ == VIRTIO_IOMMU_T_PROBE {
-        if raw.writable_len - tail < u64::from(probe_size) {
+        let area = raw.writable_len - tail;
+        if area < u64::from(probe_size) {
             return Parsed::Status(VIRTIO_IOMMU_S_INVAL);
+        }
+        // Driver: "The size of properties MUST be probe_size bytes." A larger
+        // area is refused rather than zero-filled (it could be gigabytes).
+        if area > u64::from(probe_size) {
+            return Parsed::Status(VIRTIO_IOMMU_S_IOERR);
         }
     } else if raw.writable_len != tail {
         return Parsed::Status(VIRTIO_IOMMU_S_IOERR);

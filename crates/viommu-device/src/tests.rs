@@ -529,6 +529,17 @@ fn probe_reports_the_msi_window() {
     let r = req::probe(1);
     h.reqq.push(&*h.mem, &r, 100).unwrap();
     assert_eq!(h.kick()[0].status, s(VIRTIO_IOMMU_S_INVAL));
+    // Larger than probe_size: refused, not zero-filled.
+    h.reqq.push(&*h.mem, &r, 512 + 4 + 64).unwrap();
+    assert_eq!(h.kick()[0].status, s(VIRTIO_IOMMU_S_IOERR));
+    let huge = [
+        (0x300_0000u64, 20u32, 0u16),
+        (0x300_0100, u32::MAX - 0x1000, VRING_DESC_F_WRITE as u16),
+    ];
+    h.mem.write_slice(&r, GuestAddress(0x300_0000)).unwrap();
+    h.reqq.push_raw(&*h.mem.clone(), &huge).unwrap();
+    // Not guest memory: unanswerable.
+    assert_eq!(h.kick()[0].len, 0);
 }
 
 #[test]

@@ -192,7 +192,7 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(128)
+        .unwrap_or(256)
 }
 
 proptest! {

@@ -376,7 +376,7 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(256)
+        .unwrap_or(512)
 }
 
 fn pages() -> impl Strategy<Value = BTreeSet<u64>> {

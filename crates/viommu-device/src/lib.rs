@@ -13,6 +13,40 @@
 //! with a single used-ring index update and at most one interrupt. With
 //! [`DeviceConfig::batching`] off, every request is executed and completed
 //! on its own, like the stock devices.
+//!
+//! # Guest input
+//!
+//! Every chain is validated before anything is executed; nothing a guest
+//! writes can make the device panic (see the `requests` fuzz target).
+//! - Unanswerable chains (no room for a tail, a readable descriptor after a
+//!   writable one, a descriptor outside guest memory) and unknown request
+//!   types are returned with used length 0 and nothing written.
+//! - A readable part of the wrong size, or a writable part that is not
+//!   exactly a tail (PROBE: exactly `probe_size` bytes of properties and a
+//!   tail), gets `S_IOERR`; a PROBE area smaller than `probe_size` `S_INVAL`.
+//! - MAP: unknown flag (MMIO without `F_MMIO`) `S_INVAL`; `virt_end <=
+//!   virt_start` `S_INVAL`; outside `input_range`, unaligned to the
+//!   granule, overlapping a RESV_MEM region, or a physical range that is not
+//!   guest RAM (non-MMIO) `S_RANGE`; over an existing mapping `S_INVAL`;
+//!   over the per-domain limit `S_NOMEM`.
+//! - UNMAP: splitting a mapping `S_RANGE` (nothing removed); mappings fully
+//!   inside are removed, holes are fine.
+//! - Any: unknown domain `S_NOENT`, domain outside `domain_range`
+//!   `S_RANGE`, bypass domain `S_INVAL`, MAP/UNMAP without `F_MAP_UNMAP`
+//!   `S_UNSUPP`; unknown endpoint `S_NOENT`; a new domain past
+//!   [`DeviceConfig::max_domains`] `S_NOMEM`; a failing host call `S_DEVERR`
+//!   (with the state matching what the host really holds).
+//!
+//! # What the VMM provides
+//!
+//! - One [`DmaMapper`] per endpoint. Endpoints sharing one (one VFIO
+//!   container) must end up in the same domain: an ATTACH that would put
+//!   them in two gets `S_UNSUPP`.
+//! - Bypass: the device tracks which endpoints are in bypass mode
+//!   ([`VirtioIommu::endpoint_state`]: unattached with config `bypass` = 1,
+//!   or attached to a bypass domain) but does not program identity mappings
+//!   on the host; a VMM that lets the guest use bypass must map guest RAM
+//!   1:1 in those endpoints' address spaces itself.
 
 #![deny(missing_docs)]
 

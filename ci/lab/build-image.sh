@@ -93,8 +93,9 @@ if [ ! -f "$guest_base" ]; then
 fi
 
 # ---- overlay: small and rebuilt every run.
-run="$LAB_CACHE/run"
-rm -rf "$run" && mkdir -p "$run/guest-overlay" "$run/host-overlay/lab/guest" "$run/host-overlay/lab/bin"
+# Per run (LAB_RUN_DIR, from the runner), so concurrent runs do not collide.
+run=${LAB_RUN_DIR:-$LAB_CACHE/run}
+rm -rf "$run/guest-overlay" "$run/host-overlay" && mkdir -p "$run/guest-overlay" "$run/host-overlay/lab/guest" "$run/host-overlay/lab/bin"
 install -m 755 "$LAB_DIR/guest-init" "$run/guest-overlay/init"
 make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
 cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"

@@ -108,14 +108,6 @@ pub enum ConfigError {
         /// The missing /dev/vfio/N.
         dev: PathBuf,
     },
-    /// A feature the flags ask for is not built yet.
-    #[error("--{flag}: {what} is not implemented yet")]
-    NotImplemented {
-        /// The flag.
-        flag: &'static str,
-        /// The missing feature.
-        what: &'static str,
-    },
 }
 
 /// Parse `512M`, `2G`, `4096K`, `1073741824` (binary units; `MiB`/`GiB`
@@ -274,12 +266,6 @@ impl Cli {
             .iter()
             .map(|p| check_vfio_device(p, dev_vfio))
             .collect::<Result<Vec<_>, _>>()?;
-        if !vfio.is_empty() {
-            return Err(ConfigError::NotImplemented {
-                flag: "vfio",
-                what: "PCI passthrough (issue 4, item 4)",
-            });
-        }
         Ok(VmConfig {
             kernel: self.kernel,
             initrd: self.initrd,

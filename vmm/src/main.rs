@@ -16,10 +16,14 @@ use vm_superio::I8042Device;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
+use dma_mapper::{DmaMapper, DmaPerm, VfioMapper};
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use vmm::devices::bus::{Bus, BusError};
 use vmm::devices::exit::{ExitReason, VmExit};
 use vmm::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use vmm::devices::serial::{spawn_stdin_forwarder, SerialDevice};
+use vmm::devices::vfio_pci::{VfioBar, VfioPciDevice};
 use vmm::devices::viommu::ViommuDevice;
 use vmm::devices::virtio::msix::MsiSender;
 use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
@@ -48,6 +52,13 @@ enum VmmError {
     PciConfig(#[from] pci::config::ConfigError),
     #[error("cannot create the virtio-iommu")]
     Viommu(#[from] viommu_device::Error),
+    #[error("--vfio {path}: {what}")]
+    Vfio {
+        path: String,
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{what}")]
     Io {
         what: &'static str,
@@ -95,6 +106,8 @@ struct Platform {
     mmio: Arc<Bus>,
     serial: Arc<Mutex<SerialDevice>>,
     viot: Option<acpi::ViotConfig>,
+    /// The passed-through devices' mappers: dropping one unmaps its DMA.
+    dma: Vec<Arc<dyn DmaMapper>>,
 }
 
 /// Put the serial port, power control, PCI config access and the PCI
@@ -126,30 +139,127 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
     )?;
 
     let mut root = pci::PciRoot::new();
-    let mut bars = BarAllocator::new(PCI_MMIO32_START, PCI_MMIO32_SIZE);
+    let mut bars32 = BarAllocator::new(PCI_MMIO32_START, PCI_MMIO32_SIZE);
+    let mut bars64 = BarAllocator::new(PCI_MMIO64_START, PCI_MMIO64_SIZE);
+    let msi: Arc<dyn MsiSender> = Arc::new(vm::KvmMsiSender(vm.fd().clone()));
+
+    // Passed-through devices, with the mapper that programs their container.
+    let mut endpoints: Vec<(acpi::Bdf, Arc<dyn DmaMapper>)> = Vec::new();
+    if !cfg.vfio.is_empty() {
+        let mut kvm_vfio = kvm_bindings::kvm_create_device {
+            type_: kvm_bindings::kvm_device_type_KVM_DEV_TYPE_VFIO,
+            fd: 0,
+            flags: 0,
+        };
+        let kvm_vfio = vm
+            .fd()
+            .create_device(&mut kvm_vfio)
+            .map_err(kvm_err("KVM_CREATE_DEVICE (VFIO)"))?;
+        let kvm_vfio = Arc::new(VfioDeviceFd::new_from_kvm(kvm_vfio));
+        for spec in &cfg.vfio {
+            let verr = |what: &'static str| {
+                let path = spec.sysfs.display().to_string();
+                move |e: vfio_ioctls::VfioError| VmmError::Vfio {
+                    path,
+                    what,
+                    source: Box::new(e),
+                }
+            };
+            let container = Arc::new(
+                VfioContainer::new(Some(kvm_vfio.clone()))
+                    .map_err(verr("cannot open /dev/vfio/vfio (load vfio_iommu_type1)"))?,
+            );
+            let device = VfioDevice::new(&spec.sysfs, container.clone() as Arc<dyn VfioOps>, false)
+                .map_err(verr(
+                    "cannot open the device (is its whole IOMMU group bound to vfio-pci?)",
+                ))?;
+            // SAFETY: guest memory is only accessed through vm-memory's
+            // volatile accessors and KVM; no Rust reference to it exists.
+            let mapper = unsafe { VfioMapper::new(container, vm.memory().clone()) };
+            let mut dev = VfioPciDevice::new(Arc::new(device), msi.clone())
+                .map_err(io_err("cannot create VFIO interrupt eventfds"))?;
+            let bars: Vec<_> = dev.bars().to_vec();
+            let mut placed = Vec::new();
+            for b in &bars {
+                let addr = if b.is64 && b.size >= 0x1000_0000 {
+                    bars64.allocate(b.size)?
+                } else {
+                    bars32.allocate(b.size)?
+                };
+                dev.set_bar_address(b.index, addr);
+                placed.push((b.index, addr, b.size));
+            }
+            dev.start_irq_thread()
+                .map_err(io_err("cannot start the VFIO interrupt thread"))?;
+            let dev = Arc::new(Mutex::new(dev));
+            let slot = root.add_device(dev.clone())?;
+            for (bar, addr, size) in placed {
+                mmio.insert(
+                    Arc::new(Mutex::new(VfioBar {
+                        dev: dev.clone(),
+                        bar,
+                    })),
+                    addr,
+                    size,
+                )?;
+            }
+            tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
+            let bdf = acpi::Bdf {
+                bus: 0,
+                device: slot,
+                function: 0,
+            };
+            endpoints.push((bdf, Arc::new(mapper)));
+        }
+    }
+
     let mut viot = None;
     if cfg.viommu {
-        let device = ViommuDevice::new(viommu_device::DeviceConfig::default())?;
-        let bar = bars.allocate(BAR_SIZE)?;
-        let msi: Arc<dyn MsiSender> = Arc::new(vm::KvmMsiSender(vm.fd().clone()));
+        let mut dcfg = viommu_device::DeviceConfig::default();
+        for (_, m) in &endpoints {
+            dcfg.page_size_mask &= m.page_size_mask();
+        }
+        let mut device = ViommuDevice::new(dcfg)?;
+        for (bdf, mapper) in &endpoints {
+            let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
+            device.model().add_endpoint(id, mapper.clone())?;
+        }
+        let bar = bars32.allocate(BAR_SIZE)?;
         let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
             Box::new(device),
             vm.memory().clone(),
-            msi,
+            msi.clone(),
             bar,
         )?));
         let slot = root.add_device(transport.clone())?;
         mmio.insert(transport, bar, BAR_SIZE)?;
-        tracing::info!(slot, bar, "virtio-iommu on PCI");
+        tracing::info!(
+            slot,
+            bar,
+            endpoints = endpoints.len(),
+            "virtio-iommu on PCI"
+        );
         viot = Some(acpi::ViotConfig {
             iommu: acpi::Bdf {
                 bus: 0,
                 device: slot,
                 function: 0,
             },
-            // VFIO endpoints join here (issue 4, item 4).
-            endpoints: Vec::new(),
+            endpoints: endpoints.iter().map(|(b, _)| *b).collect(),
         });
+    } else {
+        // No vIOMMU: the devices see all guest RAM at its guest-physical address.
+        for (bdf, mapper) in &endpoints {
+            for r in vm.memory().iter() {
+                mapper
+                    .map(r.start_addr().0, r.start_addr().0, r.len(), DmaPerm::RW)
+                    .map_err(|e| VmmError::Vfio {
+                        path: format!("(slot {})", bdf.device),
+                        what: "cannot map guest RAM for DMA",
+                        source: Box::new(e),
+                    })?;
+            }
+        }
     }
     let root = Arc::new(root);
     mmio.insert(
@@ -167,6 +277,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         mmio,
         serial,
         viot,
+        dma: endpoints.into_iter().map(|(_, m)| m).collect(),
     })
 }
 
@@ -179,6 +290,7 @@ fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         mmio,
         serial,
         viot,
+        dma,
     } = platform(&vm, &exit, &cfg)?;
 
     let rsdp = acpi::write_tables(
@@ -269,6 +381,11 @@ fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
             tracing::warn!("a vCPU thread did not stop; exiting anyway");
         }
     }
+    // The guest is stopped. Release the devices first (closing a VFIO
+    // device resets it), then their DMA mappings.
+    drop(pio);
+    drop(mmio);
+    drop(dma);
     Ok(reason)
 }
 

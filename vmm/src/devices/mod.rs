@@ -4,5 +4,6 @@ pub mod bus;
 pub mod exit;
 pub mod power;
 pub mod serial;
+pub mod vfio_pci;
 pub mod viommu;
 pub mod virtio;

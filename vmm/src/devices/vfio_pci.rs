@@ -1,0 +1,447 @@
+//! VFIO PCI passthrough: a host PCI function in the guest.
+//!
+//! Config space is the device's, read and written through VFIO, except:
+//! the BARs (emulated: the VMM places them in the guest's PCI windows),
+//! the expansion ROM (hidden) and the MSI-X capability's control word
+//! (emulated: enabling MSI-X enables the vectors through
+//! `VFIO_DEVICE_SET_IRQS`). BAR accesses trap to the VMM and go to the
+//! device with region reads and writes; the MSI-X table and PBA are
+//! emulated, and a thread turns the device's interrupt eventfds into MSIs.
+//! (Mapping BARs straight into the guest and irqfd routing are the next
+//! performance steps.)
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::bus::BusDevice;
+use super::virtio::msix::{send_all, MsiSender, MsixTable};
+use crate::pci::PciDevice;
+
+/// Region access to a VFIO device (a fake in tests).
+pub trait VfioRegions: Send + Sync {
+    /// Read `buf.len()` bytes at `offset` of region `index`.
+    fn read(&self, index: u32, buf: &mut [u8], offset: u64);
+    /// Write `buf` at `offset` of region `index`.
+    fn write(&self, index: u32, buf: &[u8], offset: u64);
+    /// Size of region `index` (0 if absent).
+    fn size(&self, index: u32) -> u64;
+    /// Enable MSI-X with one eventfd per vector.
+    fn enable_msix(&self, fds: &[&EventFd]) -> std::io::Result<()>;
+    /// Disable MSI-X.
+    fn disable_msix(&self) -> std::io::Result<()>;
+}
+
+impl VfioRegions for vfio_ioctls::VfioDevice {
+    fn read(&self, index: u32, buf: &mut [u8], offset: u64) {
+        self.region_read(index, buf, offset);
+    }
+    fn write(&self, index: u32, buf: &[u8], offset: u64) {
+        self.region_write(index, buf, offset);
+    }
+    fn size(&self, index: u32) -> u64 {
+        self.get_region_size(index)
+    }
+    fn enable_msix(&self, fds: &[&EventFd]) -> std::io::Result<()> {
+        vfio_ioctls::VfioDevice::enable_msix(self, fds.to_vec()).map_err(std::io::Error::other)
+    }
+    fn disable_msix(&self) -> std::io::Result<()> {
+        vfio_ioctls::VfioDevice::disable_msix(self).map_err(std::io::Error::other)
+    }
+}
+
+const BAR0: usize = 0x10;
+const ROM_BAR: usize = 0x30;
+const CAP_PTR: usize = 0x34;
+const CAP_ID_MSIX: u8 = 0x11;
+const MSIX_ENABLE: u16 = 1 << 15;
+const MSIX_MASK_ALL: u16 = 1 << 14;
+
+/// A memory BAR of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarInfo {
+    /// BAR (and VFIO region) index.
+    pub index: usize,
+    /// Size in bytes.
+    pub size: u64,
+    /// 64-bit BAR (uses index + 1 for the upper half).
+    pub is64: bool,
+    /// The low 4 bits of the BAR register (type and prefetchable).
+    pub low_bits: u32,
+}
+
+/// Where the MSI-X table and PBA live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MsixInfo {
+    /// Offset of the capability in config space.
+    pub cap: usize,
+    /// Number of vectors.
+    pub vectors: u16,
+    /// BAR and offset of the table.
+    pub table: (usize, u64),
+    /// BAR and offset of the pending bit array.
+    pub pba: (usize, u64),
+}
+
+fn cfg_read<R: VfioRegions + ?Sized>(r: &R, off: usize, len: usize) -> u32 {
+    let mut b = [0u8; 4];
+    r.read(VFIO_PCI_CONFIG_REGION_INDEX, &mut b[..len], off as u64);
+    u32::from_le_bytes(b)
+}
+
+/// The device's memory BARs (I/O BARs are not passed through).
+pub fn probe_bars<R: VfioRegions + ?Sized>(r: &R) -> Vec<BarInfo> {
+    let mut bars = Vec::new();
+    let mut i = 0;
+    while i < 6 {
+        let reg = cfg_read(r, BAR0 + 4 * i, 4);
+        let size = r.size(i as u32);
+        let is_io = reg & 1 == 1;
+        let is64 = !is_io && (reg >> 1) & 0x3 == 0x2;
+        if size > 0 && !is_io && size.is_power_of_two() {
+            bars.push(BarInfo {
+                index: i,
+                size,
+                is64,
+                low_bits: reg & 0xf,
+            });
+        } else if size > 0 {
+            tracing::warn!(
+                bar = i,
+                size,
+                "VFIO: I/O or odd-sized BAR not passed through"
+            );
+        }
+        i += if is64 { 2 } else { 1 };
+    }
+    bars
+}
+
+/// Find the MSI-X capability.
+pub fn probe_msix<R: VfioRegions + ?Sized>(r: &R) -> Option<MsixInfo> {
+    let mut p = (cfg_read(r, CAP_PTR, 1) & 0xfc) as usize;
+    let mut hops = 0;
+    while p != 0 && hops < 48 {
+        let head = cfg_read(r, p, 4);
+        if head as u8 == CAP_ID_MSIX {
+            let table = cfg_read(r, p + 4, 4);
+            let pba = cfg_read(r, p + 8, 4);
+            return Some(MsixInfo {
+                cap: p,
+                vectors: ((head >> 16) & 0x7ff) as u16 + 1,
+                table: ((table & 7) as usize, u64::from(table & !7)),
+                pba: ((pba & 7) as usize, u64::from(pba & !7)),
+            });
+        }
+        p = ((head >> 8) & 0xfc) as usize;
+        hops += 1;
+    }
+    None
+}
+
+/// A passed-through PCI function.
+pub struct VfioPciDevice {
+    dev: Arc<dyn VfioRegions>,
+    bars: Vec<BarInfo>,
+    /// Emulated BAR registers, by BAR register index.
+    bar_regs: [u32; 6],
+    msix: Option<MsixInfo>,
+    msix_ctrl: u16,
+    table: Arc<Mutex<MsixTable>>,
+    msi: Arc<dyn MsiSender>,
+    irq_fds: Vec<EventFd>,
+    irq_enabled: bool,
+    stop: Arc<AtomicBool>,
+    wake: Option<EventFd>,
+}
+
+impl VfioPciDevice {
+    /// Wrap `dev`, its BARs at `addrs[i]` for `self.bars()[i]`.
+    pub fn new(dev: Arc<dyn VfioRegions>, msi: Arc<dyn MsiSender>) -> std::io::Result<Self> {
+        let bars = probe_bars(&*dev);
+        let msix = probe_msix(&*dev);
+        let vectors = msix.map_or(1, |m| m.vectors);
+        let irq_fds = (0..vectors)
+            .map(|_| EventFd::new(EFD_NONBLOCK))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(VfioPciDevice {
+            dev,
+            bars,
+            bar_regs: [0; 6],
+            msix,
+            msix_ctrl: 0,
+            table: Arc::new(Mutex::new(MsixTable::new(vectors))),
+            msi,
+            irq_fds,
+            irq_enabled: false,
+            stop: Arc::new(AtomicBool::new(false)),
+            wake: None,
+        })
+    }
+
+    /// The memory BARs to place.
+    pub fn bars(&self) -> &[BarInfo] {
+        &self.bars
+    }
+
+    /// Program BAR `index` with guest address `addr`.
+    pub fn set_bar_address(&mut self, index: usize, addr: u64) {
+        if let Some(b) = self.bars.iter().find(|b| b.index == index) {
+            self.bar_regs[index] = (addr as u32 & !0xf) | b.low_bits;
+            if b.is64 {
+                self.bar_regs[index + 1] = (addr >> 32) as u32;
+            }
+        }
+    }
+
+    fn bar_reg_read(&self, i: usize) -> u32 {
+        self.bar_regs[i]
+    }
+
+    fn bar_reg_write(&mut self, i: usize, offset: usize, data: &[u8]) {
+        // The BAR (or upper half) this register belongs to.
+        let owner = self
+            .bars
+            .iter()
+            .find(|b| b.index == i || (b.is64 && b.index + 1 == i))
+            .copied();
+        let Some(b) = owner else { return };
+        let mut v = self.bar_regs[i].to_le_bytes();
+        for (k, d) in data.iter().enumerate() {
+            if let Some(x) = v.get_mut(offset + k) {
+                *x = *d;
+            }
+        }
+        let v = u32::from_le_bytes(v);
+        let mask = !(b.size - 1);
+        self.bar_regs[i] = if i == b.index {
+            (v & mask as u32 & !0xf) | b.low_bits
+        } else {
+            v & (mask >> 32) as u32
+        };
+    }
+
+    fn msix_ctrl_write(&mut self, value: u16) {
+        self.msix_ctrl = value & (MSIX_ENABLE | MSIX_MASK_ALL);
+        let enable = self.msix_ctrl & MSIX_ENABLE != 0;
+        let msgs = self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_control(enable, self.msix_ctrl & MSIX_MASK_ALL != 0);
+        send_all(&self.msi, msgs);
+        if enable && !self.irq_enabled {
+            let fds: Vec<&EventFd> = self.irq_fds.iter().collect();
+            match self.dev.enable_msix(&fds) {
+                Ok(()) => self.irq_enabled = true,
+                Err(e) => tracing::error!("VFIO: enabling MSI-X failed: {e}"),
+            }
+        } else if !enable && self.irq_enabled {
+            if let Err(e) = self.dev.disable_msix() {
+                tracing::error!("VFIO: disabling MSI-X failed: {e}");
+            }
+            self.irq_enabled = false;
+        }
+    }
+
+    /// Start the thread that turns the device's interrupt eventfds into
+    /// MSIs (through the emulated MSI-X table, so masking works).
+    pub fn start_irq_thread(&mut self) -> std::io::Result<()> {
+        let wake = EventFd::new(EFD_NONBLOCK)?;
+        let mut fds = Vec::with_capacity(self.irq_fds.len() + 1);
+        for f in &self.irq_fds {
+            fds.push(f.try_clone()?);
+        }
+        fds.push(wake.try_clone()?);
+        self.wake = Some(wake);
+        let table = self.table.clone();
+        let msi = self.msi.clone();
+        let stop = self.stop.clone();
+        std::thread::Builder::new()
+            .name("vfio-irq".into())
+            .spawn(move || {
+                use std::os::fd::AsRawFd;
+                let mut pfds: Vec<libc::pollfd> = fds
+                    .iter()
+                    .map(|f| libc::pollfd {
+                        fd: f.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                while !stop.load(Ordering::Acquire) {
+                    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfds
+                    // whose fds `fds` keeps open for the loop's lifetime.
+                    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as _, -1) };
+                    if n < 0 {
+                        if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                        {
+                            continue;
+                        }
+                        tracing::error!("VFIO irq poll: {}", std::io::Error::last_os_error());
+                        return;
+                    }
+                    for (v, p) in pfds.iter_mut().enumerate() {
+                        if p.revents & libc::POLLIN == 0 {
+                            continue;
+                        }
+                        p.revents = 0;
+                        let _ = fds[v].read();
+                        if v + 1 == fds.len() {
+                            continue; // the wake fd
+                        }
+                        let msg = table
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .raise(v as u16);
+                        if let Some((addr, data)) = msg {
+                            if let Err(e) = msi.send(addr, data) {
+                                tracing::warn!("VFIO MSI vector {v}: {e}");
+                            }
+                        }
+                    }
+                }
+            })?;
+        Ok(())
+    }
+
+    /// Access of `len` bytes at `offset` of BAR `bar` hits the MSI-X table
+    /// or PBA: which, and the offset inside it.
+    fn msix_target(&self, bar: usize, offset: u64, len: usize) -> Option<(bool, u64)> {
+        let m = self.msix?;
+        let table_len = u64::from(m.vectors) * 16;
+        let pba_len = u64::from(m.vectors).div_ceil(64) * 8;
+        let end = offset + len as u64;
+        if bar == m.table.0 && offset >= m.table.1 && end <= m.table.1 + table_len {
+            return Some((true, offset - m.table.1));
+        }
+        if bar == m.pba.0 && offset >= m.pba.1 && end <= m.pba.1 + pba_len {
+            return Some((false, offset - m.pba.1));
+        }
+        None
+    }
+
+    /// A guest read of BAR `bar`.
+    pub fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        match self.msix_target(bar, offset, data.len()) {
+            Some((true, o)) => self
+                .table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .read_table(o, data),
+            Some((false, o)) => self
+                .table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .read_pba(o, data),
+            None => self.dev.read(bar as u32, data, offset),
+        }
+    }
+
+    /// A guest write of BAR `bar`.
+    pub fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        match self.msix_target(bar, offset, data.len()) {
+            Some((true, o)) => {
+                let msgs = self
+                    .table
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .write_table(o, data);
+                send_all(&self.msi, msgs);
+            }
+            Some((false, _)) => {}
+            None => self.dev.write(bar as u32, data, offset),
+        }
+    }
+}
+
+impl Drop for VfioPciDevice {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(w) = &self.wake {
+            let _ = w.write(1);
+        }
+        if self.irq_enabled {
+            let _ = self.dev.disable_msix();
+        }
+    }
+}
+
+impl PciDevice for VfioPciDevice {
+    fn read_config(&mut self, reg: usize) -> u32 {
+        let off = reg * 4;
+        if (BAR0..BAR0 + 24).contains(&off) {
+            return self.bar_reg_read((off - BAR0) / 4);
+        }
+        if off == ROM_BAR {
+            return 0;
+        }
+        let mut v = cfg_read(&*self.dev, off, 4);
+        if let Some(m) = self.msix {
+            if off == m.cap {
+                v = (v & !((u32::from(MSIX_ENABLE | MSIX_MASK_ALL)) << 16))
+                    | u32::from(self.msix_ctrl) << 16;
+            }
+        }
+        v
+    }
+
+    fn write_config(&mut self, reg: usize, offset: usize, data: &[u8]) {
+        let off = reg * 4;
+        if (BAR0..BAR0 + 24).contains(&off) {
+            self.bar_reg_write((off - BAR0) / 4, offset, data);
+            return;
+        }
+        if off == ROM_BAR {
+            return;
+        }
+        if let Some(m) = self.msix {
+            if off == m.cap {
+                // Bytes 2-3 of the capability are message control.
+                let mut ctrl = self.msix_ctrl.to_le_bytes();
+                for (k, d) in data.iter().enumerate() {
+                    if let Some(i) = (offset + k).checked_sub(2) {
+                        if let Some(c) = ctrl.get_mut(i) {
+                            *c = *d;
+                        }
+                    }
+                }
+                self.msix_ctrl_write(u16::from_le_bytes(ctrl));
+                return;
+            }
+        }
+        self.dev
+            .write(VFIO_PCI_CONFIG_REGION_INDEX, data, (off + offset) as u64);
+    }
+}
+
+/// One BAR of a [`VfioPciDevice`] on the MMIO bus.
+pub struct VfioBar {
+    /// The device.
+    pub dev: Arc<Mutex<VfioPciDevice>>,
+    /// Which BAR.
+    pub bar: usize,
+}
+
+impl BusDevice for VfioBar {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        self.dev
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bar_read(self.bar, offset, data);
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        self.dev
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bar_write(self.bar, offset, data);
+    }
+}
+
+/// The MSI-X interrupt index, for reference in logs.
+pub const MSIX_IRQ_INDEX: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! Config emulation, BARs and MSI-X against a fake VFIO device.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+struct Fake {
+    config: Mutex<[u8; 256]>,
+    bar0: Mutex<Vec<u8>>,
+    msix_fds: Mutex<Option<Vec<EventFd>>>,
+}
+
+impl Fake {
+    fn new() -> Self {
+        let mut c = [0u8; 256];
+        c[0..4].copy_from_slice(&0x0010_1b36u32.to_le_bytes());
+        c[0x10..0x14].copy_from_slice(&0x0000_000cu32.to_le_bytes()); // 64-bit prefetchable
+        c[0x18..0x1c].copy_from_slice(&0x0000_c001u32.to_le_bytes()); // I/O BAR
+        c[0x30..0x34].copy_from_slice(&0xfeb0_0000u32.to_le_bytes()); // ROM
+        c[0x34] = 0x40;
+        c[0x40..0x44].copy_from_slice(&0x0080_5005u32.to_le_bytes()); // MSI, next 0x50
+        c[0x50..0x54].copy_from_slice(&0x0002_0011u32.to_le_bytes()); // MSI-X, 3 vectors
+        c[0x54..0x58].copy_from_slice(&0x2000u32.to_le_bytes());
+        c[0x58..0x5c].copy_from_slice(&0x3000u32.to_le_bytes());
+        Fake {
+            config: Mutex::new(c),
+            bar0: Mutex::new(vec![0; 0x4000]),
+            msix_fds: Mutex::new(None),
+        }
+    }
+}
+
+impl VfioRegions for Fake {
+    fn read(&self, index: u32, buf: &mut [u8], offset: u64) {
+        let o = offset as usize;
+        match index {
+            VFIO_PCI_CONFIG_REGION_INDEX => {
+                buf.copy_from_slice(&self.config.lock().unwrap()[o..o + buf.len()])
+            }
+            0 => buf.copy_from_slice(&self.bar0.lock().unwrap()[o..o + buf.len()]),
+            _ => buf.fill(0xff),
+        }
+    }
+    fn write(&self, index: u32, buf: &[u8], offset: u64) {
+        let o = offset as usize;
+        match index {
+            VFIO_PCI_CONFIG_REGION_INDEX => {
+                self.config.lock().unwrap()[o..o + buf.len()].copy_from_slice(buf)
+            }
+            0 => self.bar0.lock().unwrap()[o..o + buf.len()].copy_from_slice(buf),
+            _ => {}
+        }
+    }
+    fn size(&self, index: u32) -> u64 {
+        match index {
+            0 => 0x4000,
+            2 => 0x20,
+            _ => 0,
+        }
+    }
+    fn enable_msix(&self, fds: &[&EventFd]) -> std::io::Result<()> {
+        let clones = fds
+            .iter()
+            .map(|f| f.try_clone())
+            .collect::<Result<_, _>>()?;
+        *self.msix_fds.lock().unwrap() = Some(clones);
+        Ok(())
+    }
+    fn disable_msix(&self) -> std::io::Result<()> {
+        *self.msix_fds.lock().unwrap() = None;
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Msis(Mutex<Vec<(u64, u32)>>);
+impl MsiSender for Msis {
+    fn send(&self, address: u64, data: u32) -> std::io::Result<()> {
+        self.0.lock().unwrap().push((address, data));
+        Ok(())
+    }
+}
+
+fn device() -> (VfioPciDevice, Arc<Fake>, Arc<Msis>) {
+    let fake = Arc::new(Fake::new());
+    let msis = Arc::new(Msis::default());
+    let d = VfioPciDevice::new(fake.clone(), msis.clone()).unwrap();
+    (d, fake, msis)
+}
+
+#[test]
+fn probes_memory_bars_and_msix() {
+    let (d, fake, _) = device();
+    assert_eq!(
+        d.bars(),
+        &[BarInfo {
+            index: 0,
+            size: 0x4000,
+            is64: true,
+            low_bits: 0xc
+        }]
+    );
+    assert_eq!(
+        probe_msix(&*fake),
+        Some(MsixInfo {
+            cap: 0x50,
+            vectors: 3,
+            table: (0, 0x2000),
+            pba: (0, 0x3000)
+        })
+    );
+}
+
+#[test]
+fn bars_are_emulated_rom_hidden_rest_passed_through() {
+    let (mut d, fake, _) = device();
+    d.set_bar_address(0, 0x1_c000_4000);
+    assert_eq!(d.read_config(4), 0xc000_400c);
+    assert_eq!(d.read_config(5), 0x1);
+    // Sizing.
+    d.write_config(4, 0, &[0xff; 4]);
+    d.write_config(5, 0, &[0xff; 4]);
+    assert_eq!(d.read_config(4), 0xffff_c00c);
+    assert_eq!(d.read_config(5), 0xffff_ffff);
+    d.write_config(4, 0, &0xc000_4000u32.to_le_bytes());
+    d.write_config(5, 0, &1u32.to_le_bytes());
+    assert_eq!(d.read_config(4), 0xc000_400c);
+    // The I/O BAR and unused BARs read 0; the ROM is hidden.
+    assert_eq!(d.read_config(6), 0);
+    assert_eq!(d.read_config(12), 0);
+    // The device's own BAR registers were never written.
+    assert_eq!(fake.config.lock().unwrap()[0x10], 0x0c);
+    // Command register goes to the device.
+    d.write_config(1, 0, &[0x06, 0x00]);
+    assert_eq!(fake.config.lock().unwrap()[4], 0x06);
+    assert_eq!(d.read_config(0), 0x0010_1b36);
+}
+
+#[test]
+fn msix_enable_table_and_interrupts() {
+    let (mut d, fake, msis) = device();
+    d.start_irq_thread().unwrap();
+    // Program vector 1 through the BAR: the table is emulated.
+    d.bar_write(0, 0x2010, &0xfee0_0000u32.to_le_bytes());
+    d.bar_write(0, 0x2018, &0x45u32.to_le_bytes());
+    d.bar_write(0, 0x201c, &0u32.to_le_bytes());
+    assert_eq!(fake.bar0.lock().unwrap()[0x2018], 0, "table not forwarded");
+    let mut b = [0u8; 4];
+    d.bar_read(0, 0x2018, &mut b);
+    assert_eq!(u32::from_le_bytes(b), 0x45);
+    // Other BAR offsets are the device's.
+    d.bar_write(0, 0x100, &[1, 2, 3, 4]);
+    assert_eq!(&fake.bar0.lock().unwrap()[0x100..0x104], &[1, 2, 3, 4]);
+
+    // Enable MSI-X via message control (byte 3 of the capability dword).
+    assert_eq!(d.read_config(0x50 / 4) >> 31, 0);
+    d.write_config(0x50 / 4, 3, &[0x80]);
+    assert_eq!(d.read_config(0x50 / 4) >> 16, 0x8002);
+    let fds = fake
+        .msix_fds
+        .lock()
+        .unwrap()
+        .take()
+        .expect("VFIO MSI-X enabled");
+    assert_eq!(fds.len(), 3);
+    // The device fires vector 1: an MSI goes out.
+    fds[1].write(1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while msis.0.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(*msis.0.lock().unwrap(), vec![(0xfee0_0000, 0x45)]);
+    // Vector 0 is masked: it pends, and the PBA shows it.
+    fds[0].write(1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut pba = [0u8; 8];
+    while pba[0] == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        d.bar_read(0, 0x3000, &mut pba);
+    }
+    assert_eq!(pba[0], 1);
+    // Disable.
+    d.write_config(0x50 / 4, 3, &[0x00]);
+    assert!(!d.irq_enabled);
+}

@@ -908,3 +908,45 @@ fn corrupt_avail_index_does_not_hang() {
         h.dev.process_request_queue().unwrap();
     }
 }
+
+/// The device against dma-mapper's own software address space (type1-like
+/// rules) behind its recording wrapper with fault injection.
+#[test]
+fn with_dma_mapper_software_space_and_recorder() {
+    use dma_mapper::{FaultPlan, RecordingMapper, SoftAddressSpace, PAGE_SIZE_4K_MASK};
+
+    use crate::testing::workload::{kicks, Pattern};
+
+    let mut h = Harness::new(DeviceConfig::default(), &[], 256);
+    let soft = SoftAddressSpace::for_memory(&*h.mem, PAGE_SIZE_4K_MASK);
+    let rec = Arc::new(RecordingMapper::new(soft));
+    h.dev.add_endpoint(1, rec.clone()).unwrap();
+    assert_eq!(h.statuses(&[req::attach(1, 1, 0)]), vec![OK]);
+
+    // Invariant 3 through a real translation: reachable after MAP, not after UNMAP.
+    let iova = 0x40_0000;
+    assert_eq!(h.statuses(&[map(1, iova, 4)]), vec![OK]);
+    assert_eq!(
+        rec.inner().translate(iova + 8, 8, DmaPerm::RW),
+        Ok(DATA_BASE + iova + 8)
+    );
+    assert_eq!(h.statuses(&[unmap(1, iova, iova + 4 * PAGE)]), vec![OK]);
+    assert!(rec.inner().translate(iova + 8, 8, DmaPerm::RO).is_err());
+
+    let before = rec.stats();
+    for kick in kicks(Pattern::DeferredBursts, 64 * 1024, 32, 200, 1) {
+        assert!(h.send(&kick).iter().all(|u| u.status == OK));
+    }
+    let after = rec.stats();
+    assert_eq!(after.map_calls - before.map_calls, 200);
+    assert_eq!(after.unmap_calls - before.unmap_calls, 7);
+    assert_eq!(after.map_failures + after.unmap_failures, 0);
+    assert_eq!(rec.inner().mapping_count(), 0);
+
+    // An injected failure on the next call: that MAP alone fails.
+    rec.set_faults(FaultPlan::fail_calls([rec.next_seq()]));
+    let st = h.statuses(&[map(1, 0x1000, 1), map(1, 0x2000, 1)]);
+    assert_eq!(st, vec![s(VIRTIO_IOMMU_S_DEVERR), OK]);
+    assert_eq!(rec.inner().mappings().len(), 1);
+    assert_eq!(h.dev.domain_mappings(1).unwrap().len(), 1);
+}

@@ -397,6 +397,37 @@ proptest! {
         check_stream(gens, cuts, map_poison, unmap_poison, two, PlanOptions::BATCHED)?;
     }
 
+    /// Without failures, batching gives the same outcomes and state as one
+    /// request at a time, with never more host calls.
+    #[test]
+    fn batching_never_costs_more_calls(
+        gens in proptest::collection::vec(gen_op(), 1..80),
+        cuts in proptest::collection::vec(1..24usize, 1..8),
+    ) {
+        let reqs = to_requests(&gens);
+        let mut results = Vec::new();
+        for (opts, cuts) in [(PlanOptions::BATCHED, cuts.clone()), (PlanOptions::ONE_BY_ONE, vec![1])] {
+            let fake = Fake::default();
+            let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+            let mut table = MappingTable::new(LIMIT);
+            let mut outcomes = Vec::new();
+            let mut pos = 0;
+            let mut k = 0;
+            while pos < reqs.len() {
+                let len = cuts[k % cuts.len()].clamp(1, reqs.len() - pos);
+                k += 1;
+                let mut backend = MapperSet::new(&mappers);
+                outcomes.extend(run_batch(&mut table, &reqs[pos..pos + len], opts, &mut backend).outcomes);
+                pos += len;
+            }
+            let calls = fake.with(|h| h.log.len());
+            results.push((outcomes, fake.mappings(), calls));
+        }
+        prop_assert_eq!(&results[0].0, &results[1].0);
+        prop_assert_eq!(&results[0].1, &results[1].1);
+        prop_assert!(results[0].2 <= results[1].2, "{} > {}", results[0].2, results[1].2);
+    }
+
     #[test]
     fn unbatched_matches_one_by_one(
         gens in proptest::collection::vec(gen_op(), 1..60),

@@ -41,6 +41,17 @@
 //!   before the batch ends, so the mapping never needed to exist. The
 //!   "no unmap between" rule makes this safe under failures: only a failed
 //!   UNMAP can make the cancelling UNMAP stop covering the mapping.
+//!
+//! # Where the lazy unmap (DESIGN.md) plugs in
+//!
+//! Host unmaps are first queued (`Round::pending`, one entry per UNMAP with
+//! the host mappings it removes) and only turned into calls by `pieces()`
+//! when the queue is flushed. For deferrable UNMAPs of a lazy domain, the
+//! queue would live in the domain across batches: the table entry goes at
+//! once (the guest's view), the host mapping stays until the guest's flush
+//! request flushes the queue (adjacent whole mappings merged, as now); a MAP
+//! overlapping a queued range must flush that part first, since the host
+//! still holds it.
 
 #![deny(missing_docs)]
 

@@ -38,6 +38,10 @@ pub struct Cli {
     /// /sys/bus/pci/devices/DDDD:BB:DD.F, bound to vfio-pci. Repeatable.
     #[arg(long, value_name = "SYSFS_PATH")]
     pub vfio: Vec<PathBuf>,
+    /// Serve the control plane (info, metrics, shutdown; one JSON object
+    /// per line) on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub api_socket: Option<PathBuf>,
     /// Put the passed-through devices behind a virtio-iommu (without
     /// --vfio: a virtio-iommu with no endpoints).
     #[arg(long)]
@@ -237,6 +241,8 @@ pub struct VmConfig {
     pub vfio: Vec<VfioDeviceSpec>,
     /// Put them behind a virtio-iommu.
     pub viommu: bool,
+    /// Control plane socket.
+    pub api_socket: Option<PathBuf>,
 }
 
 impl Cli {
@@ -275,6 +281,7 @@ impl Cli {
             cpus: self.cpus,
             vfio,
             viommu: self.viommu,
+            api_socket: self.api_socket,
         })
     }
 }

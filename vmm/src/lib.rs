@@ -8,11 +8,14 @@
 //! - [`boot`]: bzImage, initramfs, command line, zero page and e820
 //! - [`acpi`]: RSDP, XSDT, FADT, DSDT, MADT, MCFG, VIOT
 //! - [`pci`]: root bus, ECAM and 0xcf8 access, config space, BAR allocation
-//! - [`devices`]: buses, serial console, power control, VM exit
+//! - [`devices`]: buses, serial console, power control, VM exit, virtio
+//!   (PCI transport, virtio-iommu), VFIO passthrough
+//! - [`api`]: the control plane socket (info, metrics, shutdown)
 
 #![deny(missing_docs)]
 
 pub mod acpi;
+pub mod api;
 pub mod boot;
 pub mod cli;
 pub mod devices;

@@ -16,7 +16,7 @@ use vm_superio::I8042Device;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
-use dma_mapper::{DmaMapper, DmaPerm, VfioMapper};
+use dma_mapper::{DmaMapper, DmaPerm, RecordingMapper, VfioMapper};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use vmm::devices::bus::{Bus, BusError};
@@ -29,7 +29,10 @@ use vmm::devices::virtio::msix::MsiSender;
 use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use vmm::layout::*;
 use vmm::pci::alloc::BarAllocator;
-use vmm::{acpi, boot, cli, pci, vcpu, vm};
+use vmm::{acpi, api, boot, cli, pci, vcpu, vm};
+
+/// The host DMA mapper of one passed-through device, counted.
+type EndpointMapper = RecordingMapper<VfioMapper>;
 
 /// Why the VMM could not start or keep running the VM.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +45,8 @@ enum VmmError {
     Boot(#[from] boot::BootError),
     #[error(transparent)]
     Acpi(#[from] acpi::AcpiError),
+    #[error(transparent)]
+    Api(#[from] api::ApiError),
     #[error("cannot place a device")]
     Bus(#[from] BusError),
     #[error("cannot place a PCI BAR")]
@@ -106,8 +111,11 @@ struct Platform {
     mmio: Arc<Bus>,
     serial: Arc<Mutex<SerialDevice>>,
     viot: Option<acpi::ViotConfig>,
-    /// The passed-through devices' mappers: dropping one unmaps its DMA.
-    dma: Vec<Arc<dyn DmaMapper>>,
+    /// The passed-through devices (guest BDF) and their mappers: dropping
+    /// a mapper unmaps its DMA.
+    dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
+    /// The virtio-iommu's counters, if there is one.
+    viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
 }
 
 /// Put the serial port, power control, PCI config access and the PCI
@@ -144,7 +152,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
     let msi: Arc<dyn MsiSender> = Arc::new(vm::KvmMsiSender(vm.fd().clone()));
 
     // Passed-through devices, with the mapper that programs their container.
-    let mut endpoints: Vec<(acpi::Bdf, Arc<dyn DmaMapper>)> = Vec::new();
+    let mut endpoints: Vec<(acpi::Bdf, Arc<EndpointMapper>)> = Vec::new();
     if !cfg.vfio.is_empty() {
         let mut kvm_vfio = kvm_bindings::kvm_create_device {
             type_: kvm_bindings::kvm_device_type_KVM_DEV_TYPE_VFIO,
@@ -209,11 +217,12 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
                 device: slot,
                 function: 0,
             };
-            endpoints.push((bdf, Arc::new(mapper)));
+            endpoints.push((bdf, Arc::new(RecordingMapper::new(mapper))));
         }
     }
 
     let mut viot = None;
+    let mut viommu_counters = None;
     if cfg.viommu {
         let mut dcfg = viommu_device::DeviceConfig::default();
         for (_, m) in &endpoints {
@@ -222,8 +231,11 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         let mut device = ViommuDevice::new(dcfg)?;
         for (bdf, mapper) in &endpoints {
             let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
-            device.model().add_endpoint(id, mapper.clone())?;
+            device
+                .model()
+                .add_endpoint(id, mapper.clone() as Arc<dyn DmaMapper>)?;
         }
+        viommu_counters = Some(device.counters());
         let bar = bars32.allocate(BAR_SIZE)?;
         let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
             Box::new(device),
@@ -277,8 +289,48 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         mmio,
         serial,
         viot,
-        dma: endpoints.into_iter().map(|(_, m)| m).collect(),
+        dma: endpoints,
+        viommu_counters,
     })
+}
+
+/// What the control plane answers from.
+fn api_state(
+    cfg: &cli::VmConfig,
+    exit: &Arc<VmExit>,
+    viommu: Option<Arc<Mutex<viommu_device::Counters>>>,
+    dma: &[(acpi::Bdf, Arc<EndpointMapper>)],
+) -> api::ApiState {
+    let bdf = |b: &acpi::Bdf| format!("0000:{:02x}:{:02x}.{}", b.bus, b.device, b.function);
+    let info = serde_json::json!({
+        "cpus": cfg.cpus,
+        "memory_bytes": cfg.memory,
+        "hugepages": cfg.hugepages,
+        "kernel": cfg.kernel,
+        "initrd": cfg.initrd,
+        "cmdline": cfg.cmdline,
+        "viommu": cfg.viommu,
+        "vfio": cfg.vfio.iter().zip(dma).map(|(spec, (b, _))| serde_json::json!({
+            "host": spec.bdf, "guest": bdf(b), "iommu_group": spec.group,
+        })).collect::<Vec<_>>(),
+    });
+    let endpoints: Vec<(String, Arc<EndpointMapper>)> =
+        dma.iter().map(|(b, m)| (bdf(b), m.clone())).collect();
+    let metrics = Box::new(move || {
+        let viommu = viommu
+            .as_ref()
+            .map(|c| api::counters_json(&c.lock().unwrap_or_else(|e| e.into_inner())));
+        let eps: Vec<_> = endpoints
+            .iter()
+            .map(|(b, m)| serde_json::json!({"device": b, "dma": api::dma_stats_json(&m.stats())}))
+            .collect();
+        serde_json::json!({"viommu": viommu, "endpoints": eps})
+    });
+    api::ApiState {
+        info,
+        metrics,
+        exit: exit.clone(),
+    }
 }
 
 fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
@@ -291,6 +343,7 @@ fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         serial,
         viot,
         dma,
+        viommu_counters,
     } = platform(&vm, &exit, &cfg)?;
 
     let rsdp = acpi::write_tables(
@@ -346,6 +399,10 @@ fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         );
     }
     spawn_stdin_forwarder(serial).map_err(io_err("cannot spawn the stdin thread"))?;
+    if let Some(path) = &cfg.api_socket {
+        api::spawn(path, api_state(&cfg, &exit, viommu_counters, &dma))?;
+        tracing::info!(path = %path.display(), "API socket ready");
+    }
 
     // Wait for the guest (or a vCPU) to end the VM.
     let mut pfd = libc::pollfd {

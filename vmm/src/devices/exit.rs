@@ -14,17 +14,19 @@ pub enum ExitReason {
     Reset,
     /// A vCPU triple-faulted or KVM reported a shutdown.
     TripleFault,
+    /// The control plane asked the VM to stop.
+    ApiShutdown,
     /// The VMM failed while the guest ran.
     Error(String),
 }
 
 impl ExitReason {
     /// The process exit code for this reason:
-    /// 0 poweroff, 3 reset (reboot), 4 triple fault, 1 VMM error.
+    /// 0 poweroff or API shutdown, 3 reset (reboot), 4 triple fault, 1 VMM error.
     /// (2 is a command line error, from clap or flag validation.)
     pub fn exit_code(&self) -> u8 {
         match self {
-            ExitReason::PowerOff => 0,
+            ExitReason::PowerOff | ExitReason::ApiShutdown => 0,
             ExitReason::Reset => 3,
             ExitReason::TripleFault => 4,
             ExitReason::Error(_) => 1,

@@ -3,9 +3,9 @@
 //! Notifications are handled on the vCPU thread that wrote the notify
 //! register: the device drains the request queue as one batch there.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use viommu_device::{DeviceConfig, IommuInterrupt, VirtioIommu};
+use viommu_device::{Counters, DeviceConfig, IommuInterrupt, VirtioIommu};
 use virtio_queue::Queue;
 use vm_memory::GuestMemoryMmap;
 
@@ -29,6 +29,9 @@ impl IommuInterrupt for Irq {
 /// The virtio-iommu on a virtio transport.
 pub struct ViommuDevice {
     inner: VirtioIommu<Arc<GuestMemoryMmap>>,
+    /// A snapshot of the model's counters, refreshed after every
+    /// notification, for the metrics endpoint.
+    counters: Arc<Mutex<Counters>>,
 }
 
 impl ViommuDevice {
@@ -36,7 +39,17 @@ impl ViommuDevice {
     pub fn new(cfg: DeviceConfig) -> Result<Self, viommu_device::Error> {
         Ok(ViommuDevice {
             inner: VirtioIommu::new(cfg)?,
+            counters: Arc::new(Mutex::new(Counters::default())),
         })
+    }
+
+    /// The counters snapshot, shared.
+    pub fn counters(&self) -> Arc<Mutex<Counters>> {
+        self.counters.clone()
+    }
+
+    fn publish(&self) {
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = self.inner.counters();
     }
 
     /// The device model (endpoints are added here, counters read here).
@@ -89,10 +102,12 @@ impl VirtioDevice for ViommuDevice {
         if let Err(e) = r {
             tracing::error!(queue, "virtio-iommu: {e}");
         }
+        self.publish();
     }
 
     fn reset(&mut self) {
         self.inner.reset();
+        self.publish();
     }
 }
 

@@ -23,7 +23,7 @@ use vmm::devices::bus::{Bus, BusError};
 use vmm::devices::exit::{ExitReason, VmExit};
 use vmm::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use vmm::devices::serial::{spawn_stdin_forwarder, SerialDevice};
-use vmm::devices::vfio_pci::{VfioBar, VfioPciDevice};
+use vmm::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
 use vmm::devices::viommu::ViommuDevice;
 use vmm::devices::virtio::msix::MsiSender;
 use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
@@ -184,7 +184,8 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
             // SAFETY: guest memory is only accessed through vm-memory's
             // volatile accessors and KVM; no Rust reference to it exists.
             let mapper = unsafe { VfioMapper::new(container, vm.memory().clone()) };
-            let mut dev = VfioPciDevice::new(Arc::new(device), msi.clone())
+            let device = Arc::new(device);
+            let mut dev = VfioPciDevice::new(device.clone(), msi.clone())
                 .map_err(io_err("cannot create VFIO interrupt eventfds"))?;
             let bars: Vec<_> = dev.bars().to_vec();
             let mut placed = Vec::new();
@@ -196,6 +197,18 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
                 };
                 dev.set_bar_address(b.index, addr);
                 placed.push((b.index, addr, b.size));
+                // Direct access to all but the MSI-X pages; the rest traps.
+                let maps = mmap_bar(&device, b, addr, dev.msix_info())
+                    .map_err(io_err("cannot mmap a VFIO BAR"))?;
+                for m in maps {
+                    tracing::debug!(
+                        bar = b.index,
+                        gpa = m.gpa,
+                        len = m.len,
+                        "BAR mapped into the guest"
+                    );
+                    vm.add_device_memory(m)?;
+                }
             }
             dev.start_irq_thread()
                 .map_err(io_err("cannot start the VFIO interrupt thread"))?;

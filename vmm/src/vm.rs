@@ -91,6 +91,9 @@ pub struct Vm {
     fd: Arc<VmFd>,
     kvm: Kvm,
     mem: GuestMemoryMmap,
+    /// Device memory given to the guest as memory slots (VFIO BARs).
+    device_maps: std::sync::Mutex<Vec<crate::devices::vfio_pci::BarMmap>>,
+    next_slot: std::sync::atomic::AtomicU32,
 }
 
 impl Vm {
@@ -138,11 +141,40 @@ impl Vm {
             unsafe { fd.set_user_memory_region(r) }
                 .map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
         }
+        let next_slot = std::sync::atomic::AtomicU32::new(mem.num_regions() as u32);
         Ok(Vm {
             fd: Arc::new(fd),
             kvm,
             mem,
+            device_maps: std::sync::Mutex::new(Vec::new()),
+            next_slot,
         })
+    }
+
+    /// Give the guest direct access to device memory: `map` becomes a
+    /// memory slot at its guest address, and lives as long as the VM.
+    pub fn add_device_memory(&self, map: crate::devices::vfio_pci::BarMmap) -> Result<(), VmError> {
+        let slot = self
+            .next_slot
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = kvm_userspace_memory_region {
+            slot,
+            flags: 0,
+            guest_phys_addr: map.gpa,
+            memory_size: map.len,
+            userspace_addr: map.host as u64,
+        };
+        // SAFETY: `map` is a live mapping of `map.len` bytes; it is kept in
+        // `self.device_maps`, dropped only after the VM fd (field order).
+        unsafe { self.fd.set_user_memory_region(r) }.map_err(|source| VmError::Kvm {
+            what: "KVM_SET_USER_MEMORY_REGION (device memory)",
+            source,
+        })?;
+        self.device_maps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(map);
+        Ok(())
     }
 
     /// The VM fd.

@@ -186,6 +186,11 @@ impl VfioPciDevice {
         &self.bars
     }
 
+    /// The MSI-X capability, if the device has one.
+    pub fn msix_info(&self) -> Option<MsixInfo> {
+        self.msix
+    }
+
     /// Program BAR `index` with guest address `addr`.
     pub fn set_bar_address(&mut self, index: usize, addr: u64) {
         if let Some(b) = self.bars.iter().find(|b| b.index == index) {
@@ -438,6 +443,131 @@ impl BusDevice for VfioBar {
             .unwrap_or_else(|e| e.into_inner())
             .bar_write(self.bar, offset, data);
     }
+}
+
+const HOST_PAGE: u64 = 0x1000;
+
+/// The parts of a BAR of `size` bytes the guest may access directly:
+/// the device's mmap-able areas (`sparse`, or the whole BAR) minus the
+/// pages holding the MSI-X table or PBA (`holes`), as `(offset, len)`.
+pub fn mappable_ranges(
+    size: u64,
+    holes: &[(u64, u64)],
+    sparse: Option<&[(u64, u64)]>,
+) -> Vec<(u64, u64)> {
+    let whole = [(0, size)];
+    let areas = sparse.unwrap_or(&whole);
+    let mut holes: Vec<(u64, u64)> = holes
+        .iter()
+        .map(|&(o, l)| {
+            let start = o & !(HOST_PAGE - 1);
+            (start, (o + l).next_multiple_of(HOST_PAGE))
+        })
+        .collect();
+    holes.sort_unstable();
+    let mut out = Vec::new();
+    for &(a_off, a_len) in areas {
+        // Page-align the area inwards; clip to the BAR.
+        let mut start = a_off.next_multiple_of(HOST_PAGE);
+        let end = (a_off + a_len).min(size) & !(HOST_PAGE - 1);
+        for &(h0, h1) in &holes {
+            if h1 <= start || h0 >= end {
+                continue;
+            }
+            if h0 > start {
+                out.push((start, h0 - start));
+            }
+            start = start.max(h1);
+        }
+        if end > start {
+            out.push((start, end - start));
+        }
+    }
+    out
+}
+
+/// A piece of a device BAR mmap-ed into this process, to be given to
+/// the guest as a KVM memory slot. Unmapped on drop.
+#[derive(Debug)]
+pub struct BarMmap {
+    /// Guest-physical address.
+    pub gpa: u64,
+    /// Length.
+    pub len: u64,
+    /// Host address.
+    pub host: *mut libc::c_void,
+}
+
+// SAFETY: the mapping is device memory owned by this value; it is only
+// handed to KVM and unmapped once, on drop. Moving it between threads is fine.
+unsafe impl Send for BarMmap {}
+// SAFETY: shared references give no access to the memory.
+unsafe impl Sync for BarMmap {}
+
+impl Drop for BarMmap {
+    fn drop(&mut self) {
+        // SAFETY: `host` and `len` are exactly what mmap returned/was given.
+        unsafe { libc::munmap(self.host, self.len as usize) };
+    }
+}
+
+/// mmap the directly accessible parts of `bar` (placed at `gpa`) of a
+/// VFIO device: everything mmap-able except the MSI-X table and PBA pages.
+pub fn mmap_bar(
+    dev: &vfio_ioctls::VfioDevice,
+    bar: &BarInfo,
+    gpa: u64,
+    msix: Option<MsixInfo>,
+) -> std::io::Result<Vec<BarMmap>> {
+    use std::os::fd::AsRawFd;
+    use vfio_bindings::bindings::vfio::VFIO_REGION_INFO_FLAG_MMAP;
+    let index = bar.index as u32;
+    if dev.get_region_flags(index) & VFIO_REGION_INFO_FLAG_MMAP == 0 {
+        return Ok(Vec::new());
+    }
+    let sparse: Option<Vec<(u64, u64)>> = dev.get_region_caps(index).iter().find_map(|c| match c {
+        vfio_ioctls::VfioRegionInfoCap::SparseMmap(s) => {
+            Some(s.areas.iter().map(|a| (a.offset, a.size)).collect())
+        }
+        _ => None,
+    });
+    let mut holes = Vec::new();
+    if let Some(m) = msix {
+        let table_len = u64::from(m.vectors) * 16;
+        let pba_len = u64::from(m.vectors).div_ceil(64) * 8;
+        if m.table.0 == bar.index {
+            holes.push((m.table.1, table_len));
+        }
+        if m.pba.0 == bar.index {
+            holes.push((m.pba.1, pba_len));
+        }
+    }
+    let region_offset = dev.get_region_offset(index);
+    let mut maps = Vec::new();
+    for (off, len) in mappable_ranges(bar.size, &holes, sparse.as_deref()) {
+        // SAFETY: a fresh shared mapping of the device fd at the region's
+        // mmap offset; the kernel validates offset and length. No existing
+        // memory is replaced (no MAP_FIXED).
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                dev.as_raw_fd(),
+                (region_offset + off) as libc::off_t,
+            )
+        };
+        if host == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        maps.push(BarMmap {
+            gpa: gpa + off,
+            len,
+            host,
+        });
+    }
+    Ok(maps)
 }
 
 /// The MSI-X interrupt index, for reference in logs.

@@ -183,3 +183,28 @@ fn msix_enable_table_and_interrupts() {
     d.write_config(0x50 / 4, 3, &[0x00]);
     assert!(!d.irq_enabled);
 }
+
+#[test]
+fn mappable_ranges_skip_msix_pages() {
+    // NVMe-like BAR0: registers and doorbells, MSI-X table at 0x2000, PBA at 0x3000.
+    assert_eq!(
+        mappable_ranges(0x4000, &[(0x2000, 0x30), (0x3000, 8)], None),
+        vec![(0, 0x2000)]
+    );
+    // Table in the middle of a big BAR.
+    assert_eq!(
+        mappable_ranges(0x10_000, &[(0x8010, 0x100)], None),
+        vec![(0, 0x8000), (0x9000, 0x7000)]
+    );
+    // Sparse areas from the kernel are honoured (and page-aligned inwards).
+    assert_eq!(
+        mappable_ranges(
+            0x10_000,
+            &[(0x8000, 0x10)],
+            Some(&[(0x0, 0x3800), (0x7000, 0x9000)])
+        ),
+        vec![(0, 0x3000), (0x7000, 0x1000), (0x9000, 0x7000)]
+    );
+    assert_eq!(mappable_ranges(0x1000, &[(0, 0x10)], None), vec![]);
+    assert_eq!(mappable_ranges(0x4000, &[], None), vec![(0, 0x4000)]);
+}

@@ -25,7 +25,7 @@ use vmm::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use vmm::devices::serial::{spawn_stdin_forwarder, SerialDevice};
 use vmm::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
 use vmm::devices::viommu::ViommuDevice;
-use vmm::devices::virtio::msix::MsiSender;
+use vmm::devices::virtio::msix::{MsiRouter, MsiSender};
 use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use vmm::layout::*;
 use vmm::pci::alloc::BarAllocator;
@@ -150,6 +150,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
     let mut bars32 = BarAllocator::new(PCI_MMIO32_START, PCI_MMIO32_SIZE);
     let mut bars64 = BarAllocator::new(PCI_MMIO64_START, PCI_MMIO64_SIZE);
     let msi: Arc<dyn MsiSender> = Arc::new(vm::KvmMsiSender(vm.fd().clone()));
+    let router: Arc<dyn MsiRouter> = Arc::new(vm::KvmMsiRouter::new(vm.fd().clone()));
 
     // Passed-through devices, with the mapper that programs their container.
     let mut endpoints: Vec<(acpi::Bdf, Arc<EndpointMapper>)> = Vec::new();
@@ -185,8 +186,8 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
             // volatile accessors and KVM; no Rust reference to it exists.
             let mapper = unsafe { VfioMapper::new(container, vm.memory().clone()) };
             let device = Arc::new(device);
-            let mut dev = VfioPciDevice::new(device.clone(), msi.clone())
-                .map_err(io_err("cannot create VFIO interrupt eventfds"))?;
+            let mut dev = VfioPciDevice::new(device.clone(), router.clone())
+                .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
             let bars: Vec<_> = dev.bars().to_vec();
             let mut placed = Vec::new();
             for b in &bars {
@@ -210,8 +211,6 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
                     vm.add_device_memory(m)?;
                 }
             }
-            dev.start_irq_thread()
-                .map_err(io_err("cannot start the VFIO interrupt thread"))?;
             let dev = Arc::new(Mutex::new(dev));
             let slot = root.add_device(dev.clone())?;
             for (bar, addr, size) in placed {

@@ -2,12 +2,16 @@
 
 use std::sync::Arc;
 
-use kvm_bindings::{kvm_msi, kvm_userspace_memory_region};
+use kvm_bindings::{
+    kvm_irq_routing_entry, kvm_irq_routing_entry__bindgen_ty_1, kvm_irq_routing_irqchip,
+    kvm_irq_routing_msi, kvm_msi, kvm_userspace_memory_region, KvmIrqRouting, KVM_IRQCHIP_IOAPIC,
+    KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE, KVM_IRQ_ROUTING_IRQCHIP, KVM_IRQ_ROUTING_MSI,
+};
 use kvm_ioctls::{Cap, Kvm, VmFd};
 use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap};
 
-use crate::devices::virtio::msix::MsiSender;
+use crate::devices::virtio::msix::{MsiRouter, MsiSender};
 use crate::layout::ram_regions;
 
 /// Where KVM keeps the real-mode TSS (3 pages) and the identity map page:
@@ -211,10 +215,140 @@ impl MsiSender for KvmMsiSender {
     }
 }
 
+/// Number of IOAPIC pins; MSI lines are allocated above them.
+pub const IOAPIC_PINS: u32 = 24;
+
+fn irqchip_entry(gsi: u32, irqchip: u32, pin: u32) -> kvm_irq_routing_entry {
+    kvm_irq_routing_entry {
+        gsi,
+        type_: KVM_IRQ_ROUTING_IRQCHIP,
+        flags: 0,
+        pad: 0,
+        u: kvm_irq_routing_entry__bindgen_ty_1 {
+            irqchip: kvm_irq_routing_irqchip { irqchip, pin },
+        },
+    }
+}
+
+fn msi_entry(gsi: u32, address: u64, data: u32) -> kvm_irq_routing_entry {
+    kvm_irq_routing_entry {
+        gsi,
+        type_: KVM_IRQ_ROUTING_MSI,
+        flags: 0,
+        pad: 0,
+        u: kvm_irq_routing_entry__bindgen_ty_1 {
+            msi: kvm_irq_routing_msi {
+                address_lo: address as u32,
+                address_hi: (address >> 32) as u32,
+                data,
+                ..Default::default()
+            },
+        },
+    }
+}
+
+/// The full routing table: KVM's default legacy routes (GSI 0-15 to the
+/// PICs and the IOAPIC, 16-23 to the IOAPIC), which `KVM_SET_GSI_ROUTING`
+/// would otherwise drop, plus the MSI routes.
+pub fn routing_entries(
+    msi: &std::collections::BTreeMap<u32, (u64, u32)>,
+) -> Vec<kvm_irq_routing_entry> {
+    let mut v = Vec::new();
+    for gsi in 0..IOAPIC_PINS {
+        if gsi < 16 {
+            let (chip, pin) = if gsi < 8 {
+                (KVM_IRQCHIP_PIC_MASTER, gsi)
+            } else {
+                (KVM_IRQCHIP_PIC_SLAVE, gsi - 8)
+            };
+            v.push(irqchip_entry(gsi, chip, pin));
+        }
+        v.push(irqchip_entry(gsi, KVM_IRQCHIP_IOAPIC, gsi));
+    }
+    v.extend(msi.iter().map(|(&gsi, &(a, d))| msi_entry(gsi, a, d)));
+    v
+}
+
+/// MSI routes by GSI: (address, data).
+type MsiRoutes = std::collections::BTreeMap<u32, (u64, u32)>;
+
+/// MSI routing through KVM's GSI table and irqfds.
+pub struct KvmMsiRouter {
+    fd: Arc<VmFd>,
+    /// Next free GSI, and the MSI routes.
+    state: std::sync::Mutex<(u32, MsiRoutes)>,
+}
+
+impl KvmMsiRouter {
+    /// A router for the VM `fd`.
+    pub fn new(fd: Arc<VmFd>) -> Self {
+        KvmMsiRouter {
+            fd,
+            state: std::sync::Mutex::new((IOAPIC_PINS, Default::default())),
+        }
+    }
+}
+
+fn kvm_io(e: kvm_ioctls::Error) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e.errno())
+}
+
+impl MsiRouter for KvmMsiRouter {
+    fn allocate(&self) -> std::io::Result<u32> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let gsi = s.0;
+        if gsi >= kvm_bindings::KVM_MAX_IRQ_ROUTES as u32 {
+            return Err(std::io::Error::other("out of KVM GSIs"));
+        }
+        s.0 += 1;
+        Ok(gsi)
+    }
+
+    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.1.get(&gsi) == Some(&(address, data)) {
+            return Ok(());
+        }
+        s.1.insert(gsi, (address, data));
+        let table = KvmIrqRouting::from_entries(&routing_entries(&s.1))
+            .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        self.fd.set_gsi_routing(&table).map_err(kvm_io)
+    }
+
+    fn attach(&self, fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()> {
+        self.fd.register_irqfd(fd, gsi).map_err(kvm_io)
+    }
+
+    fn detach(&self, fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()> {
+        self.fd.unregister_irqfd(fd, gsi).map_err(kvm_io)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use vm_memory::GuestAddress;
+
+    #[test]
+    fn routing_keeps_legacy_routes() {
+        let mut msi = std::collections::BTreeMap::new();
+        msi.insert(24, (0xfee0_1000, 0x41));
+        let e = routing_entries(&msi);
+        assert_eq!(e.len(), 16 * 2 + 8 + 1);
+        let last = e.last().unwrap();
+        assert_eq!((last.gsi, last.type_), (24, KVM_IRQ_ROUTING_MSI));
+        // SAFETY: reading the member this entry was built with.
+        let m = unsafe { last.u.msi };
+        assert_eq!((m.address_lo, m.address_hi, m.data), (0xfee0_1000, 0, 0x41));
+        let serial: Vec<_> = e.iter().filter(|x| x.gsi == 4).collect();
+        assert_eq!(serial.len(), 2, "PIC and IOAPIC");
+        // SAFETY: as above, irqchip entries.
+        let pins: Vec<_> = serial
+            .iter()
+            .map(|x| unsafe { (x.u.irqchip.irqchip, x.u.irqchip.pin) })
+            .collect();
+        assert_eq!(pins, [(KVM_IRQCHIP_PIC_MASTER, 4), (KVM_IRQCHIP_IOAPIC, 4)]);
+    }
 
     #[test]
     fn memory_follows_layout() {

@@ -5,19 +5,20 @@
 //! the expansion ROM (hidden) and the MSI-X capability's control word
 //! (emulated: enabling MSI-X enables the vectors through
 //! `VFIO_DEVICE_SET_IRQS`). BAR accesses trap to the VMM and go to the
-//! device with region reads and writes; the MSI-X table and PBA are
-//! emulated, and a thread turns the device's interrupt eventfds into MSIs.
-//! (Mapping BARs straight into the guest and irqfd routing are the next
-//! performance steps.)
+//! device with region reads and writes, except the parts [`mmap_bar`] maps
+//! straight into the guest; the MSI-X table and PBA are emulated. Each
+//! vector's VFIO eventfd is an irqfd routed (KVM GSI routing) to the
+//! message the guest programmed while the vector is unmasked; while it is
+//! masked the irqfd is detached, signals accumulate in the eventfd (the
+//! pending bit) and are delivered when it is unmasked again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::bus::BusDevice;
-use super::virtio::msix::{send_all, MsiSender, MsixTable};
+use super::virtio::msix::{MsiRouter, MsixTable};
 use crate::pci::PciDevice;
 
 /// Region access to a VFIO device (a fake in tests).
@@ -149,22 +150,25 @@ pub struct VfioPciDevice {
     bar_regs: [u32; 6],
     msix: Option<MsixInfo>,
     msix_ctrl: u16,
-    table: Arc<Mutex<MsixTable>>,
-    msi: Arc<dyn MsiSender>,
+    table: MsixTable,
+    router: Arc<dyn MsiRouter>,
     irq_fds: Vec<EventFd>,
+    gsis: Vec<u32>,
+    attached: Vec<bool>,
     irq_enabled: bool,
-    stop: Arc<AtomicBool>,
-    wake: Option<EventFd>,
 }
 
 impl VfioPciDevice {
-    /// Wrap `dev`, its BARs at `addrs[i]` for `self.bars()[i]`.
-    pub fn new(dev: Arc<dyn VfioRegions>, msi: Arc<dyn MsiSender>) -> std::io::Result<Self> {
+    /// Wrap `dev`; its vectors get lines from `router`.
+    pub fn new(dev: Arc<dyn VfioRegions>, router: Arc<dyn MsiRouter>) -> std::io::Result<Self> {
         let bars = probe_bars(&*dev);
         let msix = probe_msix(&*dev);
-        let vectors = msix.map_or(1, |m| m.vectors);
+        let vectors = msix.map_or(0, |m| m.vectors);
         let irq_fds = (0..vectors)
             .map(|_| EventFd::new(EFD_NONBLOCK))
+            .collect::<Result<Vec<_>, _>>()?;
+        let gsis = (0..vectors)
+            .map(|_| router.allocate())
             .collect::<Result<Vec<_>, _>>()?;
         Ok(VfioPciDevice {
             dev,
@@ -172,12 +176,12 @@ impl VfioPciDevice {
             bar_regs: [0; 6],
             msix,
             msix_ctrl: 0,
-            table: Arc::new(Mutex::new(MsixTable::new(vectors))),
-            msi,
+            table: MsixTable::new(vectors),
+            router,
             irq_fds,
+            gsis,
+            attached: vec![false; usize::from(vectors)],
             irq_enabled: false,
-            stop: Arc::new(AtomicBool::new(false)),
-            wake: None,
         })
     }
 
@@ -228,15 +232,66 @@ impl VfioPciDevice {
         };
     }
 
+    /// Attach each deliverable vector's irqfd with its current message;
+    /// detach the others.
+    fn sync_vectors(&mut self) {
+        for v in 0..self.irq_fds.len() {
+            match self.table.deliverable_message(v) {
+                Some((addr, data)) => {
+                    if let Err(e) = self.router.route(self.gsis[v], addr, data) {
+                        tracing::error!(vector = v, "VFIO MSI route: {e}");
+                        continue;
+                    }
+                    if !self.attached[v] {
+                        match self.router.attach(&self.irq_fds[v], self.gsis[v]) {
+                            Ok(()) => self.attached[v] = true,
+                            Err(e) => tracing::error!(vector = v, "VFIO irqfd: {e}"),
+                        }
+                    }
+                }
+                None if self.attached[v] => {
+                    match self.router.detach(&self.irq_fds[v], self.gsis[v]) {
+                        Ok(()) => self.attached[v] = false,
+                        Err(e) => tracing::error!(vector = v, "VFIO irqfd detach: {e}"),
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Whether vector `v` has a signal waiting (only while detached: an
+    /// attached irqfd consumes signals at once).
+    fn pending(&self, v: usize) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = self.irq_fds.get(v) else {
+            return false;
+        };
+        if self.attached[v] {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on an eventfd we own; zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & libc::POLLIN != 0
+    }
+
+    fn read_pba(&self, offset: u64, data: &mut [u8]) {
+        for (i, b) in data.iter_mut().enumerate() {
+            let base = (offset as usize + i) * 8;
+            *b = (0..8)
+                .filter(|bit| self.pending(base + bit))
+                .fold(0u8, |acc, bit| acc | (1 << bit));
+        }
+    }
+
     fn msix_ctrl_write(&mut self, value: u16) {
         self.msix_ctrl = value & (MSIX_ENABLE | MSIX_MASK_ALL);
         let enable = self.msix_ctrl & MSIX_ENABLE != 0;
-        let msgs = self
-            .table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .set_control(enable, self.msix_ctrl & MSIX_MASK_ALL != 0);
-        send_all(&self.msi, msgs);
         if enable && !self.irq_enabled {
             let fds: Vec<&EventFd> = self.irq_fds.iter().collect();
             match self.dev.enable_msix(&fds) {
@@ -249,67 +304,11 @@ impl VfioPciDevice {
             }
             self.irq_enabled = false;
         }
-    }
-
-    /// Start the thread that turns the device's interrupt eventfds into
-    /// MSIs (through the emulated MSI-X table, so masking works).
-    pub fn start_irq_thread(&mut self) -> std::io::Result<()> {
-        let wake = EventFd::new(EFD_NONBLOCK)?;
-        let mut fds = Vec::with_capacity(self.irq_fds.len() + 1);
-        for f in &self.irq_fds {
-            fds.push(f.try_clone()?);
-        }
-        fds.push(wake.try_clone()?);
-        self.wake = Some(wake);
-        let table = self.table.clone();
-        let msi = self.msi.clone();
-        let stop = self.stop.clone();
-        std::thread::Builder::new()
-            .name("vfio-irq".into())
-            .spawn(move || {
-                use std::os::fd::AsRawFd;
-                let mut pfds: Vec<libc::pollfd> = fds
-                    .iter()
-                    .map(|f| libc::pollfd {
-                        fd: f.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    })
-                    .collect();
-                while !stop.load(Ordering::Acquire) {
-                    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfds
-                    // whose fds `fds` keeps open for the loop's lifetime.
-                    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as _, -1) };
-                    if n < 0 {
-                        if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-                        {
-                            continue;
-                        }
-                        tracing::error!("VFIO irq poll: {}", std::io::Error::last_os_error());
-                        return;
-                    }
-                    for (v, p) in pfds.iter_mut().enumerate() {
-                        if p.revents & libc::POLLIN == 0 {
-                            continue;
-                        }
-                        p.revents = 0;
-                        let _ = fds[v].read();
-                        if v + 1 == fds.len() {
-                            continue; // the wake fd
-                        }
-                        let msg = table
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .raise(v as u16);
-                        if let Some((addr, data)) = msg {
-                            if let Err(e) = msi.send(addr, data) {
-                                tracing::warn!("VFIO MSI vector {v}: {e}");
-                            }
-                        }
-                    }
-                }
-            })?;
-        Ok(())
+        // The table's own pending bits are unused here: the eventfds are.
+        let _ = self
+            .table
+            .set_control(enable, self.msix_ctrl & MSIX_MASK_ALL != 0);
+        self.sync_vectors();
     }
 
     /// Access of `len` bytes at `offset` of BAR `bar` hits the MSI-X table
@@ -331,16 +330,8 @@ impl VfioPciDevice {
     /// A guest read of BAR `bar`.
     pub fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
         match self.msix_target(bar, offset, data.len()) {
-            Some((true, o)) => self
-                .table
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .read_table(o, data),
-            Some((false, o)) => self
-                .table
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .read_pba(o, data),
+            Some((true, o)) => self.table.read_table(o, data),
+            Some((false, o)) => self.read_pba(o, data),
             None => self.dev.read(bar as u32, data, offset),
         }
     }
@@ -349,12 +340,8 @@ impl VfioPciDevice {
     pub fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
         match self.msix_target(bar, offset, data.len()) {
             Some((true, o)) => {
-                let msgs = self
-                    .table
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .write_table(o, data);
-                send_all(&self.msi, msgs);
+                let _ = self.table.write_table(o, data);
+                self.sync_vectors();
             }
             Some((false, _)) => {}
             None => self.dev.write(bar as u32, data, offset),
@@ -364,9 +351,10 @@ impl VfioPciDevice {
 
 impl Drop for VfioPciDevice {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(w) = &self.wake {
-            let _ = w.write(1);
+        for v in 0..self.irq_fds.len() {
+            if self.attached[v] {
+                let _ = self.router.detach(&self.irq_fds[v], self.gsis[v]);
+            }
         }
         if self.irq_enabled {
             let _ = self.dev.disable_msix();

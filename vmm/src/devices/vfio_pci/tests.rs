@@ -1,6 +1,6 @@
 //! Config emulation, BARs and MSI-X against a fake VFIO device.
 
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
 
 use super::*;
 
@@ -73,19 +73,47 @@ impl VfioRegions for Fake {
 }
 
 #[derive(Default)]
-struct Msis(Mutex<Vec<(u64, u32)>>);
-impl MsiSender for Msis {
-    fn send(&self, address: u64, data: u32) -> std::io::Result<()> {
-        self.0.lock().unwrap().push((address, data));
+struct Router {
+    next: Mutex<u32>,
+    routes: Mutex<BTreeMap<u32, (u64, u32)>>,
+    attached: Mutex<BTreeMap<u32, bool>>,
+}
+impl MsiRouter for Router {
+    fn allocate(&self) -> std::io::Result<u32> {
+        let mut n = self.next.lock().unwrap();
+        *n += 1;
+        Ok(23 + *n)
+    }
+    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
+        self.routes.lock().unwrap().insert(gsi, (address, data));
+        Ok(())
+    }
+    fn attach(&self, _fd: &EventFd, gsi: u32) -> std::io::Result<()> {
+        self.attached.lock().unwrap().insert(gsi, true);
+        Ok(())
+    }
+    fn detach(&self, _fd: &EventFd, gsi: u32) -> std::io::Result<()> {
+        self.attached.lock().unwrap().insert(gsi, false);
         Ok(())
     }
 }
 
-fn device() -> (VfioPciDevice, Arc<Fake>, Arc<Msis>) {
+impl Router {
+    fn is_attached(&self, gsi: u32) -> bool {
+        self.attached
+            .lock()
+            .unwrap()
+            .get(&gsi)
+            .copied()
+            .unwrap_or(false)
+    }
+}
+
+fn device() -> (VfioPciDevice, Arc<Fake>, Arc<Router>) {
     let fake = Arc::new(Fake::new());
-    let msis = Arc::new(Msis::default());
-    let d = VfioPciDevice::new(fake.clone(), msis.clone()).unwrap();
-    (d, fake, msis)
+    let router = Arc::new(Router::default());
+    let d = VfioPciDevice::new(fake.clone(), router.clone()).unwrap();
+    (d, fake, router)
 }
 
 #[test]
@@ -137,13 +165,12 @@ fn bars_are_emulated_rom_hidden_rest_passed_through() {
 }
 
 #[test]
-fn msix_enable_table_and_interrupts() {
-    let (mut d, fake, msis) = device();
-    d.start_irq_thread().unwrap();
+fn msix_vectors_become_routed_irqfds_while_unmasked() {
+    let (mut d, fake, router) = device();
+    assert_eq!(d.gsis, vec![24, 25, 26]);
     // Program vector 1 through the BAR: the table is emulated.
     d.bar_write(0, 0x2010, &0xfee0_0000u32.to_le_bytes());
     d.bar_write(0, 0x2018, &0x45u32.to_le_bytes());
-    d.bar_write(0, 0x201c, &0u32.to_le_bytes());
     assert_eq!(fake.bar0.lock().unwrap()[0x2018], 0, "table not forwarded");
     let mut b = [0u8; 4];
     d.bar_read(0, 0x2018, &mut b);
@@ -152,6 +179,9 @@ fn msix_enable_table_and_interrupts() {
     d.bar_write(0, 0x100, &[1, 2, 3, 4]);
     assert_eq!(&fake.bar0.lock().unwrap()[0x100..0x104], &[1, 2, 3, 4]);
 
+    // Unmasked but MSI-X still disabled: nothing attached.
+    d.bar_write(0, 0x201c, &0u32.to_le_bytes());
+    assert!(!router.is_attached(25));
     // Enable MSI-X via message control (byte 3 of the capability dword).
     assert_eq!(d.read_config(0x50 / 4) >> 31, 0);
     d.write_config(0x50 / 4, 3, &[0x80]);
@@ -163,25 +193,31 @@ fn msix_enable_table_and_interrupts() {
         .take()
         .expect("VFIO MSI-X enabled");
     assert_eq!(fds.len(), 3);
-    // The device fires vector 1: an MSI goes out.
-    fds[1].write(1).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while msis.0.lock().unwrap().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(*msis.0.lock().unwrap(), vec![(0xfee0_0000, 0x45)]);
-    // Vector 0 is masked: it pends, and the PBA shows it.
+    assert!(router.is_attached(25));
+    assert_eq!(router.routes.lock().unwrap()[&25], (0xfee0_0000, 0x45));
+    assert!(!router.is_attached(24), "vector 0 still masked");
+
+    // Vector 0 masked: a signal stays in its eventfd and shows in the PBA.
     fds[0].write(1).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
     let mut pba = [0u8; 8];
-    while pba[0] == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-        d.bar_read(0, 0x3000, &mut pba);
-    }
+    d.bar_read(0, 0x3000, &mut pba);
     assert_eq!(pba[0], 1);
+    // Reprogramming vector 1 re-routes it.
+    d.bar_write(0, 0x2018, &0x46u32.to_le_bytes());
+    assert_eq!(router.routes.lock().unwrap()[&25], (0xfee0_0000, 0x46));
+    // Masking it detaches; the function mask detaches everything.
+    d.bar_write(0, 0x201c, &1u32.to_le_bytes());
+    assert!(!router.is_attached(25));
+    d.bar_write(0, 0x201c, &0u32.to_le_bytes());
+    assert!(router.is_attached(25));
+    d.write_config(0x50 / 4, 3, &[0xc0]);
+    assert!(!router.is_attached(25));
+    d.write_config(0x50 / 4, 3, &[0x80]);
+    assert!(router.is_attached(25));
     // Disable.
     d.write_config(0x50 / 4, 3, &[0x00]);
     assert!(!d.irq_enabled);
+    assert!(!router.is_attached(25));
 }
 
 #[test]

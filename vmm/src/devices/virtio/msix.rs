@@ -15,6 +15,19 @@ pub trait MsiSender: Send + Sync {
     fn send(&self, address: u64, data: u32) -> std::io::Result<()>;
 }
 
+/// Routes MSIs to interrupt lines that devices signal by eventfd (on KVM:
+/// GSI routing plus irqfd), so interrupts bypass the VMM.
+pub trait MsiRouter: Send + Sync {
+    /// A fresh interrupt line.
+    fn allocate(&self) -> std::io::Result<u32>;
+    /// Make `gsi` deliver the message `data` to `address`.
+    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()>;
+    /// Signals of `fd` raise `gsi` (a signal pending from before is delivered now).
+    fn attach(&self, fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()>;
+    /// Signals of `fd` no longer raise `gsi` (they accumulate in the eventfd).
+    fn detach(&self, fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()>;
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Entry {
     addr_lo: u32,
@@ -69,6 +82,12 @@ impl MsixTable {
     /// Whether MSI-X is enabled in the capability.
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Vector `v`'s message, if it may be delivered now (MSI-X enabled,
+    /// function and vector unmasked).
+    pub fn deliverable_message(&self, v: usize) -> Option<(u64, u32)> {
+        (v < self.entries.len() && self.deliverable(v)).then(|| self.message(v))
     }
 
     /// Reset to all masked, nothing pending, disabled.

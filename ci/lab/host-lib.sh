@@ -66,8 +66,7 @@ vmm_command() {
 # when the guest finished its scenario without an error.
 run_guest() {
 	local tag=$1 vmm=$2 iommu=$3 kernel=$4 extra=$5
-	local trace=/tmp/trace-$tag.log marks=/tmp/marks-$tag log=/tmp/guest-$tag.log
-	: >"$marks"
+	local trace=/tmp/trace-$tag.log log=/tmp/guest-$tag.log
 	[ -f "/lab/guest/$kernel.bzImage" ] || { echo "no guest kernel '$kernel' in the lab image"; return 1; }
 	cmd=$(vmm_command "$vmm" "$iommu" "$kernel" "$trace") || { echo "unknown vmm '$vmm'"; return 1; }
 	limit=$(lab_arg guest_timeout 600)
@@ -76,33 +75,31 @@ run_guest() {
 	# shellcheck disable=SC2086
 	(timeout "$limit" $cmd "$(guest_cmdline "$extra")" </dev/null 2>&1
 		echo "@@LAB-VMM-EXIT@@ rc=$?") |
-		awk -v tag="$tag" -v trace="$trace" -v marks="$marks" -v logf="$log" '
-		{ sub(/\r$/, ""); print >logf; fflush(logf) }
-		/@@LAB-PHASE@@/ {
+		awk -v tag="$tag" -v trace="$trace" -v logf="$log" '
+		function lines(   n, cmd) {
 			n = 0; cmd = "cat " trace " 2>/dev/null | wc -l"; cmd | getline n; close(cmd)
-			sub(/.*@@LAB-PHASE@@ /, ""); print $0, n >>marks; fflush(marks)
+			return n + 0
 		}
-		/@@LAB-GUEST@@|@@LAB-GUEST-DONE@@|@@LAB-VMM-EXIT@@/ {
-			sub(/.*@@LAB-/, "@@LAB-"); print "@@LAB-L3@@ " tag " " $0; fflush()
-		}'
-	echo "@@LAB-L3@@ $tag @@LAB-WALL@@ $(($(date +%s) - start))"
-	# Requests the device saw between each phase's begin and end markers.
-	awk -v trace="$trace" -v tag="$tag" '
-		$1 == "begin" { b[$2] = $3 }
-		$1 == "end" && ($2 in b) {
+		{ sub(/\r$/, ""); print >logf; fflush(logf) }
+		# At each phase end, count what the device did since its begin,
+		# at once: the result must not depend on how the VMM exits later.
+		/@@LAB-PHASE@@ begin / { begin[$NF] = lines() }
+		/@@LAB-PHASE@@ end / && ($NF in begin) {
+			cmd = "awk -v b=" begin[$NF] " -v e=" lines() " \"NR > b && NR <= e\" " trace " 2>/dev/null"
 			m = u = v = 0
-			cmd = "cat " trace " 2>/dev/null"
-			i = 0
 			while ((cmd | getline l) > 0) {
-				i++
-				if (i <= b[$2] || i > $3) continue
 				if (l ~ /virtio_iommu_map /) m++
 				else if (l ~ /virtio_iommu_unmap /) u++
 				else if (l ~ /vfio_iommu_map_notify /) v++
 			}
 			close(cmd)
-			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"vfio_calls\":%d}\n", tag, $2, m, u, v
-		}' "$marks"
+			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, v
+			fflush()
+		}
+		/@@LAB-GUEST@@|@@LAB-GUEST-DONE@@|@@LAB-VMM-EXIT@@/ {
+			sub(/.*@@LAB-/, "@@LAB-"); print "@@LAB-L3@@ " tag " " $0; fflush()
+		}'
+	echo "@@LAB-L3@@ $tag @@LAB-WALL@@ $(($(date +%s) - start))"
 	if grep -q '@@LAB-GUEST-DONE@@ rc=0' "$log"; then
 		return 0
 	fi

@@ -76,6 +76,18 @@ class CollectorTest(unittest.TestCase):
         _, problems = self.collect(lines)
         self.assertIn("g: no write+verify pass ran", problems)
 
+    def test_stock_qemu_teardown_hang_is_a_warning_ours_a_failure(self):
+        for vmm, failing in (("qemu", False), ("vmm", True)):
+            col = lab.Collector("x")
+            col.expected_runs = 1
+            for line in [HOST] + [l.replace('"vmm":"qemu"', f'"vmm":"{vmm}"') for l in good_run("g", "none", 5)[:-1]]:
+                col.feed(line)
+            self.assertTrue(col.all_guests_done())
+            col.teardown_hung = True
+            problems = col.finish()
+            self.assertEqual(bool(problems), failing, problems)
+            self.assertEqual(bool(col.doc["warnings"]), not failing)
+
     def test_block_size_parsing(self):
         self.assertEqual(lab._kib("128k"), 128)
         self.assertEqual(lab._kib("1m"), 1024)

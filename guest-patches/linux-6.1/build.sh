@@ -2,6 +2,7 @@
 # Build the lab's guest (L3) kernel from Debian's linux-source-6.1.
 #
 #   build.sh [baseline|patched]     prints the path of the cached bzImage
+#   build.sh checkpatch             scripts/checkpatch.pl --strict on the series
 #
 # baseline: tinyconfig + config-fragment, no patches (stock 6.1).
 # patched:  the same plus config-fragment-patched, with patches/series applied.
@@ -23,8 +24,8 @@ log() { echo "[guest-kernel:$variant] $*" >&2; }
 die() { echo "[guest-kernel:$variant] error: $*" >&2; exit 1; }
 
 case "$variant" in
-baseline | patched) ;;
-*) die "unknown variant '$variant' (expected baseline or patched)" ;;
+baseline | patched | checkpatch) ;;
+*) die "unknown variant '$variant' (expected baseline, patched or checkpatch)" ;;
 esac
 [ -r "$tarball" ] || die "$tarball missing: apt-get install linux-source-6.1"
 
@@ -33,7 +34,7 @@ srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null) ||
 
 fragments=("$here/config-fragment")
 patches=()
-if [ "$variant" = patched ]; then
+if [ "$variant" != baseline ]; then
 	[ -f "$here/config-fragment-patched" ] && fragments+=("$here/config-fragment-patched")
 	if [ -f "$here/patches/series" ]; then
 		while read -r p; do
@@ -42,6 +43,33 @@ if [ "$variant" = patched ]; then
 			patches+=("$here/patches/$p")
 		done <"$here/patches/series"
 	fi
+fi
+
+extract_pristine() {
+	pristine="$cache/src/linux-source-$srcver"
+	[ -f "$pristine/.extracted" ] && return
+	log "extracting $tarball (once per source version)"
+	mkdir -p "$cache/src"
+	rm -rf "$pristine" "$pristine.tmp"
+	mkdir -p "$pristine.tmp"
+	tar -xf "$tarball" -C "$pristine.tmp" --strip-components=1
+	touch "$pristine.tmp/.extracted"
+	mv "$pristine.tmp" "$pristine"
+}
+
+if [ "$variant" = checkpatch ]; then
+	extract_pristine
+	bad=0
+	for p in "$here/patches/0000-cover-letter.patch" "${patches[@]}"; do
+		[ -f "$p" ] || continue
+		if out=$(cd "$pristine" && ./scripts/checkpatch.pl --strict -q "$p" 2>&1); then
+			log "checkpatch --strict clean: $(basename "$p")"
+		else
+			echo "$out" >&2
+			bad=1
+		fi
+	done
+	exit $bad
 fi
 
 key=$({
@@ -58,7 +86,7 @@ if [ -f "$out/bzImage" ]; then
 	exit 0
 fi
 
-mkdir -p "$cache/src" "$cache/work/$variant"
+mkdir -p "$cache/work/$variant"
 # One build per variant at a time (the lab and developers may race); the
 # loser finds the winner's result in the cache.
 exec 9>"$cache/work/$variant.lock"
@@ -68,15 +96,7 @@ if [ -f "$out/bzImage" ]; then
 	echo "$out/bzImage"
 	exit 0
 fi
-pristine="$cache/src/linux-source-$srcver"
-if [ ! -f "$pristine/.extracted" ]; then
-	log "extracting $tarball (once per source version)"
-	rm -rf "$pristine" "$pristine.tmp"
-	mkdir -p "$pristine.tmp"
-	tar -xf "$tarball" -C "$pristine.tmp" --strip-components=1
-	touch "$pristine.tmp/.extracted"
-	mv "$pristine.tmp" "$pristine"
-fi
+extract_pristine
 
 # The variant's own source tree: reset to pristine by content (files that
 # differ get a new mtime, so make rebuilds exactly what changed), then patch.

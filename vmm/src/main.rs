@@ -26,7 +26,7 @@ use vmm::devices::serial::{spawn_stdin_forwarder, SerialDevice};
 use vmm::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
 use vmm::devices::viommu::ViommuDevice;
 use vmm::devices::virtio::msix::{MsiRouter, MsiSender};
-use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
+use vmm::devices::virtio::pci::{spawn_notify_worker, VirtioPciDevice, BAR_SIZE};
 use vmm::layout::*;
 use vmm::pci::alloc::BarAllocator;
 use vmm::{acpi, api, boot, cli, pci, vcpu, vm};
@@ -256,6 +256,27 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
             bar,
         )?));
         let slot = root.add_device(transport.clone())?;
+        // Kicks go to an ioeventfd per queue and a worker thread: the vCPU
+        // goes back to the guest without leaving the kernel.
+        let addrs = transport
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .notify_addresses();
+        let mut kicks = Vec::new();
+        for addr in addrs {
+            let fd = EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK)
+                .map_err(io_err("cannot create a virtio notify eventfd"))?;
+            vm.fd()
+                .register_ioevent(
+                    &fd,
+                    &kvm_ioctls::IoEventAddress::Mmio(addr),
+                    kvm_ioctls::NoDatamatch,
+                )
+                .map_err(kvm_err("KVM_IOEVENTFD (virtio-iommu notify)"))?;
+            kicks.push(fd);
+        }
+        spawn_notify_worker("viommu-notify", transport.clone(), kicks)
+            .map_err(io_err("cannot spawn the virtio-iommu thread"))?;
         mmio.insert(transport, bar, BAR_SIZE)?;
         tracing::info!(
             slot,
@@ -455,6 +476,9 @@ fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     drop(pio);
     drop(mmio);
     drop(dma);
+    if let Some(path) = &cfg.api_socket {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(reason)
 }
 

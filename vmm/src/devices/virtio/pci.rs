@@ -224,6 +224,21 @@ impl VirtioPciDevice {
         self.config.bar_address(0).unwrap_or(0)
     }
 
+    /// Guest-physical address of each queue's notify register (for
+    /// ioeventfds), in queue order.
+    pub fn notify_addresses(&self) -> Vec<u64> {
+        (0..self.queues.len() as u64)
+            .map(|q| self.bar_address() + NOTIFY_OFFSET + q * u64::from(NOTIFY_MULTIPLIER))
+            .collect()
+    }
+
+    /// The driver notified queue `q` (through the register or its ioeventfd).
+    pub fn notify(&mut self, q: u16) {
+        if self.active && usize::from(q) < self.queues.len() {
+            self.device.queue_notify(q);
+        }
+    }
+
     fn msix(&self) -> std::sync::MutexGuard<'_, MsixTable> {
         self.msix.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -462,10 +477,7 @@ impl BusDevice for VirtioPciDevice {
                 self.device.write_config(o - DEVICE_CFG_OFFSET, data);
             }
             o if (NOTIFY_OFFSET..NOTIFY_OFFSET + REGION_SIZE).contains(&o) => {
-                let q = ((o - NOTIFY_OFFSET) / u64::from(NOTIFY_MULTIPLIER)) as u16;
-                if self.active && usize::from(q) < self.queues.len() {
-                    self.device.queue_notify(q);
-                }
+                self.notify(((o - NOTIFY_OFFSET) / u64::from(NOTIFY_MULTIPLIER)) as u16);
             }
             o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + 2 * REGION_SIZE).contains(&o) => {
                 let msgs = self.msix().write_table(o - MSIX_TABLE_OFFSET, data);
@@ -474,6 +486,53 @@ impl BusDevice for VirtioPciDevice {
             _ => tracing::debug!(offset, "ignored virtio-pci BAR write"),
         }
     }
+}
+
+/// Serve queue notifications that arrive on eventfds (KVM ioeventfds on
+/// [`VirtioPciDevice::notify_addresses`]) from a thread of its own, so the
+/// vCPU that kicked returns to the guest at once. `fds[q]` is queue `q`'s.
+pub fn spawn_notify_worker(
+    name: &str,
+    transport: Arc<Mutex<VirtioPciDevice>>,
+    fds: Vec<vmm_sys_util::eventfd::EventFd>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            use std::os::fd::AsRawFd;
+            let mut pfds: Vec<libc::pollfd> = fds
+                .iter()
+                .map(|f| libc::pollfd {
+                    fd: f.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            loop {
+                // SAFETY: `pfds` holds `pfds.len()` valid pollfds whose fds
+                // `fds` keeps open for the thread's lifetime.
+                let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    tracing::error!("virtio notify worker: poll: {e}");
+                    return;
+                }
+                for (q, p) in pfds.iter_mut().enumerate() {
+                    if p.revents & libc::POLLIN != 0 {
+                        p.revents = 0;
+                        let _ = fds[q].read();
+                        transport
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .notify(q as u16);
+                    }
+                }
+            }
+        })?;
+    Ok(())
 }
 
 const _: () = assert!(MSIX_TABLE_OFFSET + 2 * REGION_SIZE <= MSIX_PBA_OFFSET);

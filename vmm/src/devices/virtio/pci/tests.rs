@@ -227,6 +227,10 @@ fn linux_style_bring_up_notify_and_interrupt() {
     r.w(NOTIFY_OFFSET + 4, 1, 2);
     r.w(NOTIFY_OFFSET + 4 * 7, 7, 2); // no such queue
     assert_eq!(r.state.lock().unwrap().notified, vec![0, 1]);
+    assert_eq!(
+        r.dev.notify_addresses(),
+        vec![0xc000_0000 + NOTIFY_OFFSET, 0xc000_0000 + NOTIFY_OFFSET + 4]
+    );
 
     // The device raises queue 0: MSI vector 1; config: vector 0.
     let irq = r.state.lock().unwrap().interrupt.clone().unwrap();
@@ -287,4 +291,35 @@ fn features_without_version_1_are_refused() {
     // DRIVER_OK without FEATURES_OK does not activate.
     r.w(STATUS, 1 | 2 | 4, 1);
     assert!(r.state.lock().unwrap().interrupt.is_none());
+}
+
+#[test]
+fn notify_worker_delivers_eventfd_kicks() {
+    use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+    let r = rig();
+    let state = r.state.clone();
+    let mut dev = r.dev;
+    // Bring the device up with queue 0 enabled.
+    for (off, v, len) in [
+        (STATUS, 3u64, 1usize),
+        (0x08, 1, 4),
+        (0x0c, 1, 4),
+        (STATUS, 11, 1),
+    ] {
+        BusDevice::write(&mut dev, off, &v.to_le_bytes()[..len]);
+    }
+    BusDevice::write(&mut dev, 0x1c, &1u16.to_le_bytes());
+    BusDevice::write(&mut dev, STATUS, &[15]);
+    let transport = Arc::new(Mutex::new(dev));
+    let fds: Vec<EventFd> = (0..2)
+        .map(|_| EventFd::new(EFD_NONBLOCK).unwrap())
+        .collect();
+    let kick = fds[1].try_clone().unwrap();
+    spawn_notify_worker("test-notify", transport, fds).unwrap();
+    kick.write(1).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while state.lock().unwrap().notified.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(state.lock().unwrap().notified, vec![1]);
 }

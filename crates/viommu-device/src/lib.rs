@@ -37,6 +37,20 @@
 //!   [`DeviceConfig::max_domains`] `S_NOMEM`; a failing host call `S_DEVERR`
 //!   (with the state matching what the host really holds).
 //!
+//! # The lazy unmap and pool hints (ours)
+//!
+//! `docs/lazy-unmap-contract.md` is the contract. With
+//! `VIRTIO_IOMMU_F_LAZY_UNMAP` negotiated, an UNMAP with
+//! `VIRTIO_IOMMU_UNMAP_F_DEFERRED` completes at once in the domain's table
+//! while its host mappings stay until the domain's FLUSH request (or a
+//! forcing event: a MAP over them, DETACH, an ATTACH that adds a mapper to
+//! the domain, device reset), which removes them with one host call per run
+//! of adjacent whole mappings. Other UNMAP flag bits get `S_INVAL`; FLUSH of
+//! an unknown domain `S_NOENT`, outside `domain_range` `S_RANGE`, nonzero
+//! reserved bytes `S_INVAL`, a host failure `S_DEVERR` (the failed mappings
+//! stay pending); FLUSH without the feature `S_UNSUPP`. With
+//! `VIRTIO_IOMMU_F_POOL_HINT` negotiated, PROBE adds a POOL_HINT property.
+//!
 //! # What the VMM provides
 //!
 //! - One [`DmaMapper`] per endpoint. Endpoints sharing one (one VFIO
@@ -57,6 +71,8 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_lazy;
+#[cfg(test)]
 mod tests_linux;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -67,8 +83,8 @@ use std::sync::Arc;
 use dma_mapper::{DmaMapper, DmaPerm};
 use tracing::{debug, error, trace, warn};
 use viommu_planner::{
-    replay_all, run_batch, unmap_all, CallStats, MapperSet, Mapping, MappingTable, Outcome,
-    PlanOptions, Reject,
+    flush_deferred, replay_all, run_batch, unmap_all, CallStats, MapperSet, Mapping, MappingTable,
+    Outcome, PlanOptions, Reject,
 };
 use viommu_wire as wire;
 use viommu_wire::status::*;
@@ -166,6 +182,34 @@ pub struct DeviceConfig {
     pub offer_mmio: bool,
     /// Fault reports kept while the event queue has no buffer.
     pub max_pending_events: usize,
+    /// Offer `VIRTIO_IOMMU_F_LAZY_UNMAP` (deferrable UNMAPs and FLUSH).
+    pub lazy_unmap: bool,
+    /// Offer `VIRTIO_IOMMU_F_POOL_HINT` with these values (`None`: not offered).
+    pub pool_hint: Option<PoolHint>,
+}
+
+/// The values of the POOL_HINT PROBE property (docs/lazy-unmap-contract.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolHint {
+    /// DMA of up to this many bytes is best bounced through a pool buffer.
+    pub threshold: u32,
+    /// First IOVA of the window suggested for pool buffers.
+    pub window_start: u64,
+    /// Size of that window in bytes.
+    pub window_size: u64,
+    /// Suggested most bytes of pool buffers per domain.
+    pub pool_max: u64,
+}
+
+impl Default for PoolHint {
+    fn default() -> Self {
+        PoolHint {
+            threshold: 64 * 1024,
+            window_start: 0x1_0000_0000,
+            window_size: 1 << 30,
+            pool_max: 64 << 20,
+        }
+    }
 }
 
 impl Default for DeviceConfig {
@@ -183,6 +227,8 @@ impl Default for DeviceConfig {
             batching: true,
             offer_mmio: false,
             max_pending_events: 64,
+            lazy_unmap: true,
+            pool_hint: Some(PoolHint::default()),
         }
     }
 }
@@ -200,6 +246,8 @@ pub struct RequestCounts {
     pub unmap: u64,
     /// PROBE requests.
     pub probe: u64,
+    /// FLUSH requests (ours).
+    pub flush: u64,
     /// Requests of unknown type or unparsable chains.
     pub malformed: u64,
 }
@@ -207,7 +255,7 @@ pub struct RequestCounts {
 impl RequestCounts {
     /// All requests.
     pub fn total(&self) -> u64 {
-        self.attach + self.detach + self.map + self.unmap + self.probe + self.malformed
+        self.attach + self.detach + self.map + self.unmap + self.probe + self.flush + self.malformed
     }
 }
 
@@ -244,12 +292,33 @@ pub struct Counters {
     pub events_reported: u64,
     /// Fault events dropped for lack of room.
     pub events_dropped: u64,
+    /// UNMAP requests whose host unmap was deferred (lazy-unmap contract).
+    pub deferred_unmaps: u64,
+    /// Flushes of deferred unmaps: every valid FLUSH request, and each
+    /// DETACH, ATTACH or reset that found deferred unmaps to remove.
+    pub flushes: u64,
+    /// Host unmap calls made by those flushes (every mapper counts).
+    pub flush_backend_calls: u64,
+    /// Deferred mappings those flushes removed from the host; divided by
+    /// `flush_backend_calls` (one mapper) it is the average merged run.
+    pub merged_ranges: u64,
+    /// Deferred mappings a MAP forced off the host before its FLUSH.
+    pub forced_unmaps: u64,
 }
 
 impl Counters {
     /// Host calls of both kinds.
     pub fn backend_calls(&self) -> u64 {
         self.backend_map_calls + self.backend_unmap_calls
+    }
+
+    /// Deferred mappings removed per flush host call (0 without flush calls).
+    pub fn average_merged_run(&self) -> f64 {
+        if self.flush_backend_calls == 0 {
+            0.0
+        } else {
+            self.merged_ranges as f64 / self.flush_backend_calls as f64
+        }
     }
 
     fn add_calls(&mut self, s: &CallStats) {
@@ -385,7 +454,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             ));
         }
         let granule = 1u64 << cfg.page_size_mask.trailing_zeros();
-        let props = request::resv_properties(&cfg);
+        if let Some(h) = cfg.pool_hint {
+            check_pool_hint(&cfg, &h, granule)?;
+        }
+        let props = request::properties(&cfg, true);
         let probe_size = cfg.probe_size.max(
             u32::try_from(props.len()).map_err(|_| Error::Config("too many reserved regions"))?,
         );
@@ -447,6 +519,18 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         Some(self.domains.get(&domain)?.table.iter().copied().collect())
     }
 
+    /// The deferred unmaps of a domain still on the host, in IOVA order.
+    pub fn pending_unmaps(&self, domain: u32) -> Option<Vec<Mapping>> {
+        Some(
+            self.domains
+                .get(&domain)?
+                .table
+                .deferred()
+                .copied()
+                .collect(),
+        )
+    }
+
     /// Features offered to the driver.
     pub fn device_features(&self) -> u64 {
         use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
@@ -460,6 +544,12 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             | (1 << VIRTIO_IOMMU_F_BYPASS_CONFIG);
         if self.cfg.offer_mmio {
             f |= 1 << VIRTIO_IOMMU_F_MMIO;
+        }
+        if self.cfg.lazy_unmap {
+            f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+        }
+        if self.cfg.pool_hint.is_some() {
+            f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;
         }
         f
     }
@@ -580,7 +670,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         self.acked = 0;
         self.events.clear();
         let domains = std::mem::take(&mut self.domains);
-        for (id, d) in domains {
+        for (id, mut d) in domains {
+            if Self::flush_domain(&mut self.counters, id, &mut d) != VIRTIO_IOMMU_S_OK {
+                error!(domain = id, "failed to remove deferred unmaps on reset");
+            }
             let mut backend = MapperSet::new(&d.mappers);
             if let Err(e) = unmap_all(&d.table, &mut backend) {
                 error!(domain = id, error = %e, "failed to remove host mappings on reset");
@@ -683,7 +776,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 self.counters.requests.malformed += 1;
                 continue;
             };
-            let parsed = parse(raw, self.probe_size);
+            let parsed = parse(raw, self.probe_size, self.acked(VIRTIO_IOMMU_F_LAZY_UNMAP));
             let reply = match parsed {
                 Parsed::Drop => {
                     self.counters.requests.malformed += 1;
@@ -728,10 +821,17 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                             Req::Probe { endpoint } => {
                                 self.counters.requests.probe += 1;
                                 if self.endpoints.contains_key(&endpoint) {
-                                    Reply::Probe(request::resv_properties(&self.cfg))
+                                    Reply::Probe(request::properties(
+                                        &self.cfg,
+                                        self.acked(VIRTIO_IOMMU_F_POOL_HINT),
+                                    ))
                                 } else {
                                     Reply::Status(VIRTIO_IOMMU_S_NOENT)
                                 }
+                            }
+                            Req::Flush(f) => {
+                                self.counters.requests.flush += 1;
+                                Reply::Status(self.flush(&f))
                             }
                             Req::Map(_) | Req::Unmap(_) => unreachable!("handled above"),
                         }
@@ -777,6 +877,8 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             let report = run_batch(&mut domain.table, &reqs, opts, &mut backend);
             self.counters.add_calls(&backend.stats);
             self.counters.elided_maps += report.elided_maps.len() as u64;
+            self.counters.deferred_unmaps += report.deferred.len() as u64;
+            self.counters.forced_unmaps += report.forced_unmaps as u64;
             for (k, outcome) in report.outcomes.iter().enumerate() {
                 let status = match outcome {
                     Outcome::Ok => VIRTIO_IOMMU_S_OK,
@@ -895,23 +997,85 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         if !self.acked(VIRTIO_IOMMU_F_MAP_UNMAP) {
             return Err(VIRTIO_IOMMU_S_UNSUPP);
         }
-        let (domain, start, end) = (
+        let (domain, start, end, flags) = (
             u.domain.to_native(),
             u.virt_start.to_native(),
             u.virt_end.to_native(),
+            u.flags.to_native(),
         );
-        // `reserved` is ignored: the spec only says the device MAY reject it.
+        // Without LAZY_UNMAP the flags are the spec's `reserved`, ignored
+        // (the spec only says the device MAY reject it). With it, contract:
+        // "the device MUST reject an UNMAP with an unknown flag with S_INVAL".
+        let deferred = if self.acked(VIRTIO_IOMMU_F_LAZY_UNMAP) {
+            if flags & !wire::VIRTIO_IOMMU_UNMAP_F_DEFERRED != 0 {
+                return Err(VIRTIO_IOMMU_S_INVAL);
+            }
+            flags & wire::VIRTIO_IOMMU_UNMAP_F_DEFERRED != 0
+        } else {
+            false
+        };
         self.check_domain(domain)?;
         if end < start {
             return Err(VIRTIO_IOMMU_S_INVAL);
         }
+        let (first, last) = (start, end);
         Ok((
             domain,
-            viommu_planner::Request::Unmap {
-                first: start,
-                last: end,
+            if deferred {
+                viommu_planner::Request::UnmapDeferred { first, last }
+            } else {
+                viommu_planner::Request::Unmap { first, last }
             },
         ))
+    }
+
+    /// FLUSH (ours): removes the domain's deferred unmaps from the host.
+    fn flush(&mut self, f: &wire::FlushReq) -> u8 {
+        let domain = f.domain.to_native();
+        // Contract: "the device MUST reject a FLUSH whose reserved bytes are
+        // not zero with S_INVAL".
+        if f.reserved != [0; 4] {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
+        if domain < self.cfg.domain_range.0 || domain > self.cfg.domain_range.1 {
+            return VIRTIO_IOMMU_S_RANGE;
+        }
+        let Some(d) = self.domains.get_mut(&domain) else {
+            return VIRTIO_IOMMU_S_NOENT;
+        };
+        if d.table.deferred_len() == 0 {
+            // Counted as a flush even with nothing to do.
+            self.counters.flushes += 1;
+        }
+        Self::flush_domain(&mut self.counters, domain, d)
+    }
+
+    /// Removes every deferred unmap of `d` from the host (FLUSH request or
+    /// a forcing event). `S_DEVERR` if some stay (still pending).
+    fn flush_domain(counters: &mut Counters, id: u32, d: &mut Domain) -> u8 {
+        if d.table.deferred_len() == 0 {
+            return VIRTIO_IOMMU_S_OK;
+        }
+        counters.flushes += 1;
+        let mut backend = MapperSet::new(&d.mappers);
+        let r = flush_deferred(&mut d.table, &mut backend);
+        counters.add_calls(&backend.stats);
+        counters.flush_backend_calls += backend.stats.unmap_calls;
+        counters.merged_ranges += r.removed as u64;
+        debug!(
+            domain = id,
+            calls = r.calls,
+            removed = r.removed,
+            failed = r.failed,
+            "deferred unmaps flushed"
+        );
+        match r.error {
+            None => VIRTIO_IOMMU_S_OK,
+            Some(e) => {
+                warn!(domain = id, failed = r.failed, error = %e, "flushing deferred unmaps failed");
+                VIRTIO_IOMMU_S_DEVERR
+            }
+        }
     }
 
     fn attach(&mut self, a: &wire::AttachReq) -> u8 {
@@ -979,6 +1143,14 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             table: MappingTable::new(max),
         });
         if !d.mappers.iter().any(|m| same_mapper(m, &mapper)) {
+            // The new mapper gets the table, not the deferred unmaps: flush
+            // them first so every mapper of the domain holds the same set.
+            if Self::flush_domain(&mut self.counters, domain, d) != VIRTIO_IOMMU_S_OK {
+                if d.endpoints.is_empty() {
+                    self.domains.remove(&domain);
+                }
+                return VIRTIO_IOMMU_S_DEVERR;
+            }
             let one = [mapper.clone()];
             let mut backend = MapperSet::new(&one);
             let r = replay_all(&d.table, &mut backend);
@@ -1025,6 +1197,12 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let Some(d) = self.domains.get_mut(&domain) else {
             return VIRTIO_IOMMU_S_INVAL;
         };
+        // Contract: DETACH is a forcing event; the leaving mapper must not
+        // keep the deferred mappings, and every mapper stays in step.
+        let s = Self::flush_domain(&mut self.counters, domain, d);
+        if s != VIRTIO_IOMMU_S_OK {
+            return s;
+        }
         if !shared {
             // Spec: "The device MUST ensure that after being detached from a
             // domain, the endpoint cannot access any mapping from that domain."
@@ -1162,6 +1340,40 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             &mut self.counters,
         )
     }
+}
+
+/// Checks the POOL_HINT values: a non-empty, granule-aligned window inside
+/// `input_range` and outside every reserved region, non-zero sizes.
+fn check_pool_hint(cfg: &DeviceConfig, h: &PoolHint, granule: u64) -> Result<(), Error> {
+    if h.threshold == 0 || h.pool_max == 0 || h.window_size == 0 {
+        return Err(Error::Config(
+            "pool hint: zero threshold, window or pool_max",
+        ));
+    }
+    let g = granule - 1;
+    if h.window_start & g != 0 || h.window_size & g != 0 {
+        return Err(Error::Config(
+            "pool hint: window not aligned to the page granule",
+        ));
+    }
+    let last = h
+        .window_start
+        .checked_add(h.window_size - 1)
+        .ok_or(Error::Config("pool hint: window overflows"))?;
+    if h.window_start < cfg.input_range.0 || last > cfg.input_range.1 {
+        return Err(Error::Config("pool hint: window outside input_range"));
+    }
+    let hits_reserved = cfg
+        .msi_window
+        .iter()
+        .chain(cfg.reserved.iter())
+        .any(|&(s, e)| s <= last && h.window_start <= e);
+    if hits_reserved {
+        return Err(Error::Config(
+            "pool hint: window overlaps a reserved region",
+        ));
+    }
+    Ok(())
 }
 
 fn same_mapper(a: &Arc<dyn DmaMapper>, b: &Arc<dyn DmaMapper>) -> bool {

@@ -19,6 +19,7 @@ pub(crate) enum Req {
     Map(wire::MapReq),
     Unmap(wire::UnmapReq),
     Probe { endpoint: u32 },
+    Flush(wire::FlushReq),
 }
 
 /// What to do with a raw request.
@@ -49,7 +50,9 @@ fn read<T: ByteValued>(bytes: &[u8]) -> Option<T> {
 ///   "If the properties list is smaller than probe_size, the device SHOULD
 ///   NOT write any property. It SHOULD reject the request and set status to
 ///   VIRTIO_IOMMU_S_INVAL.").
-pub(crate) fn parse(raw: &RawRequest, probe_size: u32) -> Parsed {
+/// - FLUSH (ours) without `VIRTIO_IOMMU_F_LAZY_UNMAP` (`lazy` false):
+///   `S_UNSUPP`, whatever its sizes (contract: "like any unsupported type").
+pub(crate) fn parse(raw: &RawRequest, probe_size: u32, lazy: bool) -> Parsed {
     let tail = size_of::<wire::ReqTail>() as u64;
     if raw.writable_len < tail {
         return Parsed::Drop;
@@ -64,6 +67,8 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32) -> Parsed {
         VIRTIO_IOMMU_T_MAP => size_of::<wire::MapReq>(),
         VIRTIO_IOMMU_T_UNMAP => size_of::<wire::UnmapReq>(),
         VIRTIO_IOMMU_T_PROBE => size_of::<wire::ProbeReq>(),
+        VIRTIO_IOMMU_T_FLUSH if lazy => size_of::<wire::FlushReq>(),
+        VIRTIO_IOMMU_T_FLUSH => return Parsed::Status(VIRTIO_IOMMU_S_UNSUPP),
         _ => return Parsed::Drop,
     } as u64;
     if raw.readable_len != want {
@@ -87,6 +92,7 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32) -> Parsed {
         VIRTIO_IOMMU_T_DETACH => read(bytes).map(Req::Detach),
         VIRTIO_IOMMU_T_MAP => read(bytes).map(Req::Map),
         VIRTIO_IOMMU_T_UNMAP => read(bytes).map(Req::Unmap),
+        VIRTIO_IOMMU_T_FLUSH => read(bytes).map(Req::Flush),
         _ => read::<wire::ProbeReq>(bytes).map(|p| Req::Probe {
             endpoint: p.endpoint.to_native(),
         }),
@@ -98,8 +104,9 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32) -> Parsed {
 }
 
 /// The PROBE properties every endpoint gets: RESV_MEM MSI for the MSI
-/// window, RESV_MEM RESERVED for each reserved range.
-pub(crate) fn resv_properties(cfg: &DeviceConfig) -> Vec<u8> {
+/// window, RESV_MEM RESERVED for each reserved range, and POOL_HINT when
+/// configured and `pool_hint` (negotiated) is true.
+pub(crate) fn properties(cfg: &DeviceConfig, pool_hint: bool) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some((s, e)) = cfg.msi_window {
         let p = wire::ProbeResvMem::new(wire::VIRTIO_IOMMU_RESV_MEM_T_MSI, s, e);
@@ -107,6 +114,10 @@ pub(crate) fn resv_properties(cfg: &DeviceConfig) -> Vec<u8> {
     }
     for &(s, e) in &cfg.reserved {
         let p = wire::ProbeResvMem::new(wire::VIRTIO_IOMMU_RESV_MEM_T_RESERVED, s, e);
+        out.extend_from_slice(p.as_slice());
+    }
+    if let Some(h) = cfg.pool_hint.filter(|_| pool_hint) {
+        let p = wire::ProbePoolHint::new(h.threshold, h.window_start, h.window_size, h.pool_max);
         out.extend_from_slice(p.as_slice());
     }
     out

@@ -538,6 +538,35 @@ pub mod req {
             domain: domain.into(),
             virt_start: start.into(),
             virt_end: end.into(),
+            flags: 0.into(),
+        }
+        .as_slice()
+        .to_vec()
+    }
+
+    /// UNMAP of `[start, end]` with `VIRTIO_IOMMU_UNMAP_F_DEFERRED`.
+    pub fn unmap_deferred(domain: u32, start: u64, end: u64) -> Vec<u8> {
+        unmap_flags(domain, start, end, wire::VIRTIO_IOMMU_UNMAP_F_DEFERRED)
+    }
+
+    /// UNMAP of `[start, end]` with these flags.
+    pub fn unmap_flags(domain: u32, start: u64, end: u64, flags: u32) -> Vec<u8> {
+        wire::UnmapReq {
+            head: head(wire::req_type::VIRTIO_IOMMU_T_UNMAP),
+            domain: domain.into(),
+            virt_start: start.into(),
+            virt_end: end.into(),
+            flags: flags.into(),
+        }
+        .as_slice()
+        .to_vec()
+    }
+
+    /// FLUSH (ours) of a domain's deferred unmaps.
+    pub fn flush(domain: u32) -> Vec<u8> {
+        wire::FlushReq {
+            head: head(wire::req_type::VIRTIO_IOMMU_T_FLUSH),
+            domain: domain.into(),
             reserved: [0; 4],
         }
         .as_slice()
@@ -650,20 +679,22 @@ impl Harness {
     }
 
     /// Checks that every endpoint's mapper holds exactly the mappings of the
-    /// endpoint's domain (nothing when unattached or in bypass) and that no
-    /// mapper saw a protocol violation.
+    /// endpoint's domain plus its pending deferred unmaps (nothing when
+    /// unattached or in bypass) and that no mapper saw a protocol violation.
     pub fn check_consistency(&self) -> Result<(), String> {
         for (ep, m) in self.endpoints.iter().zip(&self.mappers) {
-            let want: Vec<(u64, u64, u64, DmaPerm)> = match self.dev.endpoint_state(*ep) {
+            let mut want: Vec<(u64, u64, u64, DmaPerm)> = match self.dev.endpoint_state(*ep) {
                 Some(crate::EndpointState::Translated(d)) => self
                     .dev
                     .domain_mappings(d)
                     .unwrap_or_default()
                     .iter()
+                    .chain(self.dev.pending_unmaps(d).unwrap_or_default().iter())
                     .map(|x| (x.iova, x.size, x.gpa, x.perm))
                     .collect(),
                 _ => Vec::new(),
             };
+            want.sort_by_key(|x| x.0);
             let have = m.mappings();
             if have != want {
                 return Err(format!("endpoint {ep}: host {have:x?} != device {want:x?}"));

@@ -497,6 +497,7 @@ fn probe_reports_the_msi_window() {
     let mut h = Harness::new(
         DeviceConfig {
             reserved: vec![(0x1000_0000, 0x1000_ffff)],
+            pool_hint: None,
             ..Default::default()
         },
         &[1],
@@ -547,6 +548,7 @@ fn msi_window_is_a_parameter() {
     let mut h = Harness::new(
         DeviceConfig {
             msi_window: None,
+            pool_hint: None,
             ..Default::default()
         },
         &[1],

@@ -42,16 +42,19 @@
 //!   "no unmap between" rule makes this safe under failures: only a failed
 //!   UNMAP can make the cancelling UNMAP stop covering the mapping.
 //!
-//! # Where the lazy unmap (DESIGN.md) plugs in
+//! # The lazy unmap (docs/lazy-unmap-contract.md)
 //!
-//! Host unmaps are first queued (`Round::pending`, one entry per UNMAP with
-//! the host mappings it removes) and only turned into calls by `pieces()`
-//! when the queue is flushed. For deferrable UNMAPs of a lazy domain, the
-//! queue would live in the domain across batches: the table entry goes at
-//! once (the guest's view), the host mapping stays until the guest's flush
-//! request flushes the queue (adjacent whole mappings merged, as now); a MAP
-//! overlapping a queued range must flush that part first, since the host
-//! still holds it.
+//! A [`Request::UnmapDeferred`] removes its mappings from the table at once
+//! (the guest's view, and its outcome) but moves their host mappings to the
+//! table's deferred set instead of unmapping them: invariant 3 is relaxed
+//! for them until [`flush_deferred`], which removes the whole set with one
+//! call per run of adjacent whole mappings. Invariants 1, 2 and 4 hold as
+//! before, with "host state" read as "table plus deferred set". A MAP that
+//! overlaps deferred mappings first unmaps them on the host (in the same
+//! call sequence, before its own map call; the host would refuse the
+//! overlap). A deferrable UNMAP that would grow the deferred set past the
+//! table's limit is executed strictly instead (the host's mapping budget
+//! is bounded by twice the limit).
 
 #![deny(missing_docs)]
 
@@ -74,6 +77,14 @@ pub enum Request {
     Map(Mapping),
     /// Unmap every mapping inside the inclusive range `[first, last]`.
     Unmap {
+        /// First IOVA.
+        first: u64,
+        /// Last IOVA (inclusive).
+        last: u64,
+    },
+    /// Like [`Request::Unmap`] for the guest's view, but the host mappings
+    /// stay (deferred) until [`flush_deferred`] or a MAP over them.
+    UnmapDeferred {
         /// First IOVA.
         first: u64,
         /// Last IOVA (inclusive).
@@ -253,11 +264,20 @@ pub struct BatchReport {
     pub elided_maps: Vec<usize>,
     /// Planning rounds (1 + number of host failures that forced a replan).
     pub rounds: usize,
+    /// Indices of the [`Request::UnmapDeferred`] whose host unmaps were
+    /// deferred (the others ran strictly).
+    pub deferred: Vec<usize>,
+    /// Deferred mappings that MAPs of this batch forced off the host early.
+    pub forced_unmaps: usize,
 }
 
 enum Undo {
     Inserted(u64),
     Removed(Entry),
+    /// The mapping at this IOVA joined the deferred set.
+    Deferred(u64),
+    /// This mapping left the deferred set (forced by a MAP).
+    Undeferred(Mapping),
 }
 
 enum Call {
@@ -281,6 +301,10 @@ struct Round {
     /// Maps of this round that a later lone UNMAP may still cancel: iova -> call index.
     cancellable: HashMap<u64, usize>,
     outcomes: Vec<Outcome>,
+    /// Requests whose host unmaps were deferred.
+    deferred: Vec<usize>,
+    /// (MAP request, deferred mappings it forced off the host).
+    forced: Vec<(usize, usize)>,
 }
 
 impl Round {
@@ -321,6 +345,8 @@ pub fn run_batch(
         match execute(&round, opts, backend) {
             None => {
                 report.outcomes.extend(round.outcomes);
+                report.deferred.extend(round.deferred);
+                report.forced_unmaps += round.forced.iter().map(|&(_, n)| n).sum::<usize>();
                 report
                     .elided_maps
                     .extend(elided_before(&round.calls, usize::MAX).map(|(op, _)| op));
@@ -333,16 +359,41 @@ pub fn run_batch(
                     journal,
                     outcomes,
                     calls,
+                    deferred,
+                    forced,
                     ..
                 } = round;
                 rollback(table, journal, r);
-                if let Request::Unmap { first, last } = reqs[r] {
-                    // The table is back to the state before `r`: remove what
-                    // the host really unmapped.
-                    if let Ok(removed) = table.check_unmap(first, last) {
-                        for m in removed {
-                            if !fail.kept.contains(&m) {
-                                table.remove(m.iova);
+                report
+                    .deferred
+                    .extend(deferred.into_iter().filter(|&op| op < r));
+                report.forced_unmaps += forced
+                    .iter()
+                    .filter(|&&(op, _)| op < r)
+                    .map(|&(_, n)| n)
+                    .sum::<usize>();
+                match reqs[r] {
+                    // A deferrable UNMAP only reaches the host when it ran
+                    // strictly, so it failed like a strict one.
+                    Request::Unmap { first, last } | Request::UnmapDeferred { first, last } => {
+                        // The table is back to the state before `r`: remove
+                        // what the host really unmapped.
+                        if let Ok(removed) = table.check_unmap(first, last) {
+                            for m in removed {
+                                if !fail.kept.contains(&m) {
+                                    table.remove(m.iova);
+                                }
+                            }
+                        }
+                    }
+                    Request::Map(m) => {
+                        // The deferred mappings this MAP forced off the host
+                        // are back in the deferred set: drop the ones the
+                        // host really unmapped (all of them if the map call
+                        // itself failed).
+                        for f in table.deferred_overlapping(m.iova, m.last()) {
+                            if !fail.kept.contains(&f) {
+                                table.undefer(f.iova);
                             }
                         }
                     }
@@ -412,6 +463,10 @@ fn rollback(table: &mut MappingTable, journal: Vec<(usize, Undo)>, from_op: usiz
                 table.remove(iova);
             }
             Undo::Removed(entry) => table.insert(entry),
+            Undo::Deferred(iova) => {
+                table.undefer(iova);
+            }
+            Undo::Undeferred(m) => table.defer(m),
         }
     }
 }
@@ -425,6 +480,8 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
         pending: Vec::new(),
         cancellable: HashMap::new(),
         outcomes: Vec::with_capacity(reqs.len()),
+        deferred: Vec::new(),
+        forced: Vec::new(),
     };
     for (i, req) in reqs.iter().enumerate() {
         let op = base + i;
@@ -432,6 +489,19 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
             Request::Map(m) => match table.check_map(&m) {
                 Err(r) => Outcome::Rejected(r),
                 Ok(()) => {
+                    // The host still holds deferred unmaps in this range:
+                    // unmap them first, as part of this MAP.
+                    let forced = table.deferred_overlapping(m.iova, m.last());
+                    if !forced.is_empty() {
+                        for f in &forced {
+                            table.undefer(f.iova);
+                            round.journal.push((op, Undo::Undeferred(*f)));
+                        }
+                        trace!(request = op, n = forced.len(), "map forces deferred unmaps");
+                        round.forced.push((op, forced.len()));
+                        round.pending.push((op, forced));
+                        round.cancellable.clear();
+                    }
                     round.flush();
                     table.insert(Entry {
                         mapping: m,
@@ -449,47 +519,59 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
                     Outcome::Ok
                 }
             },
-            Request::Unmap { first, last } => match table.check_unmap(first, last) {
-                Err(r) => Outcome::Rejected(r),
-                Ok(removed) => {
-                    let mut cancelled = false;
-                    if let [only] = removed.as_slice() {
-                        if let Some(&ci) = round.cancellable.get(&only.iova) {
-                            if let Call::Map {
-                                mapping,
-                                cancelled_by,
-                                ..
-                            } = &mut round.calls[ci]
-                            {
-                                if mapping == only && cancelled_by.is_none() {
-                                    *cancelled_by = Some(op);
-                                    cancelled = true;
+            Request::Unmap { first, last } | Request::UnmapDeferred { first, last } => {
+                match table.check_unmap(first, last) {
+                    Err(r) => Outcome::Rejected(r),
+                    Ok(removed) => {
+                        let mut cancelled = false;
+                        if let [only] = removed.as_slice() {
+                            if let Some(&ci) = round.cancellable.get(&only.iova) {
+                                if let Call::Map {
+                                    mapping,
+                                    cancelled_by,
+                                    ..
+                                } = &mut round.calls[ci]
+                                {
+                                    if mapping == only && cancelled_by.is_none() {
+                                        *cancelled_by = Some(op);
+                                        cancelled = true;
+                                    }
                                 }
                             }
                         }
-                    }
-                    let mut host = Vec::new();
-                    for m in &removed {
-                        if let Some(entry) = table.remove(m.iova) {
-                            if entry.off_host.is_none() && !cancelled {
-                                host.push(entry.mapping);
+                        let mut host = Vec::new();
+                        for m in &removed {
+                            if let Some(entry) = table.remove(m.iova) {
+                                if entry.off_host.is_none() && !cancelled {
+                                    host.push(entry.mapping);
+                                }
+                                round.journal.push((op, Undo::Removed(entry)));
                             }
-                            round.journal.push((op, Undo::Removed(entry)));
                         }
-                    }
-                    if cancelled {
-                        trace!(request = op, "map+unmap pair cancelled");
-                    }
-                    if !host.is_empty() {
-                        round.cancellable.clear();
-                        round.pending.push((op, host));
-                        if !opts.coalesce_unmaps {
-                            round.flush();
+                        if cancelled {
+                            trace!(request = op, "map+unmap pair cancelled");
                         }
+                        let defer = matches!(req, Request::UnmapDeferred { .. })
+                            && !host.is_empty()
+                            && table.deferred_len().saturating_add(host.len()) <= table.limit();
+                        if defer {
+                            for m in host.drain(..) {
+                                table.defer(m);
+                                round.journal.push((op, Undo::Deferred(m.iova)));
+                            }
+                            round.deferred.push(op);
+                        }
+                        if !host.is_empty() {
+                            round.cancellable.clear();
+                            round.pending.push((op, host));
+                            if !opts.coalesce_unmaps {
+                                round.flush();
+                            }
+                        }
+                        Outcome::Ok
                     }
-                    Outcome::Ok
                 }
-            },
+            }
         };
         round.outcomes.push(outcome);
     }
@@ -656,4 +738,65 @@ impl MappingTable {
     pub fn is_on_host(&self, iova: u64) -> bool {
         self.entry(iova).is_some_and(|e| e.off_host.is_none())
     }
+}
+
+/// What [`flush_deferred`] did.
+#[derive(Debug, Default)]
+pub struct FlushReport {
+    /// Host unmap calls issued (one per run of adjacent deferred mappings,
+    /// plus one per mapping of a run whose merged call failed).
+    pub calls: usize,
+    /// Deferred mappings removed from the host.
+    pub removed: usize,
+    /// Deferred mappings still on the host because their unmap failed.
+    pub failed: usize,
+    /// The first host error met.
+    pub error: Option<DmaError>,
+}
+
+/// Removes every deferred mapping of `table` from the host: one call per
+/// run of adjacent whole mappings (never a partial one). When a merged
+/// call fails, its mappings are retried one at a time, so only the
+/// mappings whose own unmap fails stay deferred (still on the host, still
+/// out of the table); a later flush or a MAP over them tries again.
+pub fn flush_deferred(table: &mut MappingTable, backend: &mut dyn HostBackend) -> FlushReport {
+    let mut report = FlushReport::default();
+    let runs = adjacent_runs(table.deferred());
+    for run in runs {
+        report.calls += 1;
+        match backend.unmap(&run) {
+            Ok(()) => {
+                for m in &run.mappings {
+                    table.undefer(m.iova);
+                }
+                report.removed += run.mappings.len();
+            }
+            Err(e) if run.mappings.len() > 1 => {
+                debug!(iova = run.iova, size = run.size, error = %e, "merged flush unmap failed, retrying mapping by mapping");
+                for m in &run.mappings {
+                    report.calls += 1;
+                    let one = Run {
+                        iova: m.iova,
+                        size: m.size,
+                        mappings: vec![*m],
+                    };
+                    match backend.unmap(&one) {
+                        Ok(()) => {
+                            table.undefer(m.iova);
+                            report.removed += 1;
+                        }
+                        Err(e) => {
+                            report.failed += 1;
+                            report.error.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                report.failed += 1;
+                report.error.get_or_insert(e);
+            }
+        }
+    }
+    report
 }

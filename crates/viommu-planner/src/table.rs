@@ -67,13 +67,20 @@ pub(crate) struct Entry {
     pub(crate) off_host: Option<usize>,
 }
 
-/// The guest's view of one domain: non-overlapping mappings keyed by IOVA.
+/// The guest's view of one domain: non-overlapping mappings keyed by IOVA,
+/// plus the deferred unmaps of the lazy-unmap contract.
 ///
 /// Outside a batch being executed, every entry is also mapped on the host
-/// with exactly the same range (one host mapping per guest mapping).
+/// with exactly the same range (one host mapping per guest mapping), and so
+/// is every deferred unmap: a mapping the guest unmapped with
+/// `VIRTIO_IOMMU_UNMAP_F_DEFERRED` that is gone from the table but stays on
+/// the host until [`crate::flush_deferred`] (or a MAP over it) removes it.
+/// Deferred mappings never overlap each other; they may overlap table
+/// entries only transiently inside [`crate::run_batch`].
 #[derive(Clone, Debug)]
 pub struct MappingTable {
     map: BTreeMap<u64, Entry>,
+    deferred: BTreeMap<u64, Mapping>,
     limit: usize,
 }
 
@@ -82,6 +89,7 @@ impl MappingTable {
     pub fn new(limit: usize) -> Self {
         MappingTable {
             map: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             limit,
         }
     }
@@ -173,9 +181,41 @@ impl MappingTable {
             .collect()
     }
 
-    /// Removes every mapping (the domain is destroyed).
+    /// Removes every mapping and forgets the deferred unmaps (the domain is
+    /// destroyed; the caller has dealt with the host).
     pub fn clear(&mut self) {
         self.map.clear();
+        self.deferred.clear();
+    }
+
+    /// Deferred unmaps still on the host, in IOVA order.
+    pub fn deferred(&self) -> impl Iterator<Item = &Mapping> + '_ {
+        self.deferred.values()
+    }
+
+    /// Number of deferred unmaps still on the host.
+    pub fn deferred_len(&self) -> usize {
+        self.deferred.len()
+    }
+
+    /// Deferred mappings intersecting the inclusive range `[first, last]`.
+    pub fn deferred_overlapping(&self, first: u64, last: u64) -> Vec<Mapping> {
+        let mut out = Vec::new();
+        if let Some((_, m)) = self.deferred.range(..first).next_back() {
+            if m.last() >= first {
+                out.push(*m);
+            }
+        }
+        out.extend(self.deferred.range(first..=last).map(|(_, m)| *m));
+        out
+    }
+
+    pub(crate) fn defer(&mut self, m: Mapping) {
+        self.deferred.insert(m.iova, m);
+    }
+
+    pub(crate) fn undefer(&mut self, iova: u64) -> Option<Mapping> {
+        self.deferred.remove(&iova)
     }
 
     /// Inserts a mapping that is already on the host (tests and replay).

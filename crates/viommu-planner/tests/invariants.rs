@@ -2,7 +2,14 @@
 //! model, on random MAP/UNMAP streams cut into random batches, with failures
 //! injected into the host.
 //!
-//! Case count: `PROPTEST_CASES` (default 256 here).
+//! The streams include deferrable UNMAPs and FLUSH points (the lazy-unmap
+//! contract): the reference applies deferred host unmaps only at a flush or
+//! when a MAP overlaps them, and the checks add: the host holds exactly the
+//! table plus the deferred set; after a flush no deferred mapping survives
+//! on the host unless its unmap failed (and the flush reported it); a MAP
+//! never fails or is refused because of a pending deferred unmap.
+//!
+//! Case count: `PROPTEST_CASES` (default 512 here).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -10,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use dma_mapper::{DmaError, DmaMapper, DmaPerm};
 use proptest::prelude::*;
 use viommu_planner::{
-    run_batch, HostFailure, MapperSet, Mapping, MappingTable, Outcome, PlanOptions, Reject, Request,
+    flush_deferred, run_batch, HostFailure, MapperSet, Mapping, MappingTable, Outcome, PlanOptions,
+    Reject, Request,
 };
 
 const PAGE: u64 = 0x1000;
@@ -131,8 +139,22 @@ impl DmaMapper for Fake {
 struct Reference {
     /// Mapping -> whether it is on the host (false for elided maps).
     maps: BTreeMap<u64, (Mapping, bool)>,
+    /// Deferred unmaps still on the host.
+    deferred: BTreeMap<u64, Mapping>,
     map_poison: BTreeSet<u64>,
     unmap_poison: BTreeSet<u64>,
+}
+
+/// Runs of adjacent mappings (given in IOVA order).
+fn runs_of<'a>(ms: impl IntoIterator<Item = &'a Mapping>) -> Vec<Vec<Mapping>> {
+    let mut runs: Vec<Vec<Mapping>> = Vec::new();
+    for x in ms {
+        match runs.last_mut() {
+            Some(r) if r.last().unwrap().end() == x.iova => r.push(*x),
+            _ => runs.push(vec![*x]),
+        }
+    }
+    runs
 }
 
 impl Reference {
@@ -152,13 +174,29 @@ impl Reference {
                 if self.maps.len() >= LIMIT {
                     return (Outcome::Rejected(Reject::Limit), vec![]);
                 }
+                // Deferred unmaps in the range leave the host first.
+                let forced: Vec<Mapping> = self
+                    .deferred
+                    .values()
+                    .filter(|x| x.iova <= m.last() && m.iova <= x.last())
+                    .copied()
+                    .collect();
+                for run in runs_of(&forced) {
+                    let (s, e) = (run[0].iova, run.last().unwrap().end());
+                    if touches(&self.unmap_poison, s, e - s) {
+                        return (Outcome::HostFailed(HostFailure::Host), vec![]);
+                    }
+                    for x in run {
+                        self.deferred.remove(&x.iova);
+                    }
+                }
                 if !elided && touches(&self.map_poison, m.iova, m.size) {
                     return (Outcome::HostFailed(HostFailure::Host), vec![]);
                 }
                 self.maps.insert(m.iova, (m, !elided));
                 (Outcome::Ok, vec![])
             }
-            Request::Unmap { first, last } => {
+            Request::Unmap { first, last } | Request::UnmapDeferred { first, last } => {
                 let hit: Vec<(Mapping, bool)> = self
                     .maps
                     .values()
@@ -167,6 +205,20 @@ impl Reference {
                     .collect();
                 if hit.iter().any(|(x, _)| x.iova < first || x.last() > last) {
                     return (Outcome::Rejected(Reject::Split), vec![]);
+                }
+                let on_host: Vec<Mapping> =
+                    hit.iter().filter(|(_, on)| *on).map(|(x, _)| *x).collect();
+                let defer = matches!(req, Request::UnmapDeferred { .. })
+                    && !on_host.is_empty()
+                    && self.deferred.len() + on_host.len() <= LIMIT;
+                if defer {
+                    for (x, _) in &hit {
+                        self.maps.remove(&x.iova);
+                    }
+                    for x in &on_host {
+                        self.deferred.insert(x.iova, *x);
+                    }
+                    return (Outcome::Ok, hit.iter().map(|(x, _)| *x).collect());
                 }
                 // Runs of adjacent host mappings, in IOVA order.
                 let mut runs: Vec<Vec<Mapping>> = Vec::new();
@@ -201,6 +253,36 @@ impl Reference {
     fn mappings(&self) -> BTreeSet<K> {
         self.maps.values().map(|(m, _)| key(m)).collect()
     }
+
+    fn deferred(&self) -> BTreeSet<K> {
+        self.deferred.values().map(key).collect()
+    }
+
+    /// FLUSH: every run of deferred mappings, a failing run retried one
+    /// mapping at a time. Returns whether some unmap failed.
+    fn flush(&mut self) -> bool {
+        let mut failed = false;
+        let all: Vec<Mapping> = self.deferred.values().copied().collect();
+        for run in runs_of(&all) {
+            let (s, e) = (run[0].iova, run.last().unwrap().end());
+            let whole = !touches(&self.unmap_poison, s, e - s);
+            for x in run {
+                if whole || !touches(&self.unmap_poison, x.iova, x.size) {
+                    self.deferred.remove(&x.iova);
+                } else {
+                    failed = true;
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// A request or a flush point.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Req(Request),
+    Flush,
 }
 
 #[derive(Clone, Debug)]
@@ -219,6 +301,16 @@ enum Gen {
         page: u64,
         pages: u64,
     },
+    /// Like `UnmapPrev`, deferrable.
+    UnmapPrevDeferred {
+        back: usize,
+    },
+    /// Like `UnmapRange`, deferrable.
+    UnmapRangeDeferred {
+        page: u64,
+        pages: u64,
+    },
+    Flush,
 }
 
 fn gen_op() -> impl Strategy<Value = Gen> {
@@ -226,10 +318,13 @@ fn gen_op() -> impl Strategy<Value = Gen> {
         4 => (0..PAGES, 1..4u64, 0..1024u64, 1..4u8).prop_map(|(page, pages, gpa_page, perm)| Gen::Map { page, pages, gpa_page, perm }),
         3 => (0..16usize).prop_map(|back| Gen::UnmapPrev { back }),
         1 => (0..PAGES, 1..12u64).prop_map(|(page, pages)| Gen::UnmapRange { page, pages }),
+        3 => (0..16usize).prop_map(|back| Gen::UnmapPrevDeferred { back }),
+        1 => (0..PAGES, 1..12u64).prop_map(|(page, pages)| Gen::UnmapRangeDeferred { page, pages }),
+        1 => Just(Gen::Flush),
     ]
 }
 
-fn to_requests(gens: &[Gen]) -> Vec<Request> {
+fn to_ops(gens: &[Gen]) -> Vec<Op> {
     let mut maps: Vec<Mapping> = Vec::new();
     let mut out = Vec::new();
     for g in gens {
@@ -246,23 +341,42 @@ fn to_requests(gens: &[Gen]) -> Vec<Request> {
                 };
                 let m = Mapping::new(page * PAGE, pages * PAGE, gpa_page * PAGE, perm).unwrap();
                 maps.push(m);
-                out.push(Request::Map(m));
+                out.push(Op::Req(Request::Map(m)));
             }
-            Gen::UnmapPrev { back } => {
+            Gen::UnmapPrev { back } | Gen::UnmapPrevDeferred { back } => {
                 if let Some(m) = maps.iter().rev().nth(back % maps.len().max(1)) {
-                    out.push(Request::Unmap {
-                        first: m.iova,
-                        last: m.last(),
-                    });
+                    let (first, last) = (m.iova, m.last());
+                    out.push(Op::Req(if matches!(g, Gen::UnmapPrev { .. }) {
+                        Request::Unmap { first, last }
+                    } else {
+                        Request::UnmapDeferred { first, last }
+                    }));
                 }
             }
-            Gen::UnmapRange { page, pages } => out.push(Request::Unmap {
-                first: page * PAGE,
-                last: (page + pages) * PAGE - 1,
-            }),
+            Gen::UnmapRange { page, pages } | Gen::UnmapRangeDeferred { page, pages } => {
+                let (first, last) = (page * PAGE, (page + pages) * PAGE - 1);
+                out.push(Op::Req(if matches!(g, Gen::UnmapRange { .. }) {
+                    Request::Unmap { first, last }
+                } else {
+                    Request::UnmapDeferred { first, last }
+                }));
+            }
+            Gen::Flush => out.push(Op::Flush),
         }
     }
     out
+}
+
+/// The streams without flush points and deferrable UNMAPs (strict).
+fn to_requests(gens: &[Gen]) -> Vec<Request> {
+    to_ops(gens)
+        .into_iter()
+        .filter_map(|op| match op {
+            Op::Req(Request::UnmapDeferred { first, last }) => Some(Request::Unmap { first, last }),
+            Op::Req(r) => Some(r),
+            Op::Flush => None,
+        })
+        .collect()
 }
 
 fn check_stream(
@@ -273,7 +387,7 @@ fn check_stream(
     two_mappers: bool,
     opts: PlanOptions,
 ) -> Result<(), TestCaseError> {
-    let reqs = to_requests(&gens);
+    let ops = to_ops(&gens);
     let clean = Fake::default();
     let poisoned = Fake::default();
     poisoned.with(|h| {
@@ -288,16 +402,41 @@ fn check_stream(
     let mut table = MappingTable::new(LIMIT);
     let mut reference = Reference {
         maps: BTreeMap::new(),
+        deferred: BTreeMap::new(),
         map_poison,
         unmap_poison,
     };
 
-    let mut pos = 0;
+    // A FLUSH is a barrier: the batches are the runs of requests between
+    // flush points, cut further by `cuts`.
+    let mut segments: Vec<Vec<Request>> = Vec::new();
+    let mut flush_after: Vec<bool> = Vec::new();
+    let mut cur = Vec::new();
     let mut cut_iter = cuts.into_iter().cycle();
-    while pos < reqs.len() {
-        let len = cut_iter.next().unwrap_or(1).clamp(1, reqs.len() - pos);
-        let batch = &reqs[pos..pos + len];
+    let mut want = cut_iter.next().unwrap_or(1).max(1);
+    for op in &ops {
+        match *op {
+            Op::Req(r) => {
+                cur.push(r);
+                if cur.len() >= want {
+                    segments.push(std::mem::take(&mut cur));
+                    flush_after.push(false);
+                    want = cut_iter.next().unwrap_or(1).max(1);
+                }
+            }
+            Op::Flush => {
+                segments.push(std::mem::take(&mut cur));
+                flush_after.push(true);
+            }
+        }
+    }
+    segments.push(cur);
+    flush_after.push(false);
+
+    for (batch, flush) in segments.iter().zip(flush_after) {
+        let batch = batch.as_slice();
         let before = poisoned.mappings();
+        let table_before: BTreeSet<K> = table.iter().map(key).collect();
         let log_start = poisoned.with(|h| h.log.len());
 
         let mut backend = MapperSet::new(&mappers);
@@ -325,17 +464,27 @@ fn check_stream(
                 i
             );
         }
-        // Invariants 1 and 3 (and 4's "state matches"): at publication, host
-        // == table == one-by-one state.
-        let table_set: BTreeSet<K> = table.iter().map(key).collect();
-        prop_assert_eq!(&table_set, &reference.mappings());
-        prop_assert_eq!(&poisoned.mappings(), &table_set);
-        if two_mappers {
-            prop_assert_eq!(&clean.mappings(), &table_set);
+        // Lazy: deferral only for deferrable UNMAPs that the reference
+        // deferred too (same outcome, same deferred set below).
+        for &i in &report.deferred {
+            let lazy = matches!(batch[i], Request::UnmapDeferred { .. });
+            prop_assert!(lazy, "deferred a strict request {}", i);
         }
-        // Invariant 2: a mapping present before the batch that no request of
-        // the batch removed is on the host after every single host call.
-        let stable: Vec<K> = before
+        // Invariants 1 and 3 (and 4's "state matches"): at publication, host
+        // == table + deferred set == one-by-one state.
+        let table_set: BTreeSet<K> = table.iter().map(key).collect();
+        let deferred_set: BTreeSet<K> = table.deferred().map(key).collect();
+        prop_assert_eq!(&table_set, &reference.mappings());
+        prop_assert_eq!(&deferred_set, &reference.deferred());
+        let host_want: BTreeSet<K> = table_set.union(&deferred_set).copied().collect();
+        prop_assert_eq!(&poisoned.mappings(), &host_want);
+        if two_mappers {
+            prop_assert_eq!(&clean.mappings(), &host_want);
+        }
+        // Invariant 2: a guest mapping present before the batch that no
+        // request of the batch removed is on the host after every single
+        // host call.
+        let stable: Vec<K> = table_before
             .iter()
             .filter(|m| !removed_in_batch.iter().any(|(_, x)| key(x) == **m))
             .copied()
@@ -367,7 +516,49 @@ fn check_stream(
             poisoned.with(|h| h.violations.clone())
         );
         prop_assert!(clean.with(|h| h.violations.is_empty()));
-        pos += len;
+
+        if flush {
+            let pending: BTreeSet<K> = table.deferred().map(key).collect();
+            let mut backend = MapperSet::new(&mappers);
+            let fr = flush_deferred(&mut table, &mut backend);
+            let ref_failed = reference.flush();
+            prop_assert_eq!(fr.error.is_some(), ref_failed);
+            prop_assert_eq!(fr.failed, reference.deferred.len());
+            // No host mapping of a deferred range survives the flush,
+            // except the ones whose unmap failed (still deferred, reported).
+            let host = poisoned.mappings();
+            let left: BTreeSet<K> = table.deferred().map(key).collect();
+            prop_assert_eq!(&left, &reference.deferred());
+            for k in &pending {
+                prop_assert_eq!(host.contains(k), left.contains(k), "{:?}", k);
+            }
+            let table_set: BTreeSet<K> = table.iter().map(key).collect();
+            let host_want: BTreeSet<K> = table_set.union(&left).copied().collect();
+            prop_assert_eq!(&host, &host_want);
+            if two_mappers {
+                prop_assert_eq!(&clean.mappings(), &host_want);
+            }
+            // Fewest calls without failures: one per run of adjacent
+            // deferred mappings.
+            if !ref_failed {
+                let all: Vec<Mapping> = pending
+                    .iter()
+                    .map(|k| {
+                        Mapping::new(
+                            k.0,
+                            k.1,
+                            k.2,
+                            DmaPerm {
+                                read: k.3,
+                                write: k.4,
+                            },
+                        )
+                        .unwrap()
+                    })
+                    .collect();
+                prop_assert_eq!(fr.calls, runs_of(&all).len());
+            }
+        }
     }
     Ok(())
 }
@@ -532,4 +723,152 @@ fn split_is_rejected_and_partial_failure_keeps_the_rest() {
     let left: Vec<u64> = table.iter().map(|m| m.iova / PAGE).collect();
     assert_eq!(left, vec![12]);
     assert_eq!(fake.mappings(), table.iter().map(key).collect());
+}
+
+fn unmap_deferred(page: u64, pages: u64) -> Request {
+    Request::UnmapDeferred {
+        first: page * PAGE,
+        last: (page + pages) * PAGE - 1,
+    }
+}
+
+#[test]
+fn deferred_burst_is_flushed_in_one_call() {
+    // Scattered order, all adjacent once collected: one merged unmap.
+    let reqs: Vec<Request> = [3, 0, 7, 1, 2, 6, 5, 4]
+        .iter()
+        .map(|&p| unmap_deferred(p, 1))
+        .collect();
+    let fake = Fake::default();
+    let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+    let mut table = MappingTable::new(LIMIT);
+    let mut backend = MapperSet::new(&mappers);
+    let setup: Vec<Request> = (0..8).map(|p| map(p, 1)).collect();
+    run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
+    fake.with(|h| h.log.clear());
+    // One request per batch: nothing reaches the host before the flush.
+    for r in &reqs {
+        let rep = run_batch(&mut table, &[*r], PlanOptions::BATCHED, &mut backend);
+        assert_eq!(rep.outcomes, vec![Outcome::Ok]);
+        assert_eq!(rep.deferred, vec![0]);
+    }
+    assert!(table.is_empty());
+    assert_eq!(table.deferred_len(), 8);
+    assert_eq!(
+        fake.mappings().len(),
+        8,
+        "host mappings stay until the flush"
+    );
+    assert!(fake.with(|h| h.log.is_empty()));
+    let fr = flush_deferred(&mut table, &mut backend);
+    assert_eq!((fr.calls, fr.removed, fr.failed), (1, 8, 0));
+    assert_eq!(
+        fake.with(|h| h.log.clone()),
+        vec![Event::Unmap(0, 8 * PAGE)]
+    );
+    assert!(fake.mappings().is_empty());
+}
+
+#[test]
+fn map_over_a_deferred_unmap_forces_it_first() {
+    let fake = Fake::default();
+    let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+    let mut table = MappingTable::new(LIMIT);
+    let mut backend = MapperSet::new(&mappers);
+    run_batch(
+        &mut table,
+        &[map(0, 2), map(2, 1)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    fake.with(|h| h.log.clear());
+    // Same batch: deferred unmap, then a MAP reusing part of the range.
+    let r = run_batch(
+        &mut table,
+        &[unmap_deferred(0, 3), map(1, 1)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    assert_eq!(r.outcomes, vec![Outcome::Ok, Outcome::Ok]);
+    assert_eq!(r.forced_unmaps, 1);
+    // Only the deferred mapping under the MAP is forced (whole, never split).
+    assert_eq!(
+        fake.with(|h| h.log.clone()),
+        vec![Event::Unmap(0, 2 * PAGE), Event::Map(PAGE, PAGE)]
+    );
+    assert_eq!(
+        table.deferred().map(|m| m.iova).collect::<Vec<_>>(),
+        vec![2 * PAGE]
+    );
+    assert!(fake.with(|h| h.violations.is_empty()));
+}
+
+#[test]
+fn failed_flush_keeps_only_the_failing_mapping() {
+    let fake = Fake::default();
+    let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+    let mut table = MappingTable::new(LIMIT);
+    let mut backend = MapperSet::new(&mappers);
+    let setup: Vec<Request> = (0..4).map(|p| map(p, 1)).collect();
+    run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
+    run_batch(
+        &mut table,
+        &[unmap_deferred(0, 4)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    fake.with(|h| {
+        h.unmap_poison.insert(2);
+        h.log.clear();
+    });
+    let fr = flush_deferred(&mut table, &mut backend);
+    assert_eq!((fr.calls, fr.removed, fr.failed), (5, 3, 1));
+    assert!(fr.error.is_some());
+    assert_eq!(
+        table.deferred().map(|m| m.iova).collect::<Vec<_>>(),
+        vec![2 * PAGE]
+    );
+    assert_eq!(
+        fake.mappings().iter().map(|k| k.0).collect::<Vec<_>>(),
+        vec![2 * PAGE]
+    );
+    // The next flush retries it.
+    fake.with(|h| h.unmap_poison.clear());
+    let fr = flush_deferred(&mut table, &mut backend);
+    assert_eq!((fr.calls, fr.removed, fr.failed), (1, 1, 0));
+    assert!(fake.mappings().is_empty());
+}
+
+#[test]
+fn full_deferred_set_makes_unmaps_strict() {
+    let fake = Fake::default();
+    let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
+    let mut table = MappingTable::new(4);
+    let mut backend = MapperSet::new(&mappers);
+    let setup: Vec<Request> = (0..4).map(|p| map(p, 1)).collect();
+    run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
+    let r = run_batch(
+        &mut table,
+        &[unmap_deferred(0, 4)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    assert_eq!(r.deferred, vec![0]);
+    let setup: Vec<Request> = (10..12).map(|p| map(p, 1)).collect();
+    run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
+    fake.with(|h| h.log.clear());
+    // 4 deferred already (the limit): this one runs strictly.
+    let r = run_batch(
+        &mut table,
+        &[unmap_deferred(10, 2)],
+        PlanOptions::BATCHED,
+        &mut backend,
+    );
+    assert_eq!(r.outcomes, vec![Outcome::Ok]);
+    assert!(r.deferred.is_empty());
+    assert_eq!(
+        fake.with(|h| h.log.clone()),
+        vec![Event::Unmap(10 * PAGE, 2 * PAGE)]
+    );
+    assert_eq!(table.deferred_len(), 4);
 }

@@ -38,6 +38,13 @@ pub mod features {
     pub const VIRTIO_IOMMU_F_MMIO: u32 = 5;
     /// Config field `bypass` and `VIRTIO_IOMMU_ATTACH_F_BYPASS` are available.
     pub const VIRTIO_IOMMU_F_BYPASS_CONFIG: u32 = 6;
+    /// Ours (docs/lazy-unmap-contract.md): UNMAP requests may carry
+    /// `VIRTIO_IOMMU_UNMAP_F_DEFERRED`, and the FLUSH request is available.
+    /// Device-specific range 50-63, clear of the transport bits 24-49.
+    pub const VIRTIO_IOMMU_F_LAZY_UNMAP: u32 = 60;
+    /// Ours (docs/lazy-unmap-contract.md): PROBE reports the
+    /// `VIRTIO_IOMMU_PROBE_T_POOL_HINT` property.
+    pub const VIRTIO_IOMMU_F_POOL_HINT: u32 = 61;
 }
 
 /// Request types (`ReqHead::type_`).
@@ -52,6 +59,9 @@ pub mod req_type {
     pub const VIRTIO_IOMMU_T_UNMAP: u8 = 4;
     /// Probe the properties of an endpoint.
     pub const VIRTIO_IOMMU_T_PROBE: u8 = 5;
+    /// Ours, with `VIRTIO_IOMMU_F_LAZY_UNMAP`: remove from the host every
+    /// deferred unmap of a domain (docs/lazy-unmap-contract.md).
+    pub const VIRTIO_IOMMU_T_FLUSH: u8 = 0x80;
 }
 
 /// Status codes (`ReqTail::status`).
@@ -86,10 +96,16 @@ pub const VIRTIO_IOMMU_MAP_F_WRITE: u32 = 1 << 1;
 /// `MapReq::flags`: the physical range is device MMIO.
 pub const VIRTIO_IOMMU_MAP_F_MMIO: u32 = 1 << 2;
 
+/// `UnmapReq::flags` (with `VIRTIO_IOMMU_F_LAZY_UNMAP`): the device may
+/// keep the host mapping until the next FLUSH of the domain.
+pub const VIRTIO_IOMMU_UNMAP_F_DEFERRED: u32 = 1 << 0;
+
 /// Probe property type: end of list.
 pub const VIRTIO_IOMMU_PROBE_T_NONE: u16 = 0;
 /// Probe property type: reserved memory region.
 pub const VIRTIO_IOMMU_PROBE_T_RESV_MEM: u16 = 1;
+/// Probe property type (ours, with `VIRTIO_IOMMU_F_POOL_HINT`): bounce-pool hints.
+pub const VIRTIO_IOMMU_PROBE_T_POOL_HINT: u16 = 0x800;
 /// Bits of `ProbeProperty::type_` that hold the type (bits 12-15 are reserved).
 pub const VIRTIO_IOMMU_PROBE_T_MASK: u16 = 0x0fff;
 
@@ -235,7 +251,20 @@ pub struct UnmapReq {
     pub virt_start: Le64,
     /// Last IOVA of the range (inclusive).
     pub virt_end: Le64,
-    /// Reserved.
+    /// `VIRTIO_IOMMU_UNMAP_F_*` with `VIRTIO_IOMMU_F_LAZY_UNMAP` negotiated;
+    /// reserved (and ignored by the device) without it.
+    pub flags: Le32,
+}
+
+/// Device-readable part of a FLUSH request (ours, `VIRTIO_IOMMU_T_FLUSH`).
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlushReq {
+    /// Request head (`type_ == VIRTIO_IOMMU_T_FLUSH`).
+    pub head: ReqHead,
+    /// Domain whose deferred unmaps are removed from the host.
+    pub domain: Le32,
+    /// Reserved; must be zero.
     pub reserved: [u8; 4],
 }
 
@@ -307,6 +336,42 @@ impl ProbeResvMem {
     }
 }
 
+/// POOL_HINT probe property (ours), header included.
+#[repr(C, packed)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbePoolHint {
+    /// Property header (`type_ == VIRTIO_IOMMU_PROBE_T_POOL_HINT`, `length == 28`).
+    pub head: ProbeProperty,
+    /// DMA of up to this many bytes is best bounced through a pool buffer.
+    pub threshold: Le32,
+    /// First IOVA of the window the device suggests for pool buffers.
+    pub window_start: Le64,
+    /// Size of that window in bytes.
+    pub window_size: Le64,
+    /// Most bytes of pool buffers per domain the device suggests.
+    pub pool_max: Le64,
+}
+
+impl ProbePoolHint {
+    /// Value of `head.length` for this property (its size without the header).
+    pub const LENGTH: u16 =
+        (core::mem::size_of::<ProbePoolHint>() - core::mem::size_of::<ProbeProperty>()) as u16;
+
+    /// A POOL_HINT property.
+    pub fn new(threshold: u32, window_start: u64, window_size: u64, pool_max: u64) -> Self {
+        ProbePoolHint {
+            head: ProbeProperty {
+                type_: VIRTIO_IOMMU_PROBE_T_POOL_HINT.into(),
+                length: Self::LENGTH.into(),
+            },
+            threshold: threshold.into(),
+            window_start: window_start.into(),
+            window_size: window_size.into(),
+            pool_max: pool_max.into(),
+        }
+    }
+}
+
 /// A fault report on the event queue (`struct virtio_iommu_fault`).
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -345,8 +410,10 @@ byte_valued!(
     MapReq,
     UnmapReq,
     ProbeReq,
+    FlushReq,
     ProbeProperty,
     ProbeResvMem,
+    ProbePoolHint,
     Fault
 );
 
@@ -366,6 +433,15 @@ const _: () = {
     assert!(size_of::<ProbeResvMem>() == 24);
     assert!(ProbeResvMem::LENGTH == 20);
     assert!(size_of::<Fault>() == 24);
+    assert!(size_of::<FlushReq>() == 12);
+    assert!(size_of::<ProbePoolHint>() == 32);
+    assert!(ProbePoolHint::LENGTH == 28);
+    assert!(core::mem::offset_of!(UnmapReq, flags) == 24);
+    assert!(core::mem::offset_of!(ProbePoolHint, window_start) == 8);
+    // Our feature bits are device-specific (50-63), not transport (24-49).
+    assert!(features::VIRTIO_IOMMU_F_LAZY_UNMAP >= 50 && features::VIRTIO_IOMMU_F_LAZY_UNMAP < 64);
+    assert!(features::VIRTIO_IOMMU_F_POOL_HINT >= 50 && features::VIRTIO_IOMMU_F_POOL_HINT < 64);
+    assert!(VIRTIO_IOMMU_PROBE_T_POOL_HINT & !VIRTIO_IOMMU_PROBE_T_MASK == 0);
     assert!(core::mem::offset_of!(Config, bypass) == CONFIG_BYPASS_OFFSET as usize);
     assert!(core::mem::offset_of!(Config, probe_size) == 32);
     assert!(core::mem::offset_of!(MapReq, flags) == 32);
@@ -408,6 +484,38 @@ mod tests {
         assert_eq!(b[4], 1);
         assert_eq!(&b[8..16], &0xfee0_0000u64.to_le_bytes());
         assert_eq!(&b[16..24], &0xfeef_ffffu64.to_le_bytes());
+    }
+
+    #[test]
+    fn lazy_unmap_wire_layout() {
+        let u = UnmapReq {
+            head: ReqHead {
+                type_: req_type::VIRTIO_IOMMU_T_UNMAP,
+                reserved: [0; 3],
+            },
+            domain: 7.into(),
+            virt_start: 0x1000.into(),
+            virt_end: 0x1fff.into(),
+            flags: VIRTIO_IOMMU_UNMAP_F_DEFERRED.into(),
+        };
+        assert_eq!(&u.as_slice()[24..28], &[1, 0, 0, 0]);
+        let f = FlushReq {
+            head: ReqHead {
+                type_: req_type::VIRTIO_IOMMU_T_FLUSH,
+                reserved: [0; 3],
+            },
+            domain: 0x0102_0304.into(),
+            reserved: [0; 4],
+        };
+        assert_eq!(f.as_slice(), &[0x80, 0, 0, 0, 4, 3, 2, 1, 0, 0, 0, 0]);
+        let p = ProbePoolHint::new(0x1_0000, 0x1_0000_0000, 1 << 30, 64 << 20);
+        let b = p.as_slice();
+        assert_eq!(&b[0..2], &0x800u16.to_le_bytes());
+        assert_eq!(&b[2..4], &28u16.to_le_bytes());
+        assert_eq!(&b[4..8], &0x1_0000u32.to_le_bytes());
+        assert_eq!(&b[8..16], &0x1_0000_0000u64.to_le_bytes());
+        assert_eq!(&b[16..24], &(1u64 << 30).to_le_bytes());
+        assert_eq!(&b[24..32], &(64u64 << 20).to_le_bytes());
     }
 
     #[test]

@@ -52,7 +52,7 @@ vmm_command() {
 	vmm)
 		# Ours (vmm/): the NVMe behind our virtio-iommu, or plain passthrough.
 		echo vmm --kernel "/lab/guest/$kernel.bzImage" --initrd /lab/guest/initramfs.cpio \
-			--memory 1024M --cpus "$(lab_arg guest_cpus 1)"
+			--memory 1024M --cpus "$(lab_arg guest_cpus 1)" --api-socket "$trace.sock"
 		[ "$iommu" != nodev ] && echo --vfio "/sys/bus/pci/devices/$BDF"
 		[ "$iommu" = viommu ] && echo --viommu
 		echo --cmdline
@@ -75,16 +75,32 @@ run_guest() {
 	# shellcheck disable=SC2086
 	(timeout "$limit" $cmd "$(guest_cmdline "$extra")" </dev/null 2>&1
 		echo "@@LAB-VMM-EXIT@@ rc=$?") |
-		awk -v tag="$tag" -v trace="$trace" -v logf="$log" '
+		awk -v tag="$tag" -v trace="$trace" -v logf="$log" -v vmm="$vmm" '
 		function lines(   n, cmd) {
 			n = 0; cmd = "cat " trace " 2>/dev/null | wc -l"; cmd | getline n; close(cmd)
 			return n + 0
 		}
+		function jnum(s, k) {
+			if (!match(s, "\"" k "\":[0-9]+")) return 0
+			return substr(s, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0
+		}
+		# What the device has done so far. Stock QEMU: lines of its trace
+		# (counted by range at the end); ours: "MAP UNMAP VFIO-calls" from
+		# its metrics API.
+		function snap(   cmd, l) {
+			if (vmm != "vmm") return lines()
+			l = ""; cmd = "vmmctl " trace ".sock metrics 2>/dev/null"; cmd | getline l; close(cmd)
+			return jnum(l, "map") " " jnum(l, "unmap") " " (jnum(l, "backend_map_calls") + jnum(l, "backend_unmap_calls"))
+		}
 		{ sub(/\r$/, ""); print >logf; fflush(logf) }
 		# At each phase end, count what the device did since its begin,
 		# at once: the result must not depend on how the VMM exits later.
-		/@@LAB-PHASE@@ begin / { begin[$NF] = lines() }
-		/@@LAB-PHASE@@ end / && ($NF in begin) {
+		/@@LAB-PHASE@@ begin / { begin[$NF] = snap() }
+		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm == "vmm" {
+			split(begin[$NF], b, " "); split(snap(), e, " ")
+			m = e[1] - b[1]; u = e[2] - b[2]; v = e[3] - b[3]
+		}
+		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm != "vmm" {
 			cmd = "awk -v b=" begin[$NF] " -v e=" lines() " \"NR > b && NR <= e\" " trace " 2>/dev/null"
 			m = u = v = 0
 			while ((cmd | getline l) > 0) {
@@ -93,6 +109,8 @@ run_guest() {
 				else if (l ~ /vfio_iommu_map_notify /) v++
 			}
 			close(cmd)
+		}
+		/@@LAB-PHASE@@ end / && ($NF in begin) {
 			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, v
 			fflush()
 		}

@@ -240,6 +240,35 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         for (_, m) in &endpoints {
             dcfg.page_size_mask &= m.page_size_mask();
         }
+        // The IOVA space the guest may use: what every host IOMMU can map.
+        let ranges: Result<Vec<_>, _> = endpoints
+            .iter()
+            .map(|(_, m)| m.inner().iova_ranges())
+            .collect();
+        match ranges {
+            Ok(lists) if !lists.is_empty() => {
+                match vmm::devices::viommu::iova_space(&lists, dcfg.msi_window) {
+                    Some((input, reserved)) => {
+                        tracing::info!(
+                            ?input,
+                            ?reserved,
+                            "virtio-iommu IOVA space from the host IOMMU"
+                        );
+                        dcfg.input_range = input;
+                        dcfg.reserved = reserved;
+                    }
+                    None => {
+                        tracing::warn!("the passed-through devices' IOMMUs share no IOVA range")
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "host IOMMU IOVA ranges unknown ({e}); offering {:#x}-{:#x}",
+                dcfg.input_range.0,
+                dcfg.input_range.1
+            ),
+        }
         let mut device = ViommuDevice::new(dcfg)?;
         for (bdf, mapper) in &endpoints {
             let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);

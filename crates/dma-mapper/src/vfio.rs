@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_iommu_type1_info,
-    VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_DMA_UNMAP_FLAG_ALL,
-    VFIO_IOMMU_INFO_PGSIZES,
+    VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_DMA_UNMAP_FLAG_ALL, VFIO_IOMMU_INFO_CAPS,
+    VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE,
 };
 use vfio_ioctls::{VfioContainer, VfioError};
 use vm_memory::{
@@ -80,6 +80,53 @@ pub trait ContainerOps: Send + Sync {
     /// `VFIO_IOMMU_GET_INFO`: the page sizes the IOMMU supports (bit n set =
     /// 2^n bytes). Valid once a group is attached and the IOMMU type set.
     fn iova_pgsizes(&self) -> io::Result<u64>;
+
+    /// `VFIO_IOMMU_GET_INFO`'s IOVA-range capability: the IOVA ranges the
+    /// IOMMU can map, inclusive, in order (holes are reserved regions such
+    /// as the MSI window, or beyond the IOMMU's address width).
+    fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "IOVA ranges not available",
+        ))
+    }
+}
+
+/// The IOVA ranges of a `VFIO_IOMMU_GET_INFO` answer `buf` whose first
+/// capability is at `first_cap`; `None` without a well-formed
+/// `VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE`.
+pub fn parse_iova_ranges(buf: &[u8], first_cap: u32) -> Option<Vec<(u64, u64)>> {
+    let u16_at = |o: usize| buf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| {
+        buf.get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |o: usize| {
+        buf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    let mut off = first_cap as usize;
+    // Capability chains are short; a loop in a corrupt chain must end.
+    for _ in 0..16 {
+        if off == 0 {
+            return None;
+        }
+        if u32::from(u16_at(off)?) == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE {
+            let n = u32_at(off + 8)? as usize;
+            let mut ranges = Vec::with_capacity(n.min(64));
+            for i in 0..n {
+                let r = off.checked_add(16)?.checked_add(i.checked_mul(16)?)?;
+                let (start, end) = (u64_at(r)?, u64_at(r + 8)?);
+                if start > end {
+                    return None;
+                }
+                ranges.push((start, end));
+            }
+            return Some(ranges);
+        }
+        off = u32_at(off + 4)? as usize;
+    }
+    None
 }
 
 mod ioctls {
@@ -178,6 +225,46 @@ impl ContainerOps for VfioContainer {
             ));
         }
         Ok(info.iova_pgsizes)
+    }
+
+    fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
+        let base = std::mem::size_of::<vfio_iommu_type1_info>();
+        let mut info = vfio_iommu_type1_info {
+            argsz: base as u32,
+            ..Default::default()
+        };
+        // SAFETY: as in iova_pgsizes: the kernel writes at most `argsz`
+        // bytes and reports the size it needs for the capabilities there.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_mut_ref(self, ioctls::VFIO_IOMMU_GET_INFO(), &mut info)
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let need = info.argsz as usize;
+        if info.flags & VFIO_IOMMU_INFO_CAPS == 0 || need <= base || need > 1 << 20 {
+            return Err(io::Error::other("VFIO_IOMMU_GET_INFO has no capabilities"));
+        }
+        // u64 elements keep the buffer aligned for the struct.
+        let mut buf = vec![0u64; need.div_ceil(8)];
+        buf[0] = u64::from(need as u32);
+        // SAFETY: `buf` is at least `need` bytes, 8-byte aligned, starts
+        // with a vfio_iommu_type1_info whose argsz is `need`; the kernel
+        // writes at most that many bytes into it.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_mut_ptr(
+                self,
+                ioctls::VFIO_IOMMU_GET_INFO(),
+                buf.as_mut_ptr().cast::<vfio_iommu_type1_info>(),
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let cap_offset = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+        parse_iova_ranges(&bytes[..need], cap_offset)
+            .ok_or_else(|| io::Error::other("no IOVA-range capability"))
     }
 }
 
@@ -284,6 +371,11 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
     /// The container this mapper programs.
     pub fn container(&self) -> &Arc<C> {
         &self.container
+    }
+
+    /// The IOVA ranges the container's IOMMU can map, inclusive.
+    pub fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
+        self.container.iova_ranges()
     }
 
     /// Number of live mappings (including no-access ones).

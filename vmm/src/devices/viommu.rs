@@ -18,6 +18,51 @@ pub const REQUEST_QUEUE_SIZE: u16 = 256;
 /// Event queue size.
 pub const EVENT_QUEUE_SIZE: u16 = 64;
 
+/// An input range and the reserved regions inside it, inclusive.
+pub type IovaSpace = ((u64, u64), Vec<(u64, u64)>);
+
+/// Intersection of sorted, disjoint inclusive range lists.
+fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let start = a[i].0.max(b[j].0);
+        let end = a[i].1.min(b[j].1);
+        if start <= end {
+            out.push((start, end));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// The virtio-iommu's input range and extra reserved regions when its
+/// endpoints' host IOMMUs can map the inclusive ranges of `lists`: the
+/// span of their intersection, with the holes inside it reserved (except
+/// holes within `msi_window`, which the device reports as MSI already).
+/// `None` if nothing can be mapped by all of them.
+pub fn iova_space(lists: &[Vec<(u64, u64)>], msi_window: Option<(u64, u64)>) -> Option<IovaSpace> {
+    let mut common = lists.first()?.clone();
+    common.sort_unstable();
+    for l in &lists[1..] {
+        let mut l = l.clone();
+        l.sort_unstable();
+        common = intersect(&common, &l);
+    }
+    let first = common.first()?.0;
+    let last = common.last()?.1;
+    let holes = common
+        .windows(2)
+        .map(|w| (w[0].1 + 1, w[1].0 - 1))
+        .filter(|&(s, e)| !msi_window.is_some_and(|(ms, me)| ms <= s && e <= me))
+        .collect();
+    Some(((first, last), holes))
+}
+
 struct Irq(Arc<dyn VirtioInterrupt>);
 
 impl IommuInterrupt for Irq {
@@ -114,6 +159,31 @@ impl VirtioDevice for ViommuDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iova_space_from_host_ranges() {
+        let msi = Some((0xfee0_0000, 0xfeef_ffff));
+        // VT-d with 39-bit addresses: the MSI hole is reported by the device.
+        let vtd = vec![(0, 0xfedf_ffff), (0xfef0_0000, (1 << 39) - 1)];
+        assert_eq!(
+            iova_space(std::slice::from_ref(&vtd), msi),
+            Some(((0, (1 << 39) - 1), vec![]))
+        );
+        // Another endpoint with a hole elsewhere and a narrower width: its
+        // hole is reserved, the MSI hole stays the device's MSI region.
+        let other = vec![(0x1000, 0x7fff_ffff), (0x9000_0000, (1 << 36) - 1)];
+        assert_eq!(
+            iova_space(&[vtd.clone(), other.clone()], msi),
+            Some(((0x1000, (1 << 36) - 1), vec![(0x8000_0000, 0x8fff_ffff)]))
+        );
+        // Without an MSI window every hole is reserved.
+        assert_eq!(
+            iova_space(&[vtd, other], None).unwrap().1,
+            vec![(0x8000_0000, 0x8fff_ffff), (0xfee0_0000, 0xfeef_ffff)]
+        );
+        assert_eq!(iova_space(&[], msi), None);
+        assert_eq!(iova_space(&[vec![(0, 10)], vec![(20, 30)]], None), None);
+    }
 
     #[test]
     fn exposes_the_model_through_the_virtio_trait() {

@@ -450,3 +450,52 @@ fn drop_unmaps_everything() {
     }
     assert!(fake.host_maps().is_empty());
 }
+
+fn cap(id: u16, next: u32, body: &[u8]) -> Vec<u8> {
+    let mut c = Vec::new();
+    c.extend_from_slice(&id.to_le_bytes());
+    c.extend_from_slice(&1u16.to_le_bytes());
+    c.extend_from_slice(&next.to_le_bytes());
+    c.extend_from_slice(body);
+    c
+}
+
+#[test]
+fn iova_ranges_from_the_capability_chain() {
+    // Info header (24 bytes), a migration cap at 24, the IOVA cap at 48.
+    let mut buf = vec![0u8; 24];
+    buf.extend(cap(2, 48, &[0; 16]));
+    let mut body = Vec::new();
+    body.extend_from_slice(&2u32.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    for (a, b) in [(0u64, 0xfedf_ffffu64), (0xfef0_0000, 0x7f_ffff_ffff)] {
+        body.extend_from_slice(&a.to_le_bytes());
+        body.extend_from_slice(&b.to_le_bytes());
+    }
+    buf.extend(cap(1, 0, &body));
+    assert_eq!(
+        parse_iova_ranges(&buf, 24),
+        Some(vec![(0, 0xfedf_ffff), (0xfef0_0000, 0x7f_ffff_ffff)])
+    );
+    // Truncated, looping or missing chains are refused without panicking.
+    assert_eq!(parse_iova_ranges(&buf[..buf.len() - 4], 24), None);
+    assert_eq!(parse_iova_ranges(&buf, 0), None);
+    assert_eq!(parse_iova_ranges(&buf, 10_000), None);
+    let mut looped = vec![0u8; 24];
+    looped.extend(cap(2, 24, &[]));
+    assert_eq!(parse_iova_ranges(&looped, 24), None);
+    // A range with start > end is corrupt.
+    let mut bad = vec![0u8; 24];
+    let mut body = 1u32.to_le_bytes().to_vec();
+    body.extend_from_slice(&[0; 4]);
+    body.extend_from_slice(&5u64.to_le_bytes());
+    body.extend_from_slice(&4u64.to_le_bytes());
+    bad.extend(cap(1, 0, &body));
+    assert_eq!(parse_iova_ranges(&bad, 24), None);
+    // Fakes without the capability report Unsupported.
+    let m = mapper(FakeContainer::default());
+    assert_eq!(
+        m.iova_ranges().unwrap_err().kind(),
+        io::ErrorKind::Unsupported
+    );
+}

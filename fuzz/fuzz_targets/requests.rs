@@ -7,11 +7,15 @@
 //!
 //! Input format (little-endian):
 //! - byte 0: bit 0 batching, bit 1 EVENT_IDX, bit 2 BYPASS_CONFIG, bit 3
-//!   MMIO, bit 4 withhold MAP_UNMAP, bits 5-7: n > 0 makes every host call
-//!   touching page `8 * n` fail.
+//!   MMIO, bit 4 withhold MAP_UNMAP, bit 5 withhold LAZY_UNMAP, bit 6
+//!   withhold POOL_HINT (the bits of the reset record mean the same);
+//!   bits 5-7 also: n > 0 makes every host call touching page `8 * n` fail.
 //! - then records, each a tag byte (`tag & 7` selects) and its operands:
 //!   0 raw request: rlen u8, wlen u16, rlen bytes (readable part)
-//!   1 typed request: kind u8, then 3-4 u8 fields (domain, endpoint/page...)
+//!   1 typed request: kind u8, then 3 u8 fields (domain, endpoint/page...);
+//!     with tag bit 3 set, a lazy-unmap request (ours): kind % 4 is
+//!     deferred UNMAP, UNMAP with flags `kind >> 2`, FLUSH, FLUSH with
+//!     nonzero reserved bytes
 //!   2 hand-made chain: n u8 (1-4 descriptors) of (addr u32, len u16, flags u8)
 //!   3 notify the request queue and check consistency
 //!   4 event queue: what u8, value u8
@@ -26,7 +30,8 @@ use viommu_device::testing::{req, FakeCall, Harness, DATA_BASE};
 use viommu_device::{DeviceConfig, FaultReport};
 use viommu_device::{
     VIRTIO_IOMMU_F_BYPASS_CONFIG, VIRTIO_IOMMU_F_DOMAIN_RANGE, VIRTIO_IOMMU_F_INPUT_RANGE,
-    VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO, VIRTIO_IOMMU_F_PROBE,
+    VIRTIO_IOMMU_F_LAZY_UNMAP, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
+    VIRTIO_IOMMU_F_POOL_HINT, VIRTIO_IOMMU_F_PROBE,
 };
 
 struct Input<'a>(&'a [u8]);
@@ -75,6 +80,12 @@ fn features(setup: u8) -> u64 {
     if setup & 16 == 0 {
         f |= 1 << VIRTIO_IOMMU_F_MAP_UNMAP;
     }
+    if setup & 32 == 0 {
+        f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+    }
+    if setup & 64 == 0 {
+        f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;
+    }
     f
 }
 
@@ -110,6 +121,25 @@ fn run(data: &[u8]) -> Option<()> {
                 let wlen = u32::from(input.u16()? % 1024);
                 let r = input.bytes(rlen.min(0x100))?.to_vec();
                 let _ = h.reqq.push(&*mem, &r, wlen);
+            }
+            1 if tag & 8 != 0 => {
+                let kind = input.u8()?;
+                let (a, b, c) = (input.u8()?, input.u8()?, input.u8()?);
+                let (d, p, n) = (u32::from(a % 8), u64::from(b % 64), u64::from(c % 8));
+                let page = 0x1000u64;
+                let (first, last) = (p * page, (p + n + 1) * page - 1);
+                let r = match kind % 4 {
+                    0 => req::unmap_deferred(d, first, last),
+                    1 => req::unmap_flags(d, first, last, u32::from(kind >> 2)),
+                    2 => req::flush(d),
+                    _ => {
+                        let mut f = req::flush(d);
+                        f[8] = b;
+                        f[11] = c;
+                        f
+                    }
+                };
+                let _ = h.reqq.push(&*mem, &r, 4);
             }
             1 => {
                 let kind = input.u8()?;

@@ -37,7 +37,7 @@ if [ $lab = 1 ]; then
 	step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
 	step "lab vfio-backend" ci/lab/lab run vfio-backend --results target/lab-vfio-backend.json
 	step "lab patched-smoke" ci/lab/lab run patched-smoke --results target/lab-patched-smoke.json
-	step "lab vmm-boot" ci/lab/lab run vmm-boot --results target/lab-vmm-boot.json
+	step "lab vmm-smoke" ci/lab/lab run vmm-smoke --results target/lab-vmm-smoke.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

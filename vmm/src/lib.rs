@@ -11,6 +11,7 @@
 //! - [`devices`]: buses, serial console, power control, VM exit, virtio
 //!   (PCI transport, virtio-iommu), VFIO passthrough
 //! - [`api`]: the control plane socket (info, metrics, shutdown)
+//! - [`machine`]: builds, runs and tears down the VM from the pieces above
 
 #![deny(missing_docs)]
 
@@ -20,6 +21,7 @@ pub mod boot;
 pub mod cli;
 pub mod devices;
 pub mod layout;
+pub mod machine;
 pub mod pci;
 pub mod vcpu;
 pub mod vm;

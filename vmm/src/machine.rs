@@ -1,0 +1,543 @@
+//! The machine: builds the VM from a checked configuration (memory, buses
+//! and devices, PCI, VFIO passthrough, virtio-iommu, ACPI, boot), runs the
+//! vCPUs, serves the control plane, and tears it all down in order when the
+//! guest (or the API) stops it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vm_superio::I8042Device;
+use vmm_sys_util::eventfd::EventFd;
+use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+
+use crate::devices::bus::{Bus, BusError};
+use crate::devices::exit::{ExitReason, VmExit};
+use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
+use crate::devices::serial::{spawn_stdin_forwarder, SerialDevice};
+use crate::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
+use crate::devices::viommu::ViommuDevice;
+use crate::devices::virtio::msix::{MsiRouter, MsiSender};
+use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
+use crate::layout::*;
+use crate::pci::alloc::BarAllocator;
+use crate::{acpi, api, boot, cli, pci, vcpu, vm};
+use dma_mapper::{DmaMapper, DmaPerm, RecordingMapper, VfioMapper};
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+
+/// The host DMA mapper of one passed-through device, counted.
+type EndpointMapper = RecordingMapper<VfioMapper>;
+
+/// Why the VMM could not start or keep running the VM.
+#[derive(Debug, thiserror::Error)]
+pub enum VmmError {
+    /// Memory or the KVM VM.
+    #[error(transparent)]
+    Vm(#[from] vm::VmError),
+    /// vCPU setup.
+    #[error(transparent)]
+    Vcpu(#[from] vcpu::VcpuError),
+    /// Loading the guest.
+    #[error(transparent)]
+    Boot(#[from] boot::BootError),
+    /// Writing the ACPI tables.
+    #[error(transparent)]
+    Acpi(#[from] acpi::AcpiError),
+    /// The control plane socket.
+    #[error(transparent)]
+    Api(#[from] api::ApiError),
+    /// Overlapping device ranges (a VMM bug).
+    #[error("cannot place a device")]
+    Bus(#[from] BusError),
+    /// The PCI windows are full.
+    #[error("cannot place a PCI BAR")]
+    Bar(#[from] pci::alloc::AllocError),
+    /// The PCI bus is full.
+    #[error("cannot plug a PCI device")]
+    Pci(#[from] pci::PciError),
+    /// A device's config space could not be built (a VMM bug).
+    #[error("bad PCI configuration space")]
+    PciConfig(#[from] pci::config::ConfigError),
+    /// The virtio-iommu model refused its configuration.
+    #[error("cannot create the virtio-iommu")]
+    Viommu(#[from] viommu_device::Error),
+    /// A `--vfio` device could not be set up.
+    #[error("--vfio {path}: {what}")]
+    Vfio {
+        /// The device.
+        path: String,
+        /// What failed, and the fix.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A host resource (eventfd, thread, socket) failed.
+    #[error("{what}")]
+    Io {
+        /// What.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A KVM call failed.
+    #[error("KVM {what} failed")]
+    Kvm {
+        /// Which call.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(std::io::Error) -> VmmError {
+    move |source| VmmError::Io { what, source }
+}
+
+fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmmError {
+    move |source| VmmError::Kvm { what, source }
+}
+
+extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Only interrupts KVM_RUN (EINTR); the vCPU loop then sees `stop`.
+}
+
+/// The PCI devices being put together: the root bus, BAR windows and
+/// interrupt plumbing.
+struct PciBuilder<'a> {
+    vm: &'a vm::Vm,
+    mmio: &'a Arc<Bus>,
+    root: pci::PciRoot,
+    bars32: BarAllocator,
+    bars64: BarAllocator,
+    msi: Arc<dyn MsiSender>,
+    router: Arc<dyn MsiRouter>,
+}
+
+impl PciBuilder<'_> {
+    /// Pass `specs` through; returns each device's guest BDF and mapper.
+    fn add_vfio(
+        &mut self,
+        specs: &[cli::VfioDeviceSpec],
+    ) -> Result<Vec<(acpi::Bdf, Arc<EndpointMapper>)>, VmmError> {
+        let mut endpoints = Vec::new();
+        if specs.is_empty() {
+            return Ok(endpoints);
+        }
+        let vm = self.vm;
+        let mut kvm_vfio = kvm_bindings::kvm_create_device {
+            type_: kvm_bindings::kvm_device_type_KVM_DEV_TYPE_VFIO,
+            fd: 0,
+            flags: 0,
+        };
+        let kvm_vfio = vm
+            .fd()
+            .create_device(&mut kvm_vfio)
+            .map_err(kvm_err("KVM_CREATE_DEVICE (VFIO)"))?;
+        let kvm_vfio = Arc::new(VfioDeviceFd::new_from_kvm(kvm_vfio));
+        for spec in specs {
+            let verr = |what: &'static str| {
+                let path = spec.sysfs.display().to_string();
+                move |e: vfio_ioctls::VfioError| VmmError::Vfio {
+                    path,
+                    what,
+                    source: Box::new(e),
+                }
+            };
+            let container = Arc::new(
+                VfioContainer::new(Some(kvm_vfio.clone()))
+                    .map_err(verr("cannot open /dev/vfio/vfio (load vfio_iommu_type1)"))?,
+            );
+            let device = VfioDevice::new(&spec.sysfs, container.clone() as Arc<dyn VfioOps>, false)
+                .map_err(verr(
+                    "cannot open the device (is its whole IOMMU group bound to vfio-pci?)",
+                ))?;
+            // SAFETY: guest memory is only accessed through vm-memory's
+            // volatile accessors and KVM; no Rust reference to it exists.
+            let mapper = unsafe { VfioMapper::new(container, vm.memory().clone()) };
+            let device = Arc::new(device);
+            let mut dev = VfioPciDevice::new(device.clone(), self.router.clone())
+                .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
+            let bars: Vec<_> = dev.bars().to_vec();
+            let mut placed = Vec::new();
+            for b in &bars {
+                let addr = if b.is64 && b.size >= 0x1000_0000 {
+                    self.bars64.allocate(b.size)?
+                } else {
+                    self.bars32.allocate(b.size)?
+                };
+                dev.set_bar_address(b.index, addr);
+                placed.push((b.index, addr, b.size));
+                // Direct access to all but the MSI-X pages; the rest traps.
+                let maps = mmap_bar(&device, b, addr, dev.msix_info())
+                    .map_err(io_err("cannot mmap a VFIO BAR"))?;
+                for m in maps {
+                    tracing::debug!(
+                        bar = b.index,
+                        gpa = m.gpa,
+                        len = m.len,
+                        "BAR mapped into the guest"
+                    );
+                    vm.add_device_memory(m)?;
+                }
+            }
+            let dev = Arc::new(Mutex::new(dev));
+            let slot = self.root.add_device(dev.clone())?;
+            for (bar, addr, size) in placed {
+                self.mmio.insert(
+                    Arc::new(Mutex::new(VfioBar {
+                        dev: dev.clone(),
+                        bar,
+                    })),
+                    addr,
+                    size,
+                )?;
+            }
+            tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
+            let bdf = acpi::Bdf {
+                bus: 0,
+                device: slot,
+                function: 0,
+            };
+            endpoints.push((bdf, Arc::new(RecordingMapper::new(mapper))));
+        }
+        Ok(endpoints)
+    }
+
+    /// Plug the virtio-iommu with `endpoints` behind it; returns its VIOT
+    /// description and its counters.
+    fn add_viommu(
+        &mut self,
+        endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
+    ) -> Result<(acpi::ViotConfig, Arc<Mutex<viommu_device::Counters>>), VmmError> {
+        let vm = self.vm;
+        let mut dcfg = viommu_device::DeviceConfig::default();
+        for (_, m) in endpoints {
+            dcfg.page_size_mask &= m.page_size_mask();
+        }
+        // The IOVA space the guest may use: what every host IOMMU can map.
+        let ranges: Result<Vec<_>, _> = endpoints
+            .iter()
+            .map(|(_, m)| m.inner().iova_ranges())
+            .collect();
+        match ranges {
+            Ok(lists) if !lists.is_empty() => {
+                match crate::devices::viommu::iova_space(&lists, dcfg.msi_window) {
+                    Some((input, reserved)) => {
+                        tracing::info!(
+                            ?input,
+                            ?reserved,
+                            "virtio-iommu IOVA space from the host IOMMU"
+                        );
+                        dcfg.input_range = input;
+                        dcfg.reserved = reserved;
+                    }
+                    None => {
+                        tracing::warn!("the passed-through devices' IOMMUs share no IOVA range")
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "host IOMMU IOVA ranges unknown ({e}); offering {:#x}-{:#x}",
+                dcfg.input_range.0,
+                dcfg.input_range.1
+            ),
+        }
+        let mut device = ViommuDevice::new(dcfg)?;
+        for (bdf, mapper) in endpoints {
+            let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
+            device
+                .model()
+                .add_endpoint(id, mapper.clone() as Arc<dyn DmaMapper>)?;
+        }
+        let counters = device.counters();
+        let bar = self.bars32.allocate(BAR_SIZE)?;
+        let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
+            Box::new(device),
+            vm.memory().clone(),
+            self.msi.clone(),
+            bar,
+        )?));
+        let slot = self.root.add_device(transport.clone())?;
+        // Kicks are served on the vCPU that wrote the notify register: the
+        // guest driver waits for each request's completion, and a hop to a
+        // device thread (ioeventfd) made requests several times slower in
+        // the lab (see spawn_notify_worker).
+        self.mmio.insert(transport, bar, BAR_SIZE)?;
+        tracing::info!(
+            slot,
+            bar,
+            endpoints = endpoints.len(),
+            "virtio-iommu on PCI"
+        );
+        let viot = acpi::ViotConfig {
+            iommu: acpi::Bdf {
+                bus: 0,
+                device: slot,
+                function: 0,
+            },
+            endpoints: endpoints.iter().map(|(b, _)| *b).collect(),
+        };
+        Ok((viot, counters))
+    }
+}
+
+/// Without a vIOMMU: each device sees all guest RAM at its guest-physical
+/// address.
+fn map_all_ram(
+    vm: &vm::Vm,
+    endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
+) -> Result<(), VmmError> {
+    for (bdf, mapper) in endpoints {
+        for r in vm.memory().iter() {
+            mapper
+                .map(r.start_addr().0, r.start_addr().0, r.len(), DmaPerm::RW)
+                .map_err(|e| VmmError::Vfio {
+                    path: format!("(slot {})", bdf.device),
+                    what: "cannot map guest RAM for DMA",
+                    source: Box::new(e),
+                })?;
+        }
+    }
+    Ok(())
+}
+
+/// The buses with the platform devices on them.
+struct Platform {
+    pio: Arc<Bus>,
+    mmio: Arc<Bus>,
+    serial: Arc<Mutex<SerialDevice>>,
+    viot: Option<acpi::ViotConfig>,
+    /// The passed-through devices (guest BDF) and their mappers: dropping
+    /// a mapper unmaps its DMA.
+    dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
+    /// The virtio-iommu's counters, if there is one.
+    viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
+}
+
+/// Put the serial port, power control, PCI config access and the PCI
+/// devices on the buses.
+fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Platform, VmmError> {
+    let pio = Arc::new(Bus::new());
+    let mmio = Arc::new(Bus::new());
+
+    let serial_irq = EventFd::new(0).map_err(io_err("cannot create the serial irqfd"))?;
+    vm.fd()
+        .register_irqfd(&serial_irq, SERIAL_IRQ)
+        .map_err(kvm_err("KVM_IRQFD (serial)"))?;
+    let serial = Arc::new(Mutex::new(SerialDevice::new(
+        serial_irq,
+        Box::new(std::io::stdout()),
+    )));
+    pio.insert(serial.clone(), u64::from(SERIAL_PORT), 8)?;
+    pio.insert(
+        Arc::new(Mutex::new(I8042(I8042Device::new(ResetTrigger(
+            exit.clone(),
+        ))))),
+        u64::from(I8042_PORT),
+        5,
+    )?;
+    pio.insert(
+        Arc::new(Mutex::new(AcpiPowerDevice::new(exit.clone()))),
+        u64::from(ACPI_SLEEP_CONTROL_PORT),
+        3,
+    )?;
+
+    let mut pci = PciBuilder {
+        vm,
+        mmio: &mmio,
+        root: pci::PciRoot::new(),
+        bars32: BarAllocator::new(PCI_MMIO32_START, PCI_MMIO32_SIZE),
+        bars64: BarAllocator::new(PCI_MMIO64_START, PCI_MMIO64_SIZE),
+        msi: Arc::new(vm::KvmMsiSender(vm.fd().clone())),
+        router: Arc::new(vm::KvmMsiRouter::new(vm.fd().clone())),
+    };
+    // Passed-through devices, with the mappers that program their containers.
+    let endpoints = pci.add_vfio(&cfg.vfio)?;
+    let (viot, viommu_counters) = if cfg.viommu {
+        let (viot, counters) = pci.add_viommu(&endpoints)?;
+        (Some(viot), Some(counters))
+    } else {
+        map_all_ram(vm, &endpoints)?;
+        (None, None)
+    };
+    let root = Arc::new(pci.root);
+    mmio.insert(
+        Arc::new(Mutex::new(pci::PciEcam(root.clone()))),
+        PCI_ECAM_START,
+        PCI_ECAM_SIZE,
+    )?;
+    pio.insert(
+        Arc::new(Mutex::new(pci::PciConfigIo::new(root))),
+        u64::from(PCI_CONFIG_IO_PORT),
+        8,
+    )?;
+    Ok(Platform {
+        pio,
+        mmio,
+        serial,
+        viot,
+        dma: endpoints,
+        viommu_counters,
+    })
+}
+
+/// What the control plane answers from.
+fn api_state(
+    cfg: &cli::VmConfig,
+    exit: &Arc<VmExit>,
+    viommu: Option<Arc<Mutex<viommu_device::Counters>>>,
+    dma: &[(acpi::Bdf, Arc<EndpointMapper>)],
+) -> api::ApiState {
+    let bdf = |b: &acpi::Bdf| format!("0000:{:02x}:{:02x}.{}", b.bus, b.device, b.function);
+    let info = serde_json::json!({
+        "cpus": cfg.cpus,
+        "memory_bytes": cfg.memory,
+        "hugepages": cfg.hugepages,
+        "kernel": cfg.kernel,
+        "initrd": cfg.initrd,
+        "cmdline": cfg.cmdline,
+        "viommu": cfg.viommu,
+        "vfio": cfg.vfio.iter().zip(dma).map(|(spec, (b, _))| serde_json::json!({
+            "host": spec.bdf, "guest": bdf(b), "iommu_group": spec.group,
+        })).collect::<Vec<_>>(),
+    });
+    let endpoints: Vec<(String, Arc<EndpointMapper>)> =
+        dma.iter().map(|(b, m)| (bdf(b), m.clone())).collect();
+    let metrics = Box::new(move || {
+        let viommu = viommu
+            .as_ref()
+            .map(|c| api::counters_json(&c.lock().unwrap_or_else(|e| e.into_inner())));
+        let eps: Vec<_> = endpoints
+            .iter()
+            .map(|(b, m)| serde_json::json!({"device": b, "dma": api::dma_stats_json(&m.stats())}))
+            .collect();
+        serde_json::json!({"viommu": viommu, "endpoints": eps})
+    });
+    api::ApiState {
+        info,
+        metrics,
+        exit: exit.clone(),
+    }
+}
+
+/// Build the VM `cfg` describes, run it until it stops, and say why.
+pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
+    let mem = vm::create_guest_memory(cfg.memory, cfg.hugepages)?;
+    let vm = vm::Vm::new(mem.clone())?;
+    let exit = Arc::new(VmExit::new().map_err(io_err("cannot create the exit eventfd"))?);
+    let Platform {
+        pio,
+        mmio,
+        serial,
+        viot,
+        dma,
+        viommu_counters,
+    } = platform(&vm, &exit, &cfg)?;
+
+    let rsdp = acpi::write_tables(
+        &mem,
+        &acpi::AcpiConfig {
+            cpus: cfg.cpus,
+            viot,
+        },
+    )?;
+    let boot = boot::load(
+        &mem,
+        cfg.memory,
+        &cfg.kernel,
+        cfg.initrd.as_deref(),
+        &cfg.cmdline,
+        rsdp,
+    )?;
+    tracing::info!(?boot, cpus = cfg.cpus, memory = cfg.memory, "guest loaded");
+
+    let base_cpuid = vm
+        .kvm()
+        .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
+        .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut vcpus = Vec::new();
+    for id in 0..cfg.cpus {
+        let fd = vm
+            .fd()
+            .create_vcpu(u64::from(id))
+            .map_err(kvm_err("KVM_CREATE_VCPU"))?;
+        let entry = (id == 0).then_some(boot.entry);
+        vcpu::configure(&fd, id, cfg.cpus, &base_cpuid, &mem, entry)?;
+        vcpus.push(vcpu::Vcpu {
+            fd,
+            id,
+            pio: pio.clone(),
+            mmio: mmio.clone(),
+            exit: exit.clone(),
+            stop: stop.clone(),
+        });
+    }
+
+    register_signal_handler(SIGRTMIN(), kick_handler)
+        .map_err(|e| io_err("cannot install the vCPU kick handler")(e.into()))?;
+    let mut threads = Vec::new();
+    for v in vcpus {
+        let name = format!("vcpu{}", v.id);
+        threads.push(
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || v.run())
+                .map_err(io_err("cannot spawn a vCPU thread"))?,
+        );
+    }
+    spawn_stdin_forwarder(serial).map_err(io_err("cannot spawn the stdin thread"))?;
+    if let Some(path) = &cfg.api_socket {
+        api::spawn(path, api_state(&cfg, &exit, viommu_counters, &dma))?;
+        tracing::info!(path = %path.display(), "API socket ready");
+    }
+
+    // Wait for the guest (or a vCPU) to end the VM.
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(exit.eventfd()),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    while exit.reason().is_none() {
+        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err(io_err("poll on the exit eventfd")(
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    let reason = exit.reason().unwrap_or(ExitReason::PowerOff);
+
+    // Stop the vCPUs: kick until each has left KVM_RUN (a kick that lands
+    // before the thread re-enters KVM_RUN is lost, hence the repeats).
+    stop.store(true, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+        for t in threads.iter().filter(|t| !t.is_finished()) {
+            let _ = t.kill(SIGRTMIN());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for t in threads {
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            tracing::warn!("a vCPU thread did not stop; exiting anyway");
+        }
+    }
+    // The guest is stopped. Release the devices first (closing a VFIO
+    // device resets it), then their DMA mappings.
+    drop(pio);
+    drop(mmio);
+    drop(dma);
+    if let Some(path) = &cfg.api_socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(reason)
+}

@@ -37,6 +37,8 @@ hostk="$LAB_CACHE/host-kernel/$cloud_pkg-$cloud_ver"
 if [ ! -f "$hostk/.done" ]; then
 	log "fetching $cloud_pkg $cloud_ver"
 	rm -rf "$hostk" && mkdir -p "$hostk/deb"
+	# apt fetches as user _apt where it can write: let it (else a warning).
+	chown _apt "$hostk/deb" 2>/dev/null || true
 	(cd "$hostk/deb" && apt-get download -q "$cloud_pkg=$cloud_ver" >/dev/null)
 	dpkg-deb -x "$hostk"/deb/*.deb "$hostk/root"
 	rm -rf "$hostk/deb"

@@ -15,10 +15,10 @@
 //! workload: requests/s and backend calls per 1000 requests with batching on
 //! and off, and the on/off ratios.
 
-use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use viommu_benches::bench_timed;
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness};
 use viommu_device::{DeviceConfig, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_PROBE};
@@ -89,7 +89,6 @@ fn measure(c: &mut Criterion) -> Vec<Row> {
                 let calls = (after.backend_calls() - before.backend_calls()) as f64;
                 let irqs = (after.interrupts - before.interrupts) as f64;
                 // Timing: criterion's samples, summed.
-                let spent = RefCell::new((0u64, Duration::ZERO));
                 let id = BenchmarkId::new(
                     format!("{}KiB", size / KIB),
                     if batching {
@@ -98,20 +97,9 @@ fn measure(c: &mut Criterion) -> Vec<Row> {
                         "batching-off"
                     },
                 );
-                group.bench_function(id, |b| {
-                    b.iter_custom(|iters| {
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            play(&mut h, &workload);
-                        }
-                        let d = start.elapsed();
-                        let mut s = spent.borrow_mut();
-                        s.0 += iters;
-                        s.1 += d;
-                        d
-                    })
+                let (iters, time) = bench_timed(&mut group, id, || {
+                    play(&mut h, &workload);
                 });
-                let (iters, time) = spent.into_inner();
                 let rps = (iters * requests) as f64 / time.as_secs_f64().max(1e-9);
                 let per_k = 1000.0 / requests as f64;
                 results[slot] = (rps, calls * per_k, irqs * per_k);

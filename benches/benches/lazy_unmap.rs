@@ -19,10 +19,10 @@
 //! 1000 requests (and per I/O) are what a real VFIO backend would pay in
 //! ioctls; they are exact. req/s is noisy on a shared machine.
 
-use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use viommu_benches::bench_timed;
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness, DATA_BASE};
 use viommu_device::{
@@ -168,24 +168,13 @@ fn main() {
             let flush_calls = after.flush_backend_calls - before.flush_backend_calls;
             let merged = after.merged_ranges - before.merged_ranges;
             group.throughput(Throughput::Elements(requests));
-            let spent = RefCell::new((0u64, Duration::ZERO));
-            group.bench_function(
+            let (iters, time) = bench_timed(
+                &mut group,
                 BenchmarkId::new(format!("{}KiB", size / KIB), mode.name()),
-                |b| {
-                    b.iter_custom(|iters| {
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            play(&mut h, &workload);
-                        }
-                        let d = start.elapsed();
-                        let mut s = spent.borrow_mut();
-                        s.0 += iters;
-                        s.1 += d;
-                        d
-                    })
+                || {
+                    play(&mut h, &workload);
                 },
             );
-            let (iters, time) = spent.into_inner();
             rows.push(Row {
                 name: format!("{} {}KiB", mode.name(), size / KIB),
                 requests,

@@ -5,3 +5,32 @@
 //! deferred unmap bursts) at 4-128 KiB I/O sizes through the device in guest
 //! memory, with batching on and off, and prints requests/s, backend calls
 //! and interrupts per 1000 requests for both, and their ratios.
+
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId};
+
+/// Benchmarks `play` under `id` and returns what criterion measured in all
+/// (iterations, time), so a bench can print its own requests/s beside the
+/// exact call counts it took from the device.
+pub fn bench_timed(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    mut play: impl FnMut(),
+) -> (u64, Duration) {
+    let mut spent = (0u64, Duration::ZERO);
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                play();
+            }
+            let d = start.elapsed();
+            spent.0 += iters;
+            spent.1 += d;
+            d
+        })
+    });
+    spent
+}

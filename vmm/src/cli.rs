@@ -112,6 +112,46 @@ pub enum ConfigError {
         /// The missing /dev/vfio/N.
         dev: PathBuf,
     },
+    /// Another process has the group open.
+    #[error("--vfio {}: {} is busy: another process (another VMM?) has IOMMU group {group} open; stop it or pass another device", path.display(), dev.display())]
+    VfioBusy {
+        /// The value.
+        path: PathBuf,
+        /// The group's /dev/vfio/N.
+        dev: PathBuf,
+        /// The IOMMU group.
+        group: u32,
+    },
+    /// The group's node cannot be opened for lack of permission.
+    #[error("--vfio {}: cannot open {}: permission denied (run as root, or give this user read-write access to it)", path.display(), dev.display())]
+    VfioDenied {
+        /// The value.
+        path: PathBuf,
+        /// The group's /dev/vfio/N.
+        dev: PathBuf,
+    },
+}
+
+/// The one-line error for a failed open of a group's `/dev/vfio/N`, where
+/// the cause is one a user can fix; `None` leaves the error to VM setup.
+fn group_open_error(
+    path: &Path,
+    dev: &Path,
+    group: u32,
+    e: &std::io::Error,
+) -> Option<ConfigError> {
+    match e.raw_os_error() {
+        Some(libc::EBUSY) => Some(ConfigError::VfioBusy {
+            path: path.to_path_buf(),
+            dev: dev.to_path_buf(),
+            group,
+        }),
+        Some(libc::EACCES | libc::EPERM) => Some(ConfigError::VfioDenied {
+            path: path.to_path_buf(),
+            dev: dev.to_path_buf(),
+        }),
+        _ => None,
+    }
 }
 
 /// Parse `512M`, `2G`, `4096K`, `1073741824` (binary units; `MiB`/`GiB`
@@ -176,6 +216,18 @@ pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec,
             bdf,
             dev,
         });
+    }
+    // Open the group once now, so that a busy or forbidden device is one
+    // clear line here, not an ioctl error deep in VM setup. The file closes
+    // again at once; VM setup opens it for real.
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dev)
+    {
+        if let Some(err) = group_open_error(path, &dev, group, &e) {
+            return Err(err);
+        }
     }
     Ok(VfioDeviceSpec {
         sysfs: canon,
@@ -416,6 +468,46 @@ mod tests {
         let spec = check_vfio_device(&dev, &dev_vfio).unwrap();
         assert_eq!(spec.bdf, "0000:00:04.0");
         assert_eq!(spec.group, 7);
+    }
+
+    #[test]
+    fn busy_or_forbidden_group_is_one_line_with_the_fix() {
+        let (path, dev) = (
+            Path::new("/sys/bus/pci/devices/0000:00:04.0"),
+            Path::new("/dev/vfio/7"),
+        );
+        let busy = group_open_error(
+            path,
+            dev,
+            7,
+            &std::io::Error::from_raw_os_error(libc::EBUSY),
+        )
+        .expect("EBUSY is reported")
+        .to_string();
+        assert!(
+            busy.starts_with("--vfio /sys/bus/pci/devices/0000:00:04.0: /dev/vfio/7 is busy"),
+            "{busy}"
+        );
+        assert!(
+            busy.contains("IOMMU group 7 open") && !busy.contains('\n'),
+            "{busy}"
+        );
+        let denied = group_open_error(
+            path,
+            dev,
+            7,
+            &std::io::Error::from_raw_os_error(libc::EACCES),
+        )
+        .expect("EACCES is reported")
+        .to_string();
+        assert!(
+            denied.contains("permission denied (run as root"),
+            "{denied}"
+        );
+        // Anything else is left to VM setup, which names the device too.
+        assert!(
+            group_open_error(path, dev, 7, &std::io::Error::from_raw_os_error(libc::EIO)).is_none()
+        );
     }
 
     #[test]

@@ -155,6 +155,11 @@ impl PciBuilder<'_> {
                 .map_err(verr(
                     "cannot open the device (is its whole IOMMU group bound to vfio-pci?)",
                 ))?;
+            // Start from a clean device, whatever its previous user left in
+            // it (VFIO_DEVICE_RESET, where the device supports one; on close
+            // vfio-pci resets the function itself).
+            device.reset();
+            tracing::debug!(device = %spec.bdf, "VFIO device reset before use");
             // SAFETY: guest memory is only accessed through vm-memory's
             // volatile accessors and KVM; no Rust reference to it exists.
             let mapper = unsafe { VfioMapper::new(container, vm.memory().clone()) };

@@ -270,8 +270,12 @@ mod tests {
         img[0x236..0x238].copy_from_slice(&xloadflags.to_le_bytes());
         img[0x238..0x23c].copy_from_slice(&2048u32.to_le_bytes()); // cmdline_size
         img.extend_from_slice(&[0xf4; 0x3000]); // "kernel": hlt
+                                                // Tests run as threads of one process: a name per call, or two tests
+                                                // with the same header rewrite each other's file while it is read.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!(
-            "vmm-boot-{}-{version:x}-{xloadflags}",
+            "vmm-boot-{}-{n}-{version:x}-{xloadflags}",
             std::process::id()
         ));
         std::fs::File::create(&p).unwrap().write_all(&img).unwrap();

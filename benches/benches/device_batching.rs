@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use viommu_benches::bench_timed;
+use viommu_benches::{bench_timed, play};
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness};
 use viommu_device::{DeviceConfig, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_PROBE};
@@ -51,19 +51,6 @@ fn harness(batching: bool) -> Harness {
     let st = h.statuses(&[req::attach(1, 1, 0)]);
     assert_eq!(st, vec![Some(0)]);
     h
-}
-
-/// Plays the workload once; returns the requests completed.
-fn play(h: &mut Harness, workload: &[Vec<Vec<u8>>]) -> u64 {
-    let mut n = 0;
-    for kick in workload {
-        h.queue(kick);
-        h.dev.process_request_queue().expect("request queue");
-        let used = h.reqq.poll(&*h.mem);
-        debug_assert!(used.iter().all(|u| u.status == Some(0)));
-        n += used.len() as u64;
-    }
-    n
 }
 
 fn measure(c: &mut Criterion) -> Vec<Row> {

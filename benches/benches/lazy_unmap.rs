@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use viommu_benches::bench_timed;
+use viommu_benches::{bench_timed, play};
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness, DATA_BASE};
 use viommu_device::{
@@ -117,18 +117,6 @@ fn harness(lazy: bool) -> Harness {
     h.restart(f);
     assert_eq!(h.statuses(&[req::attach(1, 1, 0)]), vec![Some(0)]);
     h
-}
-
-fn play(h: &mut Harness, workload: &[Vec<Vec<u8>>]) -> u64 {
-    let mut n = 0;
-    for kick in workload {
-        h.queue(kick);
-        h.dev.process_request_queue().expect("request queue");
-        let used = h.reqq.poll(&*h.mem);
-        assert!(used.iter().all(|u| u.status == Some(0)));
-        n += used.len() as u64;
-    }
-    n
 }
 
 struct Row {

@@ -57,7 +57,8 @@ pub fn counters_json(c: &Counters) -> Value {
     json!({
         "requests": {
             "attach": r.attach, "detach": r.detach, "map": r.map, "unmap": r.unmap,
-            "probe": r.probe, "malformed": r.malformed, "total": r.total(),
+            "probe": r.probe, "flush": r.flush, "malformed": r.malformed,
+            "total": r.total(),
         },
         "failed_requests": c.failed_requests,
         "batches": c.batches,
@@ -71,6 +72,14 @@ pub fn counters_json(c: &Counters) -> Value {
         "interrupts": c.interrupts,
         "events_reported": c.events_reported,
         "events_dropped": c.events_dropped,
+        "lazy_unmap": {
+            "deferred_unmaps": c.deferred_unmaps,
+            "flushes": c.flushes,
+            "flush_backend_calls": c.flush_backend_calls,
+            "merged_ranges": c.merged_ranges,
+            "average_merged_run": c.average_merged_run(),
+            "forced_unmaps": c.forced_unmaps,
+        },
     })
 }
 
@@ -211,8 +220,17 @@ mod tests {
         c.batches = 1;
         c.batch_sizes[2] = 1;
         c.backend_map_calls = 1;
+        c.requests.flush = 1;
+        c.deferred_unmaps = 6;
+        c.flushes = 1;
+        c.flush_backend_calls = 2;
+        c.merged_ranges = 6;
         let v = counters_json(&c);
-        assert_eq!(v["requests"]["total"], 5);
+        assert_eq!(v["requests"]["flush"], 1);
+        assert_eq!(v["lazy_unmap"]["deferred_unmaps"], 6);
+        assert_eq!(v["lazy_unmap"]["flush_backend_calls"], 2);
+        assert_eq!(v["lazy_unmap"]["average_merged_run"], 3.0);
+        assert_eq!(v["requests"]["total"], 6);
         assert_eq!(v["batch_size_histogram_log2"][2], 1);
         assert_eq!(v["backend_map_calls"], 1);
         let s = DmaStats {

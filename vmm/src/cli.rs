@@ -46,7 +46,26 @@ pub struct Cli {
     /// --vfio: a virtio-iommu with no endpoints).
     #[arg(long)]
     pub viommu: bool,
+    /// Do not offer the lazy-unmap extension (docs/lazy-unmap-contract.md):
+    /// every UNMAP is then removed from the host before it completes, as
+    /// with stock QEMU. Needs --viommu.
+    #[arg(long)]
+    pub no_lazy_unmap: bool,
+    /// DMA size up to which the guest is told to copy through its bounce
+    /// pool (the POOL_HINT probe property); 0 offers no hint. Needs
+    /// --viommu. [default: 64K]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub pool_threshold: Option<u64>,
+    /// Bytes of bounce-pool buffers per domain the pool hint suggests.
+    /// Needs --viommu. [default: 64M]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub pool_max: Option<u64>,
 }
+
+/// Default of `--pool-threshold`.
+pub const DEFAULT_POOL_THRESHOLD: u64 = 64 << 10;
+/// Default of `--pool-max`.
+pub const DEFAULT_POOL_MAX: u64 = 64 << 20;
 
 /// A `--` flag whose value cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -121,6 +140,22 @@ pub enum ConfigError {
         dev: PathBuf,
         /// The IOMMU group.
         group: u32,
+    },
+    /// A virtio-iommu option without `--viommu`.
+    #[error("--{flag}: only applies to the virtio-iommu; add --viommu or drop --{flag}")]
+    NeedsViommu {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// A bounce-pool hint value out of range.
+    #[error("--{flag} {got}: {why}")]
+    PoolHint {
+        /// The flag.
+        flag: &'static str,
+        /// Its value in bytes.
+        got: u64,
+        /// What is wrong with it.
+        why: &'static str,
     },
     /// The group's node cannot be opened for lack of permission.
     #[error("--vfio {}: cannot open {}: permission denied (run as root, or give this user read-write access to it)", path.display(), dev.display())]
@@ -295,6 +330,11 @@ pub struct VmConfig {
     pub viommu: bool,
     /// Control plane socket.
     pub api_socket: Option<PathBuf>,
+    /// Offer the lazy-unmap extension.
+    pub lazy_unmap: bool,
+    /// The bounce-pool hint to offer as (threshold, pool_max) bytes; `None`:
+    /// no hint.
+    pub pool_hint: Option<(u32, u64)>,
 }
 
 impl Cli {
@@ -319,6 +359,7 @@ impl Cli {
                 hint,
             });
         }
+        let pool_hint = self.check_viommu_options()?;
         let vfio = self
             .vfio
             .iter()
@@ -334,7 +375,44 @@ impl Cli {
             vfio,
             viommu: self.viommu,
             api_socket: self.api_socket,
+            lazy_unmap: !self.no_lazy_unmap,
+            pool_hint,
         })
+    }
+
+    /// The virtio-iommu flags need `--viommu`; the pool hint's values must
+    /// fit the POOL_HINT property. Returns the hint to offer.
+    fn check_viommu_options(&self) -> Result<Option<(u32, u64)>, ConfigError> {
+        if !self.viommu {
+            let given = [
+                ("no-lazy-unmap", self.no_lazy_unmap),
+                ("pool-threshold", self.pool_threshold.is_some()),
+                ("pool-max", self.pool_max.is_some()),
+            ];
+            if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
+                return Err(ConfigError::NeedsViommu { flag });
+            }
+        }
+        let threshold = self.pool_threshold.unwrap_or(DEFAULT_POOL_THRESHOLD);
+        let pool_max = self.pool_max.unwrap_or(DEFAULT_POOL_MAX);
+        if threshold == 0 {
+            return Ok(None);
+        }
+        let bad = |flag, got, why| Err(ConfigError::PoolHint { flag, got, why });
+        let Ok(threshold32) = u32::try_from(threshold) else {
+            return bad("pool-threshold", threshold, "must be below 4G");
+        };
+        if !pool_max.is_multiple_of(4096) || pool_max == 0 {
+            return bad("pool-max", pool_max, "must be a non-zero multiple of 4K");
+        }
+        if pool_max < threshold {
+            return bad(
+                "pool-max",
+                pool_max,
+                "must be at least --pool-threshold (one buffer must fit)",
+            );
+        }
+        Ok(Some((threshold32, pool_max)))
     }
 }
 
@@ -432,6 +510,56 @@ mod tests {
             Err(ConfigError::NotAFile { flag: "initrd", .. })
         ));
         assert!(v(&["--viommu"]).unwrap().viommu);
+    }
+
+    #[test]
+    fn viommu_options() {
+        let d = tmpdir("viommu-opts");
+        let k = d.join("bzImage");
+        std::fs::write(&k, b"x").unwrap();
+        let ks = k.to_str().unwrap();
+        let v = |args: &[&str]| {
+            let mut all = vec!["vmm", "--kernel", ks];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap().validate(&d)
+        };
+        let cfg = v(&["--viommu"]).unwrap();
+        assert!(cfg.lazy_unmap);
+        assert_eq!(
+            cfg.pool_hint,
+            Some((DEFAULT_POOL_THRESHOLD as u32, DEFAULT_POOL_MAX))
+        );
+        let cfg = v(&["--viommu", "--no-lazy-unmap", "--pool-threshold", "0"]).unwrap();
+        assert!(!cfg.lazy_unmap);
+        assert_eq!(cfg.pool_hint, None);
+        let cfg = v(&["--viommu", "--pool-threshold", "16K", "--pool-max", "1M"]).unwrap();
+        assert_eq!(cfg.pool_hint, Some((16 << 10, 1 << 20)));
+        let msg = v(&["--pool-max", "1M"]).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "--pool-max: only applies to the virtio-iommu; add --viommu or drop --pool-max"
+        );
+        assert!(matches!(
+            v(&["--no-lazy-unmap"]),
+            Err(ConfigError::NeedsViommu {
+                flag: "no-lazy-unmap"
+            })
+        ));
+        let msg = v(&["--viommu", "--pool-threshold", "8G"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(msg, "--pool-threshold 8589934592: must be below 4G");
+        let msg = v(&["--viommu", "--pool-max", "5000"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(msg, "--pool-max 5000: must be a non-zero multiple of 4K");
+        assert!(matches!(
+            v(&["--viommu", "--pool-threshold", "1M", "--pool-max", "64K"]),
+            Err(ConfigError::PoolHint {
+                flag: "pool-max",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -217,9 +217,13 @@ impl PciBuilder<'_> {
     fn add_viommu(
         &mut self,
         endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
+        cfg: &cli::VmConfig,
     ) -> Result<(acpi::ViotConfig, Arc<Mutex<viommu_device::Counters>>), VmmError> {
         let vm = self.vm;
-        let mut dcfg = viommu_device::DeviceConfig::default();
+        let mut dcfg = viommu_device::DeviceConfig {
+            lazy_unmap: cfg.lazy_unmap,
+            ..Default::default()
+        };
         for (_, m) in endpoints {
             dcfg.page_size_mask &= m.page_size_mask();
         }
@@ -252,6 +256,14 @@ impl PciBuilder<'_> {
                 dcfg.input_range.1
             ),
         }
+        dcfg.pool_hint = cfg
+            .pool_hint
+            .and_then(|(threshold, pool_max)| pool_hint(&dcfg, threshold, pool_max));
+        tracing::info!(
+            lazy_unmap = dcfg.lazy_unmap,
+            pool_hint = ?dcfg.pool_hint,
+            "virtio-iommu extensions offered"
+        );
         let mut device = ViommuDevice::new(dcfg)?;
         for (bdf, mapper) in endpoints {
             let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
@@ -293,6 +305,51 @@ impl PciBuilder<'_> {
 
 /// Without a vIOMMU: each device sees all guest RAM at its guest-physical
 /// address.
+/// The POOL_HINT to offer: the default window if it is clear of the
+/// device's reserved regions and inside its input range, else another place
+/// of the same size, else no hint (the guest then uses its own defaults).
+fn pool_hint(
+    dcfg: &viommu_device::DeviceConfig,
+    threshold: u32,
+    pool_max: u64,
+) -> Option<viommu_device::PoolHint> {
+    let default = viommu_device::PoolHint::default();
+    let reserved: Vec<_> = dcfg
+        .msi_window
+        .iter()
+        .chain(&dcfg.reserved)
+        .copied()
+        .collect();
+    let granule = 1u64 << dcfg.page_size_mask.trailing_zeros();
+    let align = granule.max(2 << 20);
+    let Some(window_start) = crate::devices::viommu::place_pool_window(
+        dcfg.input_range,
+        &reserved,
+        default.window_size,
+        default.window_start,
+        align,
+    ) else {
+        tracing::warn!(
+            input_range = ?dcfg.input_range,
+            "no room for a {} MiB bounce-pool window in the IOVA space; not offering the pool hint",
+            default.window_size >> 20
+        );
+        return None;
+    };
+    if window_start != default.window_start {
+        tracing::info!(
+            window_start = format_args!("{window_start:#x}"),
+            "default bounce-pool window is not free; hinting another"
+        );
+    }
+    Some(viommu_device::PoolHint {
+        threshold,
+        window_start,
+        pool_max,
+        ..default
+    })
+}
+
 fn map_all_ram(
     vm: &vm::Vm,
     endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
@@ -364,7 +421,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
     // Passed-through devices, with the mappers that program their containers.
     let endpoints = pci.add_vfio(&cfg.vfio)?;
     let (viot, viommu_counters) = if cfg.viommu {
-        let (viot, counters) = pci.add_viommu(&endpoints)?;
+        let (viot, counters) = pci.add_viommu(&endpoints, cfg)?;
         (Some(viot), Some(counters))
     } else {
         map_all_ram(vm, &endpoints)?;
@@ -407,6 +464,10 @@ fn api_state(
         "initrd": cfg.initrd,
         "cmdline": cfg.cmdline,
         "viommu": cfg.viommu,
+        "lazy_unmap": cfg.viommu && cfg.lazy_unmap,
+        "pool_hint": cfg.pool_hint.filter(|_| cfg.viommu).map(|(t, m)| serde_json::json!({
+            "threshold": t, "pool_max": m,
+        })),
         "vfio": cfg.vfio.iter().zip(dma).map(|(spec, (b, _))| serde_json::json!({
             "host": spec.bdf, "guest": bdf(b), "iommu_group": spec.group,
         })).collect::<Vec<_>>(),

@@ -63,6 +63,51 @@ pub fn iova_space(lists: &[Vec<(u64, u64)>], msi_window: Option<(u64, u64)>) -> 
     Some(((first, last), holes))
 }
 
+/// Where a bounce-pool window of `size` bytes fits in `input` (inclusive)
+/// clear of the inclusive `reserved` ranges: at `preferred` if it fits
+/// there, else the first `align`-aligned place above `preferred`, else the
+/// first below it. `None` if no free stretch holds `size` bytes. `align` is
+/// a power of two.
+pub fn place_pool_window(
+    input: (u64, u64),
+    reserved: &[(u64, u64)],
+    size: u64,
+    preferred: u64,
+    align: u64,
+) -> Option<u64> {
+    if size == 0 || !align.is_power_of_two() {
+        return None;
+    }
+    // The free stretches of `input`, ascending.
+    let mut holes: Vec<_> = reserved.to_vec();
+    holes.sort_unstable();
+    let mut free = Vec::new();
+    let mut next = Some(input.0);
+    for &(s, e) in &holes {
+        let Some(n) = next else { break };
+        if e < n || s > input.1 {
+            continue;
+        }
+        if s > n {
+            free.push((n, s - 1));
+        }
+        next = e.checked_add(1);
+    }
+    if let Some(n) = next.filter(|&n| n <= input.1) {
+        free.push((n, input.1));
+    }
+    // The lowest aligned start at or above `from` in a stretch that holds
+    // the window.
+    let fit = |from: u64| {
+        free.iter().find_map(|&(s, e)| {
+            let start = s.max(from).checked_add(align - 1)? & !(align - 1);
+            let last = start.checked_add(size - 1)?;
+            (last <= e).then_some(start)
+        })
+    };
+    fit(preferred).or_else(|| fit(input.0))
+}
+
 struct Irq(Arc<dyn VirtioInterrupt>);
 
 impl IommuInterrupt for Irq {
@@ -159,6 +204,41 @@ impl VirtioDevice for ViommuDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_window_placement() {
+        const G: u64 = 1 << 30;
+        let msi = (0xfee0_0000, 0xfeef_ffff);
+        // The preferred place is free.
+        assert_eq!(
+            place_pool_window((0, (1 << 39) - 1), &[msi], G, 4 * G, 4096),
+            Some(4 * G)
+        );
+        // It is reserved: the next aligned place above it.
+        let hole = (4 * G, 5 * G + 0x1fff);
+        assert_eq!(
+            place_pool_window((0, (1 << 39) - 1), &[hole, msi], G, 4 * G, 1 << 21),
+            Some(5 * G + (1 << 21))
+        );
+        // Nothing above it: the first place below (the MSI window is skipped).
+        assert_eq!(
+            place_pool_window((0, 4 * G - 1), &[msi], G, 4 * G, 4096),
+            Some(0)
+        );
+        assert_eq!(
+            place_pool_window((0xfe00_0000, 0xffff_ffff), &[msi], 0x100_0000, 4 * G, 4096),
+            Some(0xfef0_0000)
+        );
+        // Nothing fits, or nonsense.
+        assert_eq!(place_pool_window((0, G - 1), &[], 2 * G, 0, 4096), None);
+        assert_eq!(place_pool_window((0, u64::MAX), &[], 0, 0, 4096), None);
+        assert_eq!(place_pool_window((0, u64::MAX), &[], G, 0, 3), None);
+        // Up to the very top of the address space, no overflow.
+        assert_eq!(
+            place_pool_window((0, u64::MAX), &[(0, u64::MAX - G)], G, 4 * G, 4096),
+            Some(u64::MAX - G + 1)
+        );
+    }
 
     #[test]
     fn iova_space_from_host_ranges() {

@@ -6,7 +6,8 @@ set -euo pipefail
 # Everything comes from Debian's packages: the lab host's QEMU and firmware,
 # busybox and fio for the images, the kernel source and its build tools.
 pkgs=(qemu-system-x86 busybox-static cpio linux-source-6.1 fio flex bison bc
-	libelf-dev libssl-dev rsync kmod xz-utils build-essential python3)
+	libelf-dev libssl-dev rsync kmod xz-utils build-essential python3
+	python3-matplotlib)
 
 # apt's lists are needed anyway: the lab picks the newest cloud kernel from them.
 if [ -z "$(apt-cache pkgnames linux-image-6.1.0- 2>/dev/null | head -n 1)" ] || [ "${CI:-}" = true ]; then

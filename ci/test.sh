@@ -39,6 +39,7 @@ if [ $lab = 1 ]; then
 	step "lab patched-smoke" ci/lab/lab run patched-smoke --results target/lab-patched-smoke.json
 	step "lab vmm-smoke" ci/lab/lab run vmm-smoke --results target/lab-vmm-smoke.json
 	step "lab vmm-errors" ci/lab/lab run vmm-errors --results target/lab-vmm-errors.json
+	step "lab lazy-smoke" ci/lab/lab run lazy-smoke --results target/lab-lazy-smoke.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

@@ -85,12 +85,13 @@ run_guest() {
 			return substr(s, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0
 		}
 		# What the device has done so far. Stock QEMU: lines of its trace
-		# (counted by range at the end); ours: "MAP UNMAP VFIO-calls" from
-		# its metrics API.
+		# (counted by range at the end); ours: "MAP UNMAP VFIO-calls FLUSH
+		# deferred-UNMAPs" from its metrics API.
 		function snap(   cmd, l) {
 			if (vmm != "vmm") return lines()
 			l = ""; cmd = "vmmctl " trace ".sock metrics 2>/dev/null"; cmd | getline l; close(cmd)
-			return jnum(l, "map") " " jnum(l, "unmap") " " (jnum(l, "backend_map_calls") + jnum(l, "backend_unmap_calls"))
+			return jnum(l, "map") " " jnum(l, "unmap") " " (jnum(l, "backend_map_calls") + jnum(l, "backend_unmap_calls")) \
+				" " jnum(l, "flush") " " jnum(l, "deferred_unmaps")
 		}
 		{ sub(/\r$/, ""); print >logf; fflush(logf) }
 		# At each phase end, count what the device did since its begin,
@@ -98,11 +99,11 @@ run_guest() {
 		/@@LAB-PHASE@@ begin / { begin[$NF] = snap() }
 		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm == "vmm" {
 			split(begin[$NF], b, " "); split(snap(), e, " ")
-			m = e[1] - b[1]; u = e[2] - b[2]; v = e[3] - b[3]
+			m = e[1] - b[1]; u = e[2] - b[2]; v = e[3] - b[3]; f = e[4] - b[4]; d = e[5] - b[5]
 		}
 		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm != "vmm" {
 			cmd = "awk -v b=" begin[$NF] " -v e=" lines() " \"NR > b && NR <= e\" " trace " 2>/dev/null"
-			m = u = v = 0
+			m = u = v = f = d = 0
 			while ((cmd | getline l) > 0) {
 				if (l ~ /virtio_iommu_map /) m++
 				else if (l ~ /virtio_iommu_unmap /) u++
@@ -111,7 +112,7 @@ run_guest() {
 			close(cmd)
 		}
 		/@@LAB-PHASE@@ end / && ($NF in begin) {
-			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, v
+			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"flush_requests\":%d,\"deferred_unmaps\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, f, d, v
 			fflush()
 		}
 		/@@LAB-GUEST@@|@@LAB-GUEST-DONE@@|@@LAB-VMM-EXIT@@/ {
@@ -126,3 +127,21 @@ run_guest() {
 	echo "---- end of guest $tag log ----"
 	return 1
 }
+
+# retry_reason TAG VMM: why the failed guest run TAG may be started over
+# (printed), or fails when it may not: the guest kernel crashed (the nested
+# lab's emulation, not the code under test), or stock QEMU's guest stopped
+# answering until the bound. Never after a fio error (a failed verify).
+retry_reason() {
+	local log=/tmp/guest-$1.log crash
+	grep -q '"event":"error"' "$log" && return 1
+	crash=$(grep -m1 -o 'PANIC: double fault\|Kernel panic[^@]*\|BUG: [^@]*' "$log" | cut -c1-80 | tr '"\\' "''")
+	if [ -n "$crash" ]; then
+		echo "guest kernel crashed: $crash"
+	elif [ "$2" = qemu ] && grep -q 'terminating on signal 15' "$log"; then
+		echo "stock QEMU guest hit the $(lab_arg guest_timeout 600) s bound"
+	else
+		return 1
+	fi
+}
+

@@ -88,6 +88,31 @@ class CollectorTest(unittest.TestCase):
             self.assertEqual(bool(problems), failing, problems)
             self.assertEqual(bool(col.doc["warnings"]), not failing)
 
+    def test_retried_run_keeps_only_the_second_attempt_and_warns(self):
+        crashed = good_run("g", "viommu", 1)[:3]
+        retry = '@@LAB-RETRY@@ {"tag":"g","reason":"guest kernel crashed: PANIC: double fault"}'
+        col, problems = self.collect([HOST] + crashed + [retry] + good_run("g", "viommu", 7) + ["@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, [])
+        self.assertEqual([r["tag"] for r in col.doc["runs"]], ["g"])
+        self.assertEqual(col.doc["runs"][0]["phases"]["randread-4k"]["read_iops"], 7)
+        self.assertEqual(col.doc["warnings"], ["g: first attempt failed (guest kernel crashed: PANIC: double fault); ran it again"])
+
+    def test_expected_counters_must_move(self):
+        lazy = '@@LAB-COUNT@@ {"phase":"randread-4k","map_requests":100,"unmap_requests":100,"flush_requests":3,"deferred_unmaps":%d,"vfio_calls":104}'
+        for deferred, ok in ((0, False), (100, True)):
+            col = lab.Collector("lazy-smoke")
+            run = good_run("ours-lazy", "viommu", 5)
+            run[4] = guest("ours-lazy", lazy % deferred)
+            for line in [HOST] + run + good_run("ours-lazy+pool", "viommu", 5) + ["@@LAB-DONE@@ rc=0"]:
+                col.feed(line)
+            problems = col.finish()
+            no_pool = "ours-lazy+pool: hits stayed 0 in every phase (the path under test was not taken)"
+            no_lazy = "ours-lazy: deferred_unmaps stayed 0 in every phase (the path under test was not taken)"
+            self.assertEqual(problems, [no_pool] if ok else [no_lazy, no_pool])
+            if ok:
+                ph = col.doc["runs"][0]["phases"]["randread-4k"]
+                self.assertEqual(lab.requests(ph), (203, 104))
+
     def test_block_size_parsing(self):
         self.assertEqual(lab._kib("128k"), 128)
         self.assertEqual(lab._kib("1m"), 1024)

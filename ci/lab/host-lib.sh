@@ -30,13 +30,14 @@ guest_cmdline() {
 	echo "$c $1"
 }
 
-# vmm_command VMM IOMMU KERNEL TRACE: the command that starts the guest
+# vmm_command VMM IOMMU KERNEL TRACE [FLAGS]: the command that starts the guest
 # under VMM (qemu: stock QEMU; vmm: ours) with IOMMU (viommu: the NVMe behind
 # a virtio-iommu; none: plain passthrough; nodev: no device at all), QEMU
-# recording device requests to TRACE. It ends with the VMM's flag for the
-# kernel command line, which the caller appends.
+# recording device requests to TRACE, and FLAGS (more of the VMM's flags)
+# added. It ends with the VMM's flag for the kernel command line, which the
+# caller appends.
 vmm_command() {
-	local vmm=$1 iommu=$2 kernel=$3 trace=$4
+	local vmm=$1 iommu=$2 kernel=$3 trace=$4 flags=$5
 	case "$vmm" in
 	qemu)
 		echo qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp "$(lab_arg guest_cpus 1)" -m 1024 \
@@ -47,6 +48,7 @@ vmm_command() {
 				-trace virtio_iommu_map -trace virtio_iommu_unmap -trace vfio_iommu_map_notify
 		fi
 		[ "$iommu" != nodev ] && echo -device "vfio-pci,host=$BDF"
+		[ -n "$flags" ] && echo "$flags"
 		echo -append
 		;;
 	vmm)
@@ -55,20 +57,21 @@ vmm_command() {
 			--memory 1024M --cpus "$(lab_arg guest_cpus 1)" --api-socket "$trace.sock"
 		[ "$iommu" != nodev ] && echo --vfio "/sys/bus/pci/devices/$BDF"
 		[ "$iommu" = viommu ] && echo --viommu
+		[ -n "$flags" ] && echo "$flags"
 		echo --cmdline
 		;;
 	*) return 1 ;;
 	esac
 }
 
-# run_guest TAG VMM IOMMU KERNEL [EXTRA_CMDLINE]: boot the guest, relay its
-# results tagged with TAG, count device requests per fio phase. Returns 0
-# when the guest finished its scenario without an error.
+# run_guest TAG VMM IOMMU KERNEL [EXTRA_CMDLINE [VMM_FLAGS]]: boot the guest,
+# relay its results tagged with TAG, count device requests per fio phase.
+# Returns 0 when the guest finished its scenario without an error.
 run_guest() {
-	local tag=$1 vmm=$2 iommu=$3 kernel=$4 extra=$5
+	local tag=$1 vmm=$2 iommu=$3 kernel=$4 extra=$5 flags=$6
 	local trace=/tmp/trace-$tag.log log=/tmp/guest-$tag.log
 	[ -f "/lab/guest/$kernel.bzImage" ] || { echo "no guest kernel '$kernel' in the lab image"; return 1; }
-	cmd=$(vmm_command "$vmm" "$iommu" "$kernel" "$trace") || { echo "unknown vmm '$vmm'"; return 1; }
+	cmd=$(vmm_command "$vmm" "$iommu" "$kernel" "$trace" "$flags") || { echo "unknown vmm '$vmm'"; return 1; }
 	limit=$(lab_arg guest_timeout 600)
 	echo "@@LAB-RUN@@ {\"tag\":\"$tag\",\"vmm\":\"$vmm\",\"iommu\":\"$iommu\",\"kernel\":\"$kernel\",\"extra\":\"$extra\"}"
 	start=$(date +%s)
@@ -129,17 +132,24 @@ run_guest() {
 }
 
 # retry_reason TAG VMM: why the failed guest run TAG may be started over
-# (printed), or fails when it may not: the guest kernel crashed (the nested
-# lab's emulation, not the code under test), or stock QEMU's guest stopped
-# answering until the bound. Never after a fio error (a failed verify).
+# (printed), or fails when it may not: the guest kernel crashed or reset
+# itself mid-run (the nested lab's emulation, not the code under test), or
+# stock QEMU's guest stopped answering until the bound. Never after a fio
+# error (a failed verify), and never when our VMM failed on its own.
 retry_reason() {
-	local log=/tmp/guest-$1.log crash
+	local log=/tmp/guest-$1.log crash rc
 	grep -q '"event":"error"' "$log" && return 1
 	crash=$(grep -m1 -o 'PANIC: double fault\|Kernel panic[^@]*\|BUG: [^@]*' "$log" | cut -c1-80 | tr '"\\' "''")
+	rc=$(sed -n 's/.*@@LAB-VMM-EXIT@@ rc=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
 	if [ -n "$crash" ]; then
 		echo "guest kernel crashed: $crash"
 	elif [ "$2" = qemu ] && grep -q 'terminating on signal 15' "$log"; then
 		echo "stock QEMU guest hit the $(lab_arg guest_timeout 600) s bound"
+	elif [ "$2" = qemu ] && [ "$rc" = 0 ]; then
+		# -no-reboot: a guest that resets (a triple fault) ends QEMU with 0.
+		echo "the guest reset itself mid-run (stock QEMU exited 0 before the guest finished)"
+	elif [ "$2" = vmm ] && { [ "$rc" = 3 ] || [ "$rc" = 4 ]; }; then
+		echo "the guest reset itself mid-run (our VMM exited $rc: $([ "$rc" = 3 ] && echo reset || echo triple fault))"
 	else
 		return 1
 	fi

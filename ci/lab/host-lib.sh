@@ -89,12 +89,12 @@ run_guest() {
 		}
 		# What the device has done so far. Stock QEMU: lines of its trace
 		# (counted by range at the end); ours: "MAP UNMAP VFIO-calls FLUSH
-		# deferred-UNMAPs" from its metrics API.
+		# deferred-UNMAPs flush-VFIO-calls merged-ranges" from its metrics API.
 		function snap(   cmd, l) {
 			if (vmm != "vmm") return lines()
 			l = ""; cmd = "vmmctl " trace ".sock metrics 2>/dev/null"; cmd | getline l; close(cmd)
 			return jnum(l, "map") " " jnum(l, "unmap") " " (jnum(l, "backend_map_calls") + jnum(l, "backend_unmap_calls")) \
-				" " jnum(l, "flush") " " jnum(l, "deferred_unmaps")
+				" " jnum(l, "flush") " " jnum(l, "deferred_unmaps") " " jnum(l, "flush_backend_calls") " " jnum(l, "merged_ranges")
 		}
 		{ sub(/\r$/, ""); print >logf; fflush(logf) }
 		# At each phase end, count what the device did since its begin,
@@ -103,10 +103,11 @@ run_guest() {
 		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm == "vmm" {
 			split(begin[$NF], b, " "); split(snap(), e, " ")
 			m = e[1] - b[1]; u = e[2] - b[2]; v = e[3] - b[3]; f = e[4] - b[4]; d = e[5] - b[5]
+			fc = e[6] - b[6]; mr = e[7] - b[7]
 		}
 		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm != "vmm" {
 			cmd = "awk -v b=" begin[$NF] " -v e=" lines() " \"NR > b && NR <= e\" " trace " 2>/dev/null"
-			m = u = v = f = d = 0
+			m = u = v = f = d = fc = mr = 0
 			while ((cmd | getline l) > 0) {
 				if (l ~ /virtio_iommu_map /) m++
 				else if (l ~ /virtio_iommu_unmap /) u++
@@ -115,7 +116,7 @@ run_guest() {
 			close(cmd)
 		}
 		/@@LAB-PHASE@@ end / && ($NF in begin) {
-			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"flush_requests\":%d,\"deferred_unmaps\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, f, d, v
+			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"flush_requests\":%d,\"deferred_unmaps\":%d,\"flush_vfio_calls\":%d,\"merged_ranges\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, f, d, fc, mr, v
 			fflush()
 		}
 		/@@LAB-GUEST@@|@@LAB-GUEST-DONE@@|@@LAB-VMM-EXIT@@/ {

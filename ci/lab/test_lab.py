@@ -113,6 +113,23 @@ class CollectorTest(unittest.TestCase):
                 ph = col.doc["runs"][0]["phases"]["randread-4k"]
                 self.assertEqual(lab.requests(ph), (203, 104))
 
+    def test_lazy_unmap_rows_only_for_runs_that_deferred(self):
+        col = lab.Collector("compare")
+        count = ('@@LAB-COUNT@@ {"phase":"randread-4k","map_requests":100,"unmap_requests":100,"flush_requests":%d,'
+                 '"deferred_unmaps":%d,"flush_vfio_calls":%d,"merged_ranges":%d,"vfio_calls":125}')
+        lazy, strict = good_run("lazy", "viommu", 5), good_run("strict", "viommu", 5)
+        lazy[4] = guest("lazy", count % (4, 100, 25, 100))
+        strict[4] = guest("strict", count % (0, 0, 0, 0))
+        for line in [HOST] + lazy + strict + good_run("none", "none", 9) + ["@@LAB-DONE@@ rc=0"]:
+            col.feed(line)
+        self.assertEqual(col.finish(), [])
+        self.assertEqual(lab.lazy_rows(col.doc["runs"], ["4k"]), [
+            ["bs", "run", "deferred UNMAPs", "FLUSHes", "deferred/FLUSH", "VFIO calls/FLUSH", "mappings merged/VFIO call"],
+            ["4k", "lazy", "100", "4", "25.0", "6.25", "4.00"],
+        ])
+        self.assertIn("| 4k | lazy | 100 | 4 | 25.0 | 6.25 | 4.00 |", lab.table(col.doc))
+        self.assertEqual(lab.lazy_rows(col.doc["runs"][1:], ["4k"]), [])
+
     def test_block_size_parsing(self):
         self.assertEqual(lab._kib("128k"), 128)
         self.assertEqual(lab._kib("1m"), 1024)

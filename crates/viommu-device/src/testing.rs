@@ -15,6 +15,15 @@ use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemory, GuestMemoryMmap};
 
 use crate::{DeviceConfig, IommuInterrupt, VirtioIommu};
 
+/// Property-test case count: `PROPTEST_CASES` from the environment, else
+/// `default`.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Counts interrupts per queue.
 #[derive(Debug, Default)]
 pub struct CountingInterrupt {

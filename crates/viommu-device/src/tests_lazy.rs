@@ -9,7 +9,7 @@ use viommu_wire as wire;
 use viommu_wire::status::*;
 use vm_memory::{ByteValued, Bytes, GuestAddress};
 
-use crate::testing::{req, FakeCall, Harness, DATA_BASE};
+use crate::testing::{proptest_cases, req, FakeCall, Harness, DATA_BASE};
 use crate::*;
 
 const PAGE: u64 = 0x1000;
@@ -451,15 +451,8 @@ fn run(
     Ok((out, h))
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(256)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases(256)))]
 
     /// Without host failures the lazy contract is invisible to the guest:
     /// every request gets the status it gets from a strict device (no MAP

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use viommu_wire::status::*;
 
 use crate::testing::workload::{kicks, Pattern};
-use crate::testing::{req, FakeCall, Harness, DATA_BASE};
+use crate::testing::{proptest_cases, req, FakeCall, Harness, DATA_BASE};
 use crate::DeviceConfig;
 
 const KIB: u64 = 1024;
@@ -188,15 +188,8 @@ fn device_state(h: &Harness) -> Vec<BTreeSet<(u64, u64, u64)>> {
         .collect()
 }
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(256)
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases(256)))]
 
     /// Without host failures, batching changes nothing the guest can see:
     /// same used lengths, same statuses, same host state.

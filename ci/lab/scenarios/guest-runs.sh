@@ -20,10 +20,10 @@ SPEC
 		extra="$extra $o"
 	done
 	run_guest "$tag" "$vmm" "$iommu" "$kernel" "$extra" "$flags" && continue
-	# The nested lab's KVM-on-TCG sometimes crashes a guest kernel (seen: a
-	# double fault at syscall entry, in any VMM). Such a run is started
-	# over once and the lab reports it as a warning; a failed verify or
-	# our VMM hanging is never retried.
+	# The nested lab's KVM-on-TCG sometimes crashes or resets a guest kernel
+	# (seen: a double fault at syscall entry, a silent reset, in any VMM).
+	# Such a run is started over once and the lab reports it as a warning
+	# (retry_reason in host-lib.sh says which failures qualify).
 	reason=$(retry_reason "$tag" "$vmm") || { status=1; continue; }
 	echo "@@LAB-RETRY@@ {\"tag\":\"$tag\",\"reason\":\"$reason\"}"
 	run_guest "$tag" "$vmm" "$iommu" "$kernel" "$extra" "$flags" || status=1

@@ -23,7 +23,7 @@ lab_arg() {
 # guest pass through from the lab host's own command line.
 guest_cmdline() {
 	c="console=ttyS0 quiet panic=-1 lab.mode=$(lab_arg mode smoke)"
-	for k in bs runtime iodepth verify counters; do
+	for k in bs runtime iodepth verify counters numjobs; do
 		v=$(lab_arg "$k" "")
 		[ -n "$v" ] && c="$c lab.$k=$v"
 	done

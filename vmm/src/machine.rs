@@ -115,6 +115,8 @@ struct PciBuilder<'a> {
     bars64: BarAllocator,
     msi: Arc<dyn MsiSender>,
     router: Arc<dyn MsiRouter>,
+    /// The passed-through devices, for [`OrderedRelease`].
+    vfio: Vec<Arc<VfioDevice>>,
 }
 
 impl PciBuilder<'_> {
@@ -164,6 +166,7 @@ impl PciBuilder<'_> {
             // volatile accessors and KVM; no Rust reference to it exists.
             let mapper = unsafe { VfioMapper::new(container, vm.memory().clone()) };
             let device = Arc::new(device);
+            self.vfio.push(device.clone());
             let mut dev = VfioPciDevice::new(device.clone(), self.router.clone())
                 .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
             let bars: Vec<_> = dev.bars().to_vec();
@@ -379,6 +382,8 @@ struct Platform {
     dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
     /// The virtio-iommu's counters, if there is one.
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
+    /// The passed-through devices.
+    vfio: Vec<Arc<VfioDevice>>,
 }
 
 /// Put the serial port, power control, PCI config access and the PCI
@@ -417,6 +422,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         bars64: BarAllocator::new(PCI_MMIO64_START, PCI_MMIO64_SIZE),
         msi: Arc::new(vm::KvmMsiSender(vm.fd().clone())),
         router: Arc::new(vm::KvmMsiRouter::new(vm.fd().clone())),
+        vfio: Vec::new(),
     };
     // Passed-through devices, with the mappers that program their containers.
     let endpoints = pci.add_vfio(&cfg.vfio)?;
@@ -427,6 +433,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         map_all_ram(vm, &endpoints)?;
         (None, None)
     };
+    let vfio = std::mem::take(&mut pci.vfio);
     let root = Arc::new(pci.root);
     mmio.insert(
         Arc::new(Mutex::new(pci::PciEcam(root.clone()))),
@@ -445,6 +452,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         viot,
         dma: endpoints,
         viommu_counters,
+        vfio,
     })
 }
 
@@ -493,9 +501,13 @@ fn api_state(
 
 /// Build the VM `cfg` describes, run it until it stops, and say why.
 pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
+    // Before any thread exists, so that every thread inherits the mask.
+    let stop_signals = block_stop_signals().map_err(io_err("cannot block SIGTERM/SIGINT"))?;
     let mem = vm::create_guest_memory(cfg.memory, cfg.hugepages)?;
     let vm = vm::Vm::new(mem.clone())?;
     let exit = Arc::new(VmExit::new().map_err(io_err("cannot create the exit eventfd"))?);
+    spawn_stop_signal_waiter(stop_signals, exit.clone())
+        .map_err(io_err("cannot spawn the signal thread"))?;
     let Platform {
         pio,
         mmio,
@@ -503,7 +515,17 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         viot,
         dma,
         viommu_counters,
+        vfio,
     } = platform(&vm, &exit, &cfg)?;
+    // From here on, every way out of this function (an error return too)
+    // releases the devices in order.
+    let mut release = OrderedRelease {
+        vm: &vm,
+        vfio,
+        dma: dma.clone(),
+        buses: vec![pio.clone(), mmio.clone()],
+        armed: true,
+    };
 
     let rsdp = acpi::write_tables(
         &mem,
@@ -594,16 +616,99 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         if t.is_finished() {
             let _ = t.join();
         } else {
-            tracing::warn!("a vCPU thread did not stop; exiting anyway");
+            // It still holds the buses: releasing devices under a running
+            // vCPU is unsafe for the guest's state; the kernel releases
+            // them when the process exits.
+            tracing::warn!("a vCPU thread did not stop; leaving the devices to the kernel");
+            release.armed = false;
         }
     }
-    // The guest is stopped. Release the devices first (closing a VFIO
-    // device resets it), then their DMA mappings.
-    drop(pio);
-    drop(mmio);
-    drop(dma);
+    drop((pio, mmio, dma));
+    drop(release);
     if let Some(path) = &cfg.api_socket {
         let _ = std::fs::remove_file(path);
     }
     Ok(reason)
+}
+
+/// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread
+/// it starts later); returns the set for [`spawn_stop_signal_waiter`].
+fn block_stop_signals() -> std::io::Result<libc::sigset_t> {
+    let set = vmm_sys_util::signal::create_sigset(&[libc::SIGTERM, libc::SIGINT])
+        .map_err(std::io::Error::from)?;
+    // SAFETY: `set` is an initialised signal set; the old mask is not asked for.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(std::io::Error::from_raw_os_error(r));
+    }
+    Ok(set)
+}
+
+/// A thread that turns SIGTERM or SIGINT into an orderly VM exit (the
+/// devices are released as after a power-off; exit code 128 + signal).
+fn spawn_stop_signal_waiter(set: libc::sigset_t, exit: Arc<VmExit>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` holds signals blocked in every thread; `sig` is
+            // a valid place for the answer.
+            let r = unsafe { libc::sigwait(&set, &mut sig) };
+            if r == 0 {
+                tracing::info!(signal = sig, "stop signal received; stopping the VM");
+                exit.request(ExitReason::Signal(sig));
+            }
+        })
+        .map(|_| ())
+}
+
+/// Releases the devices of a stopped guest in the one order that leaves
+/// nothing behind (no VFIO error, no mapping, no pinned page), on every way
+/// out of [`run`]:
+/// 1. reset each passed-through device (`VFIO_DEVICE_RESET`), so it stops
+///    DMA;
+/// 2. remove every DMA mapping while each device's group is still in its
+///    container (after the last group leaves, the container has no IOMMU
+///    and the unmap calls would fail);
+/// 3. take the BAR mmaps out of KVM and unmap them: an mmap holds the
+///    device file open, and `VFIO_GROUP_UNSET_CONTAINER` fails with EBUSY
+///    while it is;
+/// 4. close the devices (dropping the buses that own them): the group
+///    leaves its container.
+struct OrderedRelease<'a> {
+    vm: &'a vm::Vm,
+    vfio: Vec<Arc<VfioDevice>>,
+    dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
+    buses: Vec<Arc<Bus>>,
+    /// False when a vCPU may still run: then nothing is released here.
+    armed: bool,
+}
+
+impl Drop for OrderedRelease<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            // Leak our references: dropping the last one of a device under
+            // a running vCPU would close it in the middle of an access.
+            std::mem::forget(std::mem::take(&mut self.vfio));
+            std::mem::forget(std::mem::take(&mut self.buses));
+            std::mem::forget(std::mem::take(&mut self.dma));
+            return;
+        }
+        for d in &self.vfio {
+            d.reset();
+        }
+        for (bdf, m) in &self.dma {
+            if let Err(e) = m.inner().unmap_all() {
+                tracing::warn!(
+                    device = bdf.device,
+                    "removing the DMA mappings at exit failed: {e}"
+                );
+            }
+        }
+        self.vm.release_device_memory();
+        self.vfio.clear();
+        self.buses.clear();
+        self.dma.clear();
+        tracing::debug!("devices released");
+    }
 }

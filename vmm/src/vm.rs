@@ -95,8 +95,9 @@ pub struct Vm {
     fd: Arc<VmFd>,
     kvm: Kvm,
     mem: GuestMemoryMmap,
-    /// Device memory given to the guest as memory slots (VFIO BARs).
-    device_maps: std::sync::Mutex<Vec<crate::devices::vfio_pci::BarMmap>>,
+    /// Device memory given to the guest as memory slots (VFIO BARs), with
+    /// their slot numbers.
+    device_maps: std::sync::Mutex<Vec<(u32, crate::devices::vfio_pci::BarMmap)>>,
     next_slot: std::sync::atomic::AtomicU32,
 }
 
@@ -177,8 +178,37 @@ impl Vm {
         self.device_maps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(map);
+            .push((slot, map));
         Ok(())
+    }
+
+    /// Take the device memory away from the guest and unmap it from this
+    /// process (the guest must be stopped). An mmap of a VFIO BAR holds the
+    /// device file open, so this must happen before the device is closed:
+    /// otherwise the group cannot leave its container
+    /// (`VFIO_GROUP_UNSET_CONTAINER`: EBUSY).
+    pub fn release_device_memory(&self) {
+        let maps = std::mem::take(&mut *self.device_maps.lock().unwrap_or_else(|e| e.into_inner()));
+        for (slot, map) in maps {
+            let r = kvm_userspace_memory_region {
+                slot,
+                flags: 0,
+                guest_phys_addr: map.gpa,
+                memory_size: 0,
+                userspace_addr: map.host as u64,
+            };
+            // SAFETY: a zero-sized region deletes the slot; KVM stops using
+            // the mapping before the call returns, so unmapping it after is
+            // sound.
+            if let Err(e) = unsafe { self.fd.set_user_memory_region(r) } {
+                tracing::warn!(
+                    slot,
+                    gpa = map.gpa,
+                    "removing a device memory slot failed: {e}"
+                );
+            }
+            drop(map);
+        }
     }
 
     /// The VM fd.

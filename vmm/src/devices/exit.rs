@@ -16,13 +16,17 @@ pub enum ExitReason {
     TripleFault,
     /// The control plane asked the VM to stop.
     ApiShutdown,
+    /// SIGTERM or SIGINT (the signal number): the VMM stops the guest and
+    /// releases its devices in order, as for any other exit.
+    Signal(i32),
     /// The VMM failed while the guest ran.
     Error(String),
 }
 
 impl ExitReason {
     /// The process exit code for this reason:
-    /// 0 poweroff or API shutdown, 3 reset (reboot), 4 triple fault, 1 VMM error.
+    /// 0 poweroff or API shutdown, 3 reset (reboot), 4 triple fault, 1 VMM error,
+    /// 128 + N stopped by signal N (the shell's convention: 143 for SIGTERM).
     /// (2 is a command line error, from clap or flag validation.)
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -30,6 +34,7 @@ impl ExitReason {
             ExitReason::Reset => 3,
             ExitReason::TripleFault => 4,
             ExitReason::Error(_) => 1,
+            ExitReason::Signal(n) => u8::try_from(128 + n).unwrap_or(1),
         }
     }
 }
@@ -93,5 +98,6 @@ mod tests {
         assert_eq!(ExitReason::PowerOff.exit_code(), 0);
         assert_eq!(ExitReason::Reset.exit_code(), 3);
         assert_ne!(ExitReason::Error("x".into()).exit_code(), 0);
+        assert_eq!(ExitReason::Signal(libc::SIGTERM).exit_code(), 143);
     }
 }

@@ -74,6 +74,8 @@ mod tests;
 mod tests_lazy;
 #[cfg(test)]
 mod tests_linux;
+#[cfg(test)]
+mod tests_smp;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::num::Wrapping;

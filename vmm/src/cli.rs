@@ -60,6 +60,37 @@ pub struct Cli {
     /// Needs --viommu. [default: 64M]
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub pool_max: Option<u64>,
+    /// An IOVA range the guest must not use, FIRST-LAST inclusive (hex with
+    /// 0x, or decimal): reported to the guest as a RESV_MEM reserved region.
+    /// Repeatable. Needs --viommu.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range)]
+    pub reserve_iova: Vec<(u64, u64)>,
+    /// For debugging only: do not reserve the host's PCI windows and the
+    /// passed-through devices' BARs in the guest's IOVA space. A guest IOVA
+    /// equal to a host MMIO address can then be taken for peer-to-peer
+    /// traffic or refused by the device. Needs --viommu.
+    #[arg(long)]
+    pub no_host_pci_reserve: bool,
+}
+
+/// Parses `FIRST-LAST` (each hex with 0x, or decimal), FIRST <= LAST.
+pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let num = |x: &str| {
+        let x = x.trim();
+        match x.strip_prefix("0x").or_else(|| x.strip_prefix("0X")) {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => x.parse(),
+        }
+        .map_err(|_| format!("{x:?} in {s:?} is not a number (examples: 0xfebf0000-0xfebf3fff)"))
+    };
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?} is not FIRST-LAST (example: 0xfebf0000-0xfebf3fff)"))?;
+    let (a, b) = (num(a)?, num(b)?);
+    if a > b {
+        return Err(format!("{s:?}: FIRST is above LAST"));
+    }
+    Ok((a, b))
 }
 
 /// Default of `--pool-threshold`.
@@ -335,6 +366,10 @@ pub struct VmConfig {
     /// The bounce-pool hint to offer as (threshold, pool_max) bytes; `None`:
     /// no hint.
     pub pool_hint: Option<(u32, u64)>,
+    /// IOVA ranges the guest must not use (`--reserve-iova`), inclusive.
+    pub reserve_iova: Vec<(u64, u64)>,
+    /// Keep the guest's IOVAs off the host's PCI windows and BARs.
+    pub host_pci_reserve: bool,
 }
 
 impl Cli {
@@ -377,6 +412,8 @@ impl Cli {
             api_socket: self.api_socket,
             lazy_unmap: !self.no_lazy_unmap,
             pool_hint,
+            reserve_iova: self.reserve_iova,
+            host_pci_reserve: !self.no_host_pci_reserve,
         })
     }
 
@@ -388,6 +425,8 @@ impl Cli {
                 ("no-lazy-unmap", self.no_lazy_unmap),
                 ("pool-threshold", self.pool_threshold.is_some()),
                 ("pool-max", self.pool_max.is_some()),
+                ("reserve-iova", !self.reserve_iova.is_empty()),
+                ("no-host-pci-reserve", self.no_host_pci_reserve),
             ];
             if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
                 return Err(ConfigError::NeedsViommu { flag });
@@ -539,6 +578,19 @@ mod tests {
             msg,
             "--pool-max: only applies to the virtio-iommu; add --viommu or drop --pool-max"
         );
+        assert!(matches!(
+            v(&["--reserve-iova", "0x1000-0x1fff"]),
+            Err(ConfigError::NeedsViommu {
+                flag: "reserve-iova"
+            })
+        ));
+        assert_eq!(parse_range("0x1000-0x1fff"), Ok((0x1000, 0x1fff)));
+        assert_eq!(parse_range("4096 - 8191"), Ok((4096, 8191)));
+        assert!(parse_range("0x2000-0x1000")
+            .unwrap_err()
+            .contains("FIRST is above LAST"));
+        assert!(parse_range("12").unwrap_err().contains("FIRST-LAST"));
+        assert!(parse_range("0xzz-1").unwrap_err().contains("not a number"));
         assert!(matches!(
             v(&["--no-lazy-unmap"]),
             Err(ConfigError::NeedsViommu {

@@ -20,6 +20,7 @@ pub mod api;
 pub mod boot;
 pub mod cli;
 pub mod devices;
+pub mod host_pci;
 pub mod layout;
 pub mod machine;
 pub mod pci;

@@ -259,6 +259,25 @@ impl PciBuilder<'_> {
                 dcfg.input_range.1
             ),
         }
+        // Keep the guest's IOVAs off host MMIO (see host_pci) and off what
+        // the user reserved.
+        let mut avoid = cfg.reserve_iova.clone();
+        if cfg.host_pci_reserve {
+            let iomem = std::fs::read_to_string("/proc/iomem").ok();
+            let dirs: Vec<&std::path::Path> = cfg.vfio.iter().map(|v| v.sysfs.as_path()).collect();
+            avoid.extend(crate::host_pci::p2p_ranges(&dirs, iomem.as_deref()));
+        }
+        if !avoid.is_empty() {
+            let avoid = crate::host_pci::clip(
+                &crate::host_pci::union(avoid),
+                dcfg.input_range,
+                dcfg.msi_window,
+            );
+            tracing::info!(ranges = ?avoid, "IOVA ranges reserved for host MMIO and --reserve-iova");
+            let mut all = std::mem::take(&mut dcfg.reserved);
+            all.extend(avoid);
+            dcfg.reserved = crate::host_pci::union(all);
+        }
         dcfg.pool_hint = cfg
             .pool_hint
             .and_then(|(threshold, pool_max)| pool_hint(&dcfg, threshold, pool_max));

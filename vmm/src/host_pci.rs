@@ -1,0 +1,208 @@
+//! Host PCI address ranges that a guest's IOVAs must stay clear of.
+//!
+//! Behind a virtual IOMMU the guest picks IOVAs, and a passed-through
+//! device emits them as bus addresses on the *host's* PCI fabric before the
+//! host IOMMU translates them. An IOVA that equals a host MMIO address of a
+//! PCI function can be taken as peer-to-peer traffic (a switch without ACS
+//! routes it to that function, never to the IOMMU) or refused by the device
+//! itself: QEMU's emulated NVMe fails any command whose PRP entry lies in
+//! its own BAR0 range with "Data Transfer Error", whatever the IOMMU says
+//! (the multi-vCPU I/O error of issue 11 was exactly this). Linux keeps its
+//! own DMA IOVAs off its host bridge windows for the same reason
+//! (`iova_reserve_pci_windows`). The VMM does the same for its guest: it
+//! reports the host's PCI windows and the BARs of the passed-through
+//! functions as RESV_MEM reserved regions, which the guest's IOVA allocator
+//! then never hands out.
+
+use std::path::Path;
+
+/// An inclusive range `(first, last)`.
+pub type Range = (u64, u64);
+
+/// The top-level `PCI Bus` windows of a `/proc/iomem` text. Lines of an
+/// unprivileged reader (every address shown as 0) give nothing.
+pub fn pci_bus_windows(iomem: &str) -> Vec<Range> {
+    iomem
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| {
+            let (range, name) = l.split_once(" : ")?;
+            if !name.trim().starts_with("PCI Bus") {
+                return None;
+            }
+            parse_hex_range(range.trim())
+        })
+        .filter(|&(s, e)| e > s)
+        .collect()
+}
+
+fn parse_hex_range(s: &str) -> Option<Range> {
+    let (a, b) = s.split_once('-')?;
+    Some((
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    ))
+}
+
+/// The memory BARs of a PCI function from its sysfs `resource` file: one
+/// line per resource, `start end flags` in hex; unused ones are all zero.
+/// Only the first six lines (the BARs) count; I/O port BARs are skipped
+/// (flags bit 0x100 is IORESOURCE_IO).
+pub fn function_bars(resource: &str) -> Vec<Range> {
+    resource
+        .lines()
+        .take(6)
+        .filter_map(|l| {
+            let mut f = l
+                .split_whitespace()
+                .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok());
+            let (s, e, flags) = (f.next()??, f.next()??, f.next()??);
+            (e > s && flags & 0x100 == 0).then_some((s, e))
+        })
+        .collect()
+}
+
+/// Sorted union of `ranges` (overlapping or adjacent ranges merged).
+pub fn union(mut ranges: Vec<Range>) -> Vec<Range> {
+    ranges.retain(|&(s, e)| s <= e);
+    ranges.sort_unstable();
+    let mut out: Vec<Range> = Vec::with_capacity(ranges.len());
+    for (s, e) in ranges {
+        match out.last_mut() {
+            Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// `ranges` cut to `within`, with `hole` taken out of them.
+pub fn clip(ranges: &[Range], within: Range, hole: Option<Range>) -> Vec<Range> {
+    let mut out = Vec::new();
+    for &(s, e) in ranges {
+        let (s, e) = (s.max(within.0), e.min(within.1));
+        if s > e {
+            continue;
+        }
+        match hole {
+            Some((hs, he)) if hs <= e && s <= he => {
+                if s < hs {
+                    out.push((s, hs - 1));
+                }
+                if he < e {
+                    out.push((he + 1, e));
+                }
+            }
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// The host ranges the guest's IOVAs must avoid for the functions at
+/// `sysfs` (their BARs) on a host whose `/proc/iomem` reads `iomem` (its
+/// PCI bus windows; `None` or an unprivileged read: BARs only).
+pub fn p2p_ranges(sysfs: &[&Path], iomem: Option<&str>) -> Vec<Range> {
+    let mut all = iomem.map(pci_bus_windows).unwrap_or_default();
+    for dir in sysfs {
+        match std::fs::read_to_string(dir.join("resource")) {
+            Ok(text) => all.extend(function_bars(&text)),
+            Err(e) => tracing::warn!(device = %dir.display(), "cannot read its BARs: {e}"),
+        }
+    }
+    union(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IOMEM: &str = "\
+00000000-00000fff : Reserved
+00001000-0009fbff : System RAM
+000c0000-000dffff : PCI Bus 0000:00
+80000000-afffffff : PCI Bus 0000:00
+  80000000-8000ffff : 0000:00:02.0
+b0000000-bfffffff : PCI MMCONFIG 0000 [bus 00-ff]
+c0000000-febfffff : PCI Bus 0000:00
+  febf0000-febf3fff : 0000:00:01.0
+    febf0000-febf3fff : vfio-pci
+fee00000-fee00fff : Local APIC
+100000000-17fffffff : System RAM
+7000000000-77ffffffff : PCI Bus 0000:00
+";
+
+    #[test]
+    fn bus_windows_are_the_top_level_pci_bus_entries() {
+        assert_eq!(
+            pci_bus_windows(IOMEM),
+            vec![
+                (0xc0000, 0xdffff),
+                (0x8000_0000, 0xafff_ffff),
+                (0xc000_0000, 0xfebf_ffff),
+                (0x70_0000_0000, 0x77_ffff_ffff)
+            ]
+        );
+        // What a non-root reader sees.
+        assert!(pci_bus_windows("00000000-00000000 : PCI Bus 0000:00\n").is_empty());
+    }
+
+    #[test]
+    fn bars_skip_io_ports_and_unused_entries() {
+        let res = "\
+0x00000000febf0000 0x00000000febf3fff 0x0000000000140204
+0x0000000000000000 0x0000000000000000 0x0000000000000000
+0x000000000000c000 0x000000000000c03f 0x0000000000040101
+0x0000007000000000 0x0000007000003fff 0x000000000014220c
+0x0000000000000000 0x0000000000000000 0x0000000000000000
+0x0000000000000000 0x0000000000000000 0x0000000000000000
+0x00000000fe000000 0x00000000fe07ffff 0x0000000000046200
+";
+        assert_eq!(
+            function_bars(res),
+            vec![(0xfebf_0000, 0xfebf_3fff), (0x70_0000_0000, 0x70_0000_3fff)],
+            "the expansion ROM (7th line) and the I/O BAR are not DMA targets here"
+        );
+    }
+
+    #[test]
+    fn union_merges_overlaps_and_neighbours() {
+        assert_eq!(
+            union(vec![(10, 20), (0, 4), (5, 6), (15, 30), (40, 41), (9, 3)]),
+            vec![(0, 6), (10, 30), (40, 41)]
+        );
+        assert_eq!(union(vec![(0, u64::MAX), (5, 6)]), vec![(0, u64::MAX)]);
+    }
+
+    #[test]
+    fn clip_cuts_to_the_input_range_and_around_the_msi_window() {
+        let msi = Some((0xfee0_0000, 0xfeef_ffff));
+        assert_eq!(
+            clip(
+                &[(0xc000_0000, 0xffff_ffff), (0x80_0000_0000, 0x90_0000_0000)],
+                (0, (1 << 39) - 1),
+                msi
+            ),
+            vec![(0xc000_0000, 0xfedf_ffff), (0xfef0_0000, 0xffff_ffff)]
+        );
+        assert_eq!(
+            clip(&[(0xfee1_0000, 0xfee2_0000)], (0, u64::MAX), msi),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn p2p_ranges_read_the_sysfs_resource_file() {
+        let dir = std::env::temp_dir().join(format!("host-pci-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("resource"),
+            "0x00000000febf0000 0x00000000febf3fff 0x0000000000140204\n",
+        )
+        .unwrap();
+        let got = p2p_ranges(&[dir.as_path()], Some(IOMEM));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(got.contains(&(0xc000_0000, 0xfebf_ffff)), "{got:x?}");
+        assert_eq!(p2p_ranges(&[], None), vec![]);
+    }
+}

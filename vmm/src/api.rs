@@ -63,11 +63,11 @@ pub fn counters_json(c: &Counters) -> Value {
         "failed_requests": c.failed_requests,
         "batches": c.batches,
         "batch_size_histogram_log2": c.batch_sizes,
-        "backend_map_calls": c.backend_map_calls,
-        "backend_unmap_calls": c.backend_unmap_calls,
-        "backend_failures": c.backend_failures,
-        "bytes_mapped": c.bytes_mapped,
-        "bytes_unmapped": c.bytes_unmapped,
+        "backend_map_calls": c.backend.map_calls,
+        "backend_unmap_calls": c.backend.unmap_calls,
+        "backend_failures": c.backend.failures(),
+        "bytes_mapped": c.backend.bytes_mapped,
+        "bytes_unmapped": c.backend.bytes_unmapped,
         "elided_maps": c.elided_maps,
         "interrupts": c.interrupts,
         "events_reported": c.events_reported,
@@ -219,7 +219,7 @@ mod tests {
         c.requests.unmap = 2;
         c.batches = 1;
         c.batch_sizes[2] = 1;
-        c.backend_map_calls = 1;
+        c.backend.map_calls = 1;
         c.requests.flush = 1;
         c.deferred_unmaps = 6;
         c.flushes = 1;

@@ -220,50 +220,15 @@ impl PciBuilder<'_> {
         cfg: &cli::VmConfig,
     ) -> Result<(acpi::ViotConfig, Arc<Mutex<viommu_device::Counters>>), VmmError> {
         let vm = self.vm;
-        let mut dcfg = viommu_device::DeviceConfig {
-            lazy_unmap: cfg.lazy_unmap,
-            ..Default::default()
-        };
-        for (_, m) in endpoints {
-            dcfg.page_size_mask &= m.page_size_mask();
-        }
-        // The IOVA space the guest may use: what every host IOMMU can map.
-        let ranges: Result<Vec<_>, _> = endpoints
+        let dcfg = endpoints
             .iter()
-            .map(|(_, m)| m.inner().iova_ranges())
-            .collect();
-        match ranges {
-            Ok(lists) if !lists.is_empty() => {
-                match crate::devices::viommu::iova_space(&lists, dcfg.msi_window) {
-                    Some((input, reserved)) => {
-                        tracing::info!(
-                            ?input,
-                            ?reserved,
-                            "virtio-iommu IOVA space from the host IOMMU"
-                        );
-                        dcfg.input_range = input;
-                        dcfg.reserved = reserved;
-                    }
-                    None => {
-                        tracing::warn!("the passed-through devices' IOMMUs share no IOVA range")
-                    }
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "host IOMMU IOVA ranges unknown ({e}); offering {:#x}-{:#x}",
-                dcfg.input_range.0,
-                dcfg.input_range.1
-            ),
-        }
-        dcfg.pool_hint = cfg
-            .pool_hint
-            .and_then(|(threshold, pool_max)| pool_hint(&dcfg, threshold, pool_max));
-        tracing::info!(
-            lazy_unmap = dcfg.lazy_unmap,
-            pool_hint = ?dcfg.pool_hint,
-            "virtio-iommu extensions offered"
-        );
+            .fold(
+                viommu_device::ConfigBuilder::new()
+                    .lazy_unmap(cfg.lazy_unmap)
+                    .pool(cfg.pool_hint),
+                |b, (_, m)| b.host_iommu(m.page_size_mask(), m.inner().iova_ranges()),
+            )
+            .build();
         let mut device = ViommuDevice::new(dcfg)?;
         for (bdf, mapper) in endpoints {
             let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
@@ -305,51 +270,6 @@ impl PciBuilder<'_> {
 
 /// Without a vIOMMU: each device sees all guest RAM at its guest-physical
 /// address.
-/// The POOL_HINT to offer: the default window if it is clear of the
-/// device's reserved regions and inside its input range, else another place
-/// of the same size, else no hint (the guest then uses its own defaults).
-fn pool_hint(
-    dcfg: &viommu_device::DeviceConfig,
-    threshold: u32,
-    pool_max: u64,
-) -> Option<viommu_device::PoolHint> {
-    let default = viommu_device::PoolHint::default();
-    let reserved: Vec<_> = dcfg
-        .msi_window
-        .iter()
-        .chain(&dcfg.reserved)
-        .copied()
-        .collect();
-    let granule = 1u64 << dcfg.page_size_mask.trailing_zeros();
-    let align = granule.max(2 << 20);
-    let Some(window_start) = crate::devices::viommu::place_pool_window(
-        dcfg.input_range,
-        &reserved,
-        default.window_size,
-        default.window_start,
-        align,
-    ) else {
-        tracing::warn!(
-            input_range = ?dcfg.input_range,
-            "no room for a {} MiB bounce-pool window in the IOVA space; not offering the pool hint",
-            default.window_size >> 20
-        );
-        return None;
-    };
-    if window_start != default.window_start {
-        tracing::info!(
-            window_start = format_args!("{window_start:#x}"),
-            "default bounce-pool window is not free; hinting another"
-        );
-    }
-    Some(viommu_device::PoolHint {
-        threshold,
-        window_start,
-        pool_max,
-        ..default
-    })
-}
-
 fn map_all_ram(
     vm: &vm::Vm,
     endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],

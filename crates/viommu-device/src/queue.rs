@@ -394,7 +394,10 @@ mod tests {
         }
     }
 
-    fn batches() -> impl Strategy<Value = (u16, bool, Vec<(u16, u16, Vec<(u16, u32)>)>)> {
+    /// (used_event, avail flags, used elements) of one batch.
+    type Batch = (u16, u16, Vec<(u16, u32)>);
+
+    fn batches() -> impl Strategy<Value = (u16, bool, Vec<Batch>)> {
         (1u32..=5, any::<bool>()).prop_flat_map(|(log2, event_idx)| {
             let size = 1u16 << log2;
             let batch = (

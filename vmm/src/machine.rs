@@ -11,23 +11,24 @@ use vm_superio::I8042Device;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
-use crate::devices::bus::{Bus, BusError};
+use crate::bus::{Bus, BusError};
 use crate::devices::exit::{ExitReason, VmExit};
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::{spawn_stdin_forwarder, SerialDevice};
 use crate::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
 use crate::devices::viommu::ViommuDevice;
-use crate::devices::virtio::msix::{MsiRouter, MsiSender};
 use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use crate::layout::*;
 use crate::pci::alloc::BarAllocator;
+use crate::pci::msix::{MsiRouter, MsiSender};
 use crate::{acpi, api, boot, cli, pci, vcpu, vm};
-use dma_mapper::{DmaMapper, DmaPerm, RecordingMapper, VfioMapper};
+use dma_mapper::{DmaMapper, DmaPerm, VfioMapper};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
-/// The host DMA mapper of one passed-through device, counted.
-type EndpointMapper = RecordingMapper<VfioMapper>;
+/// The host DMA mapper of one passed-through device (the virtio-iommu
+/// counts the calls it makes through it).
+type EndpointMapper = VfioMapper;
 
 /// Why the VMM could not start or keep running the VM.
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +123,7 @@ impl PciBuilder<'_> {
     fn add_vfio(
         &mut self,
         specs: &[cli::VfioDeviceSpec],
-    ) -> Result<Vec<(acpi::Bdf, Arc<EndpointMapper>)>, VmmError> {
+    ) -> Result<Vec<(pci::Bdf, Arc<EndpointMapper>)>, VmmError> {
         let mut endpoints = Vec::new();
         if specs.is_empty() {
             return Ok(endpoints);
@@ -202,12 +203,8 @@ impl PciBuilder<'_> {
                 )?;
             }
             tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
-            let bdf = acpi::Bdf {
-                bus: 0,
-                device: slot,
-                function: 0,
-            };
-            endpoints.push((bdf, Arc::new(RecordingMapper::new(mapper))));
+            let bdf = pci::Bdf::slot(slot);
+            endpoints.push((bdf, Arc::new(mapper)));
         }
         Ok(endpoints)
     }
@@ -216,7 +213,7 @@ impl PciBuilder<'_> {
     /// description and its counters.
     fn add_viommu(
         &mut self,
-        endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
+        endpoints: &[(pci::Bdf, Arc<EndpointMapper>)],
         cfg: &cli::VmConfig,
     ) -> Result<(acpi::ViotConfig, Arc<Mutex<viommu_device::Counters>>), VmmError> {
         let vm = self.vm;
@@ -226,12 +223,12 @@ impl PciBuilder<'_> {
                 viommu_device::ConfigBuilder::new()
                     .lazy_unmap(cfg.lazy_unmap)
                     .pool(cfg.pool_hint),
-                |b, (_, m)| b.host_iommu(m.page_size_mask(), m.inner().iova_ranges()),
+                |b, (_, m)| b.host_iommu(m.page_size_mask(), m.iova_ranges()),
             )
             .build();
         let mut device = ViommuDevice::new(dcfg)?;
         for (bdf, mapper) in endpoints {
-            let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
+            let id = bdf.id();
             device
                 .model()
                 .add_endpoint(id, mapper.clone() as Arc<dyn DmaMapper>)?;
@@ -257,11 +254,7 @@ impl PciBuilder<'_> {
             "virtio-iommu on PCI"
         );
         let viot = acpi::ViotConfig {
-            iommu: acpi::Bdf {
-                bus: 0,
-                device: slot,
-                function: 0,
-            },
+            iommu: pci::Bdf::slot(slot),
             endpoints: endpoints.iter().map(|(b, _)| *b).collect(),
         };
         Ok((viot, counters))
@@ -270,10 +263,7 @@ impl PciBuilder<'_> {
 
 /// Without a vIOMMU: each device sees all guest RAM at its guest-physical
 /// address.
-fn map_all_ram(
-    vm: &vm::Vm,
-    endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
-) -> Result<(), VmmError> {
+fn map_all_ram(vm: &vm::Vm, endpoints: &[(pci::Bdf, Arc<EndpointMapper>)]) -> Result<(), VmmError> {
     for (bdf, mapper) in endpoints {
         for r in vm.memory().iter() {
             mapper
@@ -296,7 +286,7 @@ struct Platform {
     viot: Option<acpi::ViotConfig>,
     /// The passed-through devices (guest BDF) and their mappers: dropping
     /// a mapper unmaps its DMA.
-    dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
+    dma: Vec<(pci::Bdf, Arc<EndpointMapper>)>,
     /// The virtio-iommu's counters, if there is one.
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
 }
@@ -368,44 +358,77 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
     })
 }
 
+/// What `GET /api/v1/vm.info` answers.
+#[derive(Debug, serde::Serialize)]
+struct VmInfo<'a> {
+    cpus: u8,
+    memory_bytes: u64,
+    hugepages: bool,
+    kernel: &'a std::path::Path,
+    initrd: Option<&'a std::path::Path>,
+    cmdline: &'a str,
+    viommu: bool,
+    lazy_unmap: bool,
+    pool_hint: Option<PoolHintInfo>,
+    vfio: Vec<VfioInfo<'a>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PoolHintInfo {
+    threshold: u32,
+    pool_max: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct VfioInfo<'a> {
+    host: &'a str,
+    guest: String,
+    iommu_group: u32,
+}
+
 /// What the control plane answers from.
 fn api_state(
     cfg: &cli::VmConfig,
     exit: &Arc<VmExit>,
     viommu: Option<Arc<Mutex<viommu_device::Counters>>>,
-    dma: &[(acpi::Bdf, Arc<EndpointMapper>)],
+    dma: &[(pci::Bdf, Arc<EndpointMapper>)],
 ) -> api::ApiState {
-    let bdf = |b: &acpi::Bdf| format!("0000:{:02x}:{:02x}.{}", b.bus, b.device, b.function);
-    let info = serde_json::json!({
-        "cpus": cfg.cpus,
-        "memory_bytes": cfg.memory,
-        "hugepages": cfg.hugepages,
-        "kernel": cfg.kernel,
-        "initrd": cfg.initrd,
-        "cmdline": cfg.cmdline,
-        "viommu": cfg.viommu,
-        "lazy_unmap": cfg.viommu && cfg.lazy_unmap,
-        "pool_hint": cfg.pool_hint.filter(|_| cfg.viommu).map(|(t, m)| serde_json::json!({
-            "threshold": t, "pool_max": m,
-        })),
-        "vfio": cfg.vfio.iter().zip(dma).map(|(spec, (b, _))| serde_json::json!({
-            "host": spec.bdf, "guest": bdf(b), "iommu_group": spec.group,
-        })).collect::<Vec<_>>(),
-    });
-    let endpoints: Vec<(String, Arc<EndpointMapper>)> =
-        dma.iter().map(|(b, m)| (bdf(b), m.clone())).collect();
-    let metrics = Box::new(move || {
-        let viommu = viommu
-            .as_ref()
-            .map(|c| api::counters_json(&c.lock().unwrap_or_else(|e| e.into_inner())));
-        let eps: Vec<_> = endpoints
+    let info = VmInfo {
+        cpus: cfg.cpus,
+        memory_bytes: cfg.memory,
+        hugepages: cfg.hugepages,
+        kernel: &cfg.kernel,
+        initrd: cfg.initrd.as_deref(),
+        cmdline: &cfg.cmdline,
+        viommu: cfg.viommu,
+        lazy_unmap: cfg.viommu && cfg.lazy_unmap,
+        pool_hint: cfg
+            .pool_hint
+            .filter(|_| cfg.viommu)
+            .map(|(threshold, pool_max)| PoolHintInfo {
+                threshold,
+                pool_max,
+            }),
+        vfio: cfg
+            .vfio
             .iter()
-            .map(|(b, m)| serde_json::json!({"device": b, "dma": api::dma_stats_json(&m.stats())}))
-            .collect();
-        serde_json::json!({"viommu": viommu, "endpoints": eps})
+            .zip(dma)
+            .map(|(spec, (b, _))| VfioInfo {
+                host: &spec.bdf,
+                guest: b.to_string(),
+                iommu_group: spec.group,
+            })
+            .collect(),
+    };
+    let metrics = Box::new(move || match &viommu {
+        Some(c) => {
+            let c = *c.lock().unwrap_or_else(|e| e.into_inner());
+            viommu_counters::prometheus_text("viommu", &c)
+        }
+        None => String::new(),
     });
     api::ApiState {
-        info,
+        info: serde_json::to_value(&info).unwrap_or_default(),
         metrics,
         exit: exit.clone(),
     }

@@ -46,7 +46,7 @@ impl ViommuDevice {
         self.counters.clone()
     }
 
-    fn publish(&self) {
+    fn snapshot_counters(&self) {
         *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = self.inner.counters();
     }
 
@@ -100,12 +100,12 @@ impl VirtioDevice for ViommuDevice {
         if let Err(e) = r {
             tracing::error!(queue, "virtio-iommu: {e}");
         }
-        self.publish();
+        self.snapshot_counters();
     }
 
     fn reset(&mut self) {
         self.inner.reset();
-        self.publish();
+        self.snapshot_counters();
     }
 }
 

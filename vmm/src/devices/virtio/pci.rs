@@ -16,10 +16,10 @@ use virtio_bindings::virtio_config::{
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
-use super::msix::{send_all, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
 use super::{VirtioDevice, VirtioInterrupt};
-use crate::devices::bus::BusDevice;
+use crate::bus::BusDevice;
 use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
+use crate::pci::msix::{send_all, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
 use crate::pci::PciDevice;
 
 /// PCI vendor id of virtio devices.

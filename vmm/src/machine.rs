@@ -245,7 +245,7 @@ impl PciBuilder<'_> {
         // Kicks are served on the vCPU that wrote the notify register: the
         // guest driver waits for each request's completion, and a hop to a
         // device thread (ioeventfd) made requests several times slower in
-        // the lab (see spawn_notify_worker).
+        // the lab.
         self.mmio.insert(transport, bar, BAR_SIZE)?;
         tracing::info!(
             slot,

@@ -1,7 +1,7 @@
 //! One guest mapping, and runs of adjacent whole mappings.
 
-use crate::interval::{push_merged, Merge, Span};
-use crate::DmaPerm;
+use crate::interval::{push_merged, IntervalMap, Merge, Span};
+use crate::{checked_last, DmaError, DmaPerm};
 
 /// One guest mapping: what a single successful MAP request created, and
 /// what a backend holds as one host mapping.
@@ -108,4 +108,19 @@ pub fn adjacent_runs<'a>(mappings: impl IntoIterator<Item = &'a Mapping>) -> Vec
         push_merged(&mut runs, Run::of(*m));
     }
     runs
+}
+
+/// The type1 v2 unmap rule on a backend's table: the last IOVA of an unmap
+/// of `[iova, iova + size)`, or why it is refused (an empty or wrapping
+/// range; a range that would split a mapping).
+pub(crate) fn check_unmap(
+    table: &IntervalMap<Mapping>,
+    iova: u64,
+    size: u64,
+) -> Result<u64, DmaError> {
+    let last = checked_last(iova, size)?;
+    if table.splits(iova, last) {
+        return Err(DmaError::SplitMapping { iova, size });
+    }
+    Ok(last)
 }

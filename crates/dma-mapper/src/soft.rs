@@ -16,6 +16,7 @@ use std::sync::RwLock;
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 use crate::interval::{push_merged, range_last, Extent, IntervalMap};
+use crate::mapping::check_unmap;
 use crate::{
     check_aligned, checked_last, DmaError, DmaMapper, DmaPerm, Mapping, PAGE_SIZE_4K_MASK,
 };
@@ -223,11 +224,8 @@ impl DmaMapper for SoftAddressSpace {
     }
 
     fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
-        let last = checked_last(iova, size)?;
         let mut table = self.write_table();
-        if table.splits(iova, last) {
-            return Err(DmaError::SplitMapping { iova, size });
-        }
+        let last = check_unmap(&table, iova, size)?;
         table.remove_within(iova, last);
         Ok(())
     }

@@ -51,6 +51,7 @@ use vm_memory::{
 };
 
 use crate::interval::{push_merged, Extent, IntervalMap, Merge, Span};
+use crate::mapping::check_unmap;
 use crate::{
     check_aligned, checked_last, DmaError, DmaMapper, DmaPerm, Mapping, PAGE_SIZE_4K_MASK,
 };
@@ -514,11 +515,8 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
     }
 
     fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
-        let last = checked_last(iova, size)?;
         let mut table = self.lock();
-        if table.splits(iova, last) {
-            return Err(DmaError::SplitMapping { iova, size });
-        }
+        let last = check_unmap(&table, iova, size)?;
         let expected: u64 = table
             .within(iova, last)
             .filter(|e| e.perm.any())

@@ -63,27 +63,13 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 };
                 requests.push(request);
                 if !self.cfg.batching {
-                    self.execute(&*mem, &mut requests, PlanOptions::ONE_BY_ONE);
-                    self.complete(
-                        &*mem,
-                        &mut active.requestq,
-                        &*active.interrupt,
-                        q,
-                        &requests,
-                    )?;
+                    self.run_and_complete(active, &*mem, &mut requests, PlanOptions::ONE_BY_ONE)?;
                     requests.clear();
                     progress_unbatched = true;
                 }
             }
             if !requests.is_empty() {
-                self.execute(&*mem, &mut requests, PlanOptions::BATCHED);
-                self.complete(
-                    &*mem,
-                    &mut active.requestq,
-                    &*active.interrupt,
-                    q,
-                    &requests,
-                )?;
+                self.run_and_complete(active, &*mem, &mut requests, PlanOptions::BATCHED)?;
             }
             let popped = !requests.is_empty() || progress_unbatched;
             let more = active
@@ -103,6 +89,24 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 return Ok(());
             }
         }
+    }
+
+    /// Executes a batch and completes it on the request queue.
+    fn run_and_complete<M: GuestMemory + ?Sized>(
+        &mut self,
+        active: &mut Active<S>,
+        mem: &M,
+        requests: &mut [DrainedRequest],
+        opts: PlanOptions,
+    ) -> Result<(), Error> {
+        self.execute(mem, requests, opts);
+        self.complete(
+            mem,
+            &mut active.requestq,
+            &*active.interrupt,
+            wire::REQUEST_QUEUE,
+            requests,
+        )
     }
 
     /// Writes the replies of a batch and makes them visible with one used-ring

@@ -169,8 +169,8 @@ fn main() {
                 rps: (iters * requests) as f64 / time.as_secs_f64().max(1e-9),
                 calls_per_k: calls as f64 * 1000.0 / requests as f64,
                 calls_per_io: calls as f64 / IOS as f64,
-                map_calls: after.backend_map_calls - before.backend_map_calls,
-                unmap_calls: after.backend_unmap_calls - before.backend_unmap_calls,
+                map_calls: after.backend.map_calls - before.backend.map_calls,
+                unmap_calls: after.backend.unmap_calls - before.backend.unmap_calls,
                 flushes: after.flushes - before.flushes,
                 avg_run: if flush_calls == 0 {
                     0.0

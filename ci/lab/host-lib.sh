@@ -83,18 +83,20 @@ run_guest() {
 			n = 0; cmd = "cat " trace " 2>/dev/null | wc -l"; cmd | getline n; close(cmd)
 			return n + 0
 		}
-		function jnum(s, k) {
-			if (!match(s, "\"" k "\":[0-9]+")) return 0
-			return substr(s, RSTART + length(k) + 3, RLENGTH - length(k) - 3) + 0
-		}
 		# What the device has done so far. Stock QEMU: lines of its trace
 		# (counted by range at the end); ours: "MAP UNMAP VFIO-calls FLUSH
-		# deferred-UNMAPs flush-VFIO-calls merged-ranges" from its metrics API.
-		function snap(   cmd, l) {
+		# deferred-UNMAPs flush-VFIO-calls merged-ranges" from its metrics
+		# (Prometheus text: "name{labels} value" a line, # comments).
+		function snap(   cmd, l, f, v) {
 			if (vmm != "vmm") return lines()
-			l = ""; cmd = "vmmctl " trace ".sock metrics 2>/dev/null"; cmd | getline l; close(cmd)
-			return jnum(l, "map") " " jnum(l, "unmap") " " (jnum(l, "backend_map_calls") + jnum(l, "backend_unmap_calls")) \
-				" " jnum(l, "flush") " " jnum(l, "deferred_unmaps") " " jnum(l, "flush_backend_calls") " " jnum(l, "merged_ranges")
+			split("", v); cmd = "vmmctl " trace ".sock metrics 2>/dev/null"
+			while ((cmd | getline l) > 0)
+				if (l !~ /^#/ && split(l, f, " ") == 2) v[f[1]] = f[2] + 0
+			close(cmd)
+			return (v["viommu_requests_total{type=\"map\"}"] + 0) " " (v["viommu_requests_total{type=\"unmap\"}"] + 0) \
+				" " (v["viommu_backend_map_calls_total"] + v["viommu_backend_unmap_calls_total"]) \
+				" " (v["viommu_requests_total{type=\"flush\"}"] + 0) " " (v["viommu_deferred_unmaps_total"] + 0) \
+				" " (v["viommu_flush_backend_calls_total"] + 0) " " (v["viommu_merged_ranges_total"] + 0)
 		}
 		{ sub(/\r$/, ""); print >logf; fflush(logf) }
 		# At each phase end, count what the device did since its begin,

@@ -30,6 +30,7 @@ use crate::layout::{
     ACPI_START, APIC_START, IOAPIC_START, PCI_CONFIG_IO_PORT, PCI_ECAM_SIZE, PCI_ECAM_START,
     PCI_MMIO32_SIZE, PCI_MMIO32_START, PCI_MMIO64_SIZE, PCI_MMIO64_START, SERIAL_IRQ, SERIAL_PORT,
 };
+use crate::pci::Bdf;
 
 const OEM_ID: [u8; 6] = *b"VIOMMU";
 const OEM_TABLE_ID: [u8; 8] = *b"VIOMMVMM";
@@ -37,21 +38,8 @@ const OEM_REVISION: u32 = 1;
 /// IAPC_BOOT_ARCH: no VGA (bit 2), no CMOS RTC (bit 5).
 const IAPC_BOOT_ARCH: u16 = (1 << 2) | (1 << 5);
 
-/// A PCI function on segment 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bdf {
-    /// Bus.
-    pub bus: u8,
-    /// Device (0-31).
-    pub device: u8,
-    /// Function (0-7).
-    pub function: u8,
-}
-
-impl Bdf {
-    fn viot(self) -> PciDevice {
-        PciDevice::new(0, self.bus, self.device, self.function)
-    }
+fn viot_function(b: Bdf) -> PciDevice {
+    PciDevice::new(0, b.bus, b.device, b.function)
 }
 
 /// A virtio-iommu and the endpoints it translates for.
@@ -226,9 +214,13 @@ pub fn mcfg() -> Vec<u8> {
 /// The VIOT: a virtio-iommu on PCI and one single-function range per endpoint.
 pub fn viot(cfg: &ViotConfig) -> Vec<u8> {
     let mut v = VIOT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
-    let handle = v.add_virtio_pci_iommu(VirtIoPciIommu::new(cfg.iommu.viot()));
+    let handle = v.add_virtio_pci_iommu(VirtIoPciIommu::new(viot_function(cfg.iommu)));
     for ep in &cfg.endpoints {
-        v.add_pci_range(PciRange::new(ep.viot(), ep.viot(), &handle));
+        v.add_pci_range(PciRange::new(
+            viot_function(*ep),
+            viot_function(*ep),
+            &handle,
+        ));
     }
     bytes(&v)
 }

@@ -62,43 +62,6 @@ pub fn function_bars(resource: &str) -> Vec<Range> {
         .collect()
 }
 
-/// Sorted union of `ranges` (overlapping or adjacent ranges merged).
-pub fn union(mut ranges: Vec<Range>) -> Vec<Range> {
-    ranges.retain(|&(s, e)| s <= e);
-    ranges.sort_unstable();
-    let mut out: Vec<Range> = Vec::with_capacity(ranges.len());
-    for (s, e) in ranges {
-        match out.last_mut() {
-            Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
-        }
-    }
-    out
-}
-
-/// `ranges` cut to `within`, with `hole` taken out of them.
-pub fn clip(ranges: &[Range], within: Range, hole: Option<Range>) -> Vec<Range> {
-    let mut out = Vec::new();
-    for &(s, e) in ranges {
-        let (s, e) = (s.max(within.0), e.min(within.1));
-        if s > e {
-            continue;
-        }
-        match hole {
-            Some((hs, he)) if hs <= e && s <= he => {
-                if s < hs {
-                    out.push((s, hs - 1));
-                }
-                if he < e {
-                    out.push((he + 1, e));
-                }
-            }
-            _ => out.push((s, e)),
-        }
-    }
-    out
-}
-
 /// The host ranges the guest's IOVAs must avoid for the functions at
 /// `sysfs` (their BARs) on a host whose `/proc/iomem` reads `iomem` (its
 /// PCI bus windows; `None` or an unprivileged read: BARs only).
@@ -110,7 +73,7 @@ pub fn p2p_ranges(sysfs: &[&Path], iomem: Option<&str>) -> Vec<Range> {
             Err(e) => tracing::warn!(device = %dir.display(), "cannot read its BARs: {e}"),
         }
     }
-    union(all)
+    viommu_device::merge_ranges(all)
 }
 
 #[cfg(test)]
@@ -162,32 +125,6 @@ fee00000-fee00fff : Local APIC
             function_bars(res),
             vec![(0xfebf_0000, 0xfebf_3fff), (0x70_0000_0000, 0x70_0000_3fff)],
             "the expansion ROM (7th line) and the I/O BAR are not DMA targets here"
-        );
-    }
-
-    #[test]
-    fn union_merges_overlaps_and_neighbours() {
-        assert_eq!(
-            union(vec![(10, 20), (0, 4), (5, 6), (15, 30), (40, 41), (9, 3)]),
-            vec![(0, 6), (10, 30), (40, 41)]
-        );
-        assert_eq!(union(vec![(0, u64::MAX), (5, 6)]), vec![(0, u64::MAX)]);
-    }
-
-    #[test]
-    fn clip_cuts_to_the_input_range_and_around_the_msi_window() {
-        let msi = Some((0xfee0_0000, 0xfeef_ffff));
-        assert_eq!(
-            clip(
-                &[(0xc000_0000, 0xffff_ffff), (0x80_0000_0000, 0x90_0000_0000)],
-                (0, (1 << 39) - 1),
-                msi
-            ),
-            vec![(0xc000_0000, 0xfedf_ffff), (0xfef0_0000, 0xffff_ffff)]
-        );
-        assert_eq!(
-            clip(&[(0xfee1_0000, 0xfee2_0000)], (0, u64::MAX), msi),
-            vec![]
         );
     }
 

@@ -18,6 +18,7 @@
 pub mod acpi;
 pub mod api;
 pub mod boot;
+pub mod bus;
 pub mod cli;
 pub mod devices;
 pub mod host_pci;

@@ -11,23 +11,24 @@ use vm_superio::I8042Device;
 use vmm_sys_util::eventfd::EventFd;
 use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
-use crate::devices::bus::{Bus, BusError};
+use crate::bus::{Bus, BusError};
 use crate::devices::exit::{ExitReason, VmExit};
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::{spawn_stdin_forwarder, SerialDevice};
 use crate::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
 use crate::devices::viommu::ViommuDevice;
-use crate::devices::virtio::msix::{MsiRouter, MsiSender};
 use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use crate::layout::*;
 use crate::pci::alloc::BarAllocator;
+use crate::pci::msix::{MsiRouter, MsiSender};
 use crate::{acpi, api, boot, cli, pci, vcpu, vm};
-use dma_mapper::{DmaMapper, DmaPerm, RecordingMapper, VfioMapper};
+use dma_mapper::{DmaMapper, DmaPerm, VfioMapper};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
-/// The host DMA mapper of one passed-through device, counted.
-type EndpointMapper = RecordingMapper<VfioMapper>;
+/// The host DMA mapper of one passed-through device (the virtio-iommu
+/// counts the calls it makes through it).
+type EndpointMapper = VfioMapper;
 
 /// Why the VMM could not start or keep running the VM.
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +125,7 @@ impl PciBuilder<'_> {
     fn add_vfio(
         &mut self,
         specs: &[cli::VfioDeviceSpec],
-    ) -> Result<Vec<(acpi::Bdf, Arc<EndpointMapper>)>, VmmError> {
+    ) -> Result<Vec<(pci::Bdf, Arc<EndpointMapper>)>, VmmError> {
         let mut endpoints = Vec::new();
         if specs.is_empty() {
             return Ok(endpoints);
@@ -205,12 +206,8 @@ impl PciBuilder<'_> {
                 )?;
             }
             tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
-            let bdf = acpi::Bdf {
-                bus: 0,
-                device: slot,
-                function: 0,
-            };
-            endpoints.push((bdf, Arc::new(RecordingMapper::new(mapper))));
+            let bdf = pci::Bdf::slot(slot);
+            endpoints.push((bdf, Arc::new(mapper)));
         }
         Ok(endpoints)
     }
@@ -219,76 +216,23 @@ impl PciBuilder<'_> {
     /// description and its counters.
     fn add_viommu(
         &mut self,
-        endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
+        endpoints: &[(pci::Bdf, Arc<EndpointMapper>)],
         cfg: &cli::VmConfig,
     ) -> Result<(acpi::ViotConfig, Arc<Mutex<viommu_device::Counters>>), VmmError> {
         let vm = self.vm;
-        let mut dcfg = viommu_device::DeviceConfig {
-            lazy_unmap: cfg.lazy_unmap,
-            ..Default::default()
-        };
-        for (_, m) in endpoints {
-            dcfg.page_size_mask &= m.page_size_mask();
-        }
-        // The IOVA space the guest may use: what every host IOMMU can map.
-        let ranges: Result<Vec<_>, _> = endpoints
+        let dcfg = endpoints
             .iter()
-            .map(|(_, m)| m.inner().iova_ranges())
-            .collect();
-        match ranges {
-            Ok(lists) if !lists.is_empty() => {
-                match crate::devices::viommu::iova_space(&lists, dcfg.msi_window) {
-                    Some((input, reserved)) => {
-                        tracing::info!(
-                            ?input,
-                            ?reserved,
-                            "virtio-iommu IOVA space from the host IOMMU"
-                        );
-                        dcfg.input_range = input;
-                        dcfg.reserved = reserved;
-                    }
-                    None => {
-                        tracing::warn!("the passed-through devices' IOMMUs share no IOVA range")
-                    }
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "host IOMMU IOVA ranges unknown ({e}); offering {:#x}-{:#x}",
-                dcfg.input_range.0,
-                dcfg.input_range.1
-            ),
-        }
-        // Keep the guest's IOVAs off host MMIO (see host_pci) and off what
-        // the user reserved.
-        let mut avoid = cfg.reserve_iova.clone();
-        if cfg.host_pci_reserve {
-            let iomem = std::fs::read_to_string("/proc/iomem").ok();
-            let dirs: Vec<&std::path::Path> = cfg.vfio.iter().map(|v| v.sysfs.as_path()).collect();
-            avoid.extend(crate::host_pci::p2p_ranges(&dirs, iomem.as_deref()));
-        }
-        if !avoid.is_empty() {
-            let avoid = crate::host_pci::clip(
-                &crate::host_pci::union(avoid),
-                dcfg.input_range,
-                dcfg.msi_window,
-            );
-            tracing::info!(ranges = ?avoid, "IOVA ranges reserved for host MMIO and --reserve-iova");
-            let mut all = std::mem::take(&mut dcfg.reserved);
-            all.extend(avoid);
-            dcfg.reserved = crate::host_pci::union(all);
-        }
-        dcfg.pool_hint = cfg
-            .pool_hint
-            .and_then(|(threshold, pool_max)| pool_hint(&dcfg, threshold, pool_max));
-        tracing::info!(
-            lazy_unmap = dcfg.lazy_unmap,
-            pool_hint = ?dcfg.pool_hint,
-            "virtio-iommu extensions offered"
-        );
+            .fold(
+                viommu_device::ConfigBuilder::new()
+                    .lazy_unmap(cfg.lazy_unmap)
+                    .pool(cfg.pool_hint)
+                    .avoid(avoid_iovas(cfg)),
+                |b, (_, m)| b.host_iommu(m.page_size_mask(), m.iova_ranges()),
+            )
+            .build();
         let mut device = ViommuDevice::new(dcfg)?;
         for (bdf, mapper) in endpoints {
-            let id = u32::from(bdf.device) << 3 | u32::from(bdf.function);
+            let id = bdf.id();
             device
                 .model()
                 .add_endpoint(id, mapper.clone() as Arc<dyn DmaMapper>)?;
@@ -305,7 +249,7 @@ impl PciBuilder<'_> {
         // Kicks are served on the vCPU that wrote the notify register: the
         // guest driver waits for each request's completion, and a hop to a
         // device thread (ioeventfd) made requests several times slower in
-        // the lab (see spawn_notify_worker).
+        // the lab.
         self.mmio.insert(transport, bar, BAR_SIZE)?;
         tracing::info!(
             slot,
@@ -314,11 +258,7 @@ impl PciBuilder<'_> {
             "virtio-iommu on PCI"
         );
         let viot = acpi::ViotConfig {
-            iommu: acpi::Bdf {
-                bus: 0,
-                device: slot,
-                function: 0,
-            },
+            iommu: pci::Bdf::slot(slot),
             endpoints: endpoints.iter().map(|(b, _)| *b).collect(),
         };
         Ok((viot, counters))
@@ -327,55 +267,7 @@ impl PciBuilder<'_> {
 
 /// Without a vIOMMU: each device sees all guest RAM at its guest-physical
 /// address.
-/// The POOL_HINT to offer: the default window if it is clear of the
-/// device's reserved regions and inside its input range, else another place
-/// of the same size, else no hint (the guest then uses its own defaults).
-fn pool_hint(
-    dcfg: &viommu_device::DeviceConfig,
-    threshold: u32,
-    pool_max: u64,
-) -> Option<viommu_device::PoolHint> {
-    let default = viommu_device::PoolHint::default();
-    let reserved: Vec<_> = dcfg
-        .msi_window
-        .iter()
-        .chain(&dcfg.reserved)
-        .copied()
-        .collect();
-    let granule = 1u64 << dcfg.page_size_mask.trailing_zeros();
-    let align = granule.max(2 << 20);
-    let Some(window_start) = crate::devices::viommu::place_pool_window(
-        dcfg.input_range,
-        &reserved,
-        default.window_size,
-        default.window_start,
-        align,
-    ) else {
-        tracing::warn!(
-            input_range = ?dcfg.input_range,
-            "no room for a {} MiB bounce-pool window in the IOVA space; not offering the pool hint",
-            default.window_size >> 20
-        );
-        return None;
-    };
-    if window_start != default.window_start {
-        tracing::info!(
-            window_start = format_args!("{window_start:#x}"),
-            "default bounce-pool window is not free; hinting another"
-        );
-    }
-    Some(viommu_device::PoolHint {
-        threshold,
-        window_start,
-        pool_max,
-        ..default
-    })
-}
-
-fn map_all_ram(
-    vm: &vm::Vm,
-    endpoints: &[(acpi::Bdf, Arc<EndpointMapper>)],
-) -> Result<(), VmmError> {
+fn map_all_ram(vm: &vm::Vm, endpoints: &[(pci::Bdf, Arc<EndpointMapper>)]) -> Result<(), VmmError> {
     for (bdf, mapper) in endpoints {
         for r in vm.memory().iter() {
             mapper
@@ -398,7 +290,7 @@ struct Platform {
     viot: Option<acpi::ViotConfig>,
     /// The passed-through devices (guest BDF) and their mappers: dropping
     /// a mapper unmaps its DMA.
-    dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
+    dma: Vec<(pci::Bdf, Arc<EndpointMapper>)>,
     /// The virtio-iommu's counters, if there is one.
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
     /// The passed-through devices.
@@ -475,44 +367,77 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
     })
 }
 
+/// What `GET /api/v1/vm.info` answers.
+#[derive(Debug, serde::Serialize)]
+struct VmInfo<'a> {
+    cpus: u8,
+    memory_bytes: u64,
+    hugepages: bool,
+    kernel: &'a std::path::Path,
+    initrd: Option<&'a std::path::Path>,
+    cmdline: &'a str,
+    viommu: bool,
+    lazy_unmap: bool,
+    pool_hint: Option<PoolHintInfo>,
+    vfio: Vec<VfioInfo<'a>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PoolHintInfo {
+    threshold: u32,
+    pool_max: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct VfioInfo<'a> {
+    host: &'a str,
+    guest: String,
+    iommu_group: u32,
+}
+
 /// What the control plane answers from.
 fn api_state(
     cfg: &cli::VmConfig,
     exit: &Arc<VmExit>,
     viommu: Option<Arc<Mutex<viommu_device::Counters>>>,
-    dma: &[(acpi::Bdf, Arc<EndpointMapper>)],
+    dma: &[(pci::Bdf, Arc<EndpointMapper>)],
 ) -> api::ApiState {
-    let bdf = |b: &acpi::Bdf| format!("0000:{:02x}:{:02x}.{}", b.bus, b.device, b.function);
-    let info = serde_json::json!({
-        "cpus": cfg.cpus,
-        "memory_bytes": cfg.memory,
-        "hugepages": cfg.hugepages,
-        "kernel": cfg.kernel,
-        "initrd": cfg.initrd,
-        "cmdline": cfg.cmdline,
-        "viommu": cfg.viommu,
-        "lazy_unmap": cfg.viommu && cfg.lazy_unmap,
-        "pool_hint": cfg.pool_hint.filter(|_| cfg.viommu).map(|(t, m)| serde_json::json!({
-            "threshold": t, "pool_max": m,
-        })),
-        "vfio": cfg.vfio.iter().zip(dma).map(|(spec, (b, _))| serde_json::json!({
-            "host": spec.bdf, "guest": bdf(b), "iommu_group": spec.group,
-        })).collect::<Vec<_>>(),
-    });
-    let endpoints: Vec<(String, Arc<EndpointMapper>)> =
-        dma.iter().map(|(b, m)| (bdf(b), m.clone())).collect();
-    let metrics = Box::new(move || {
-        let viommu = viommu
-            .as_ref()
-            .map(|c| api::counters_json(&c.lock().unwrap_or_else(|e| e.into_inner())));
-        let eps: Vec<_> = endpoints
+    let info = VmInfo {
+        cpus: cfg.cpus,
+        memory_bytes: cfg.memory,
+        hugepages: cfg.hugepages,
+        kernel: &cfg.kernel,
+        initrd: cfg.initrd.as_deref(),
+        cmdline: &cfg.cmdline,
+        viommu: cfg.viommu,
+        lazy_unmap: cfg.viommu && cfg.lazy_unmap,
+        pool_hint: cfg
+            .pool_hint
+            .filter(|_| cfg.viommu)
+            .map(|(threshold, pool_max)| PoolHintInfo {
+                threshold,
+                pool_max,
+            }),
+        vfio: cfg
+            .vfio
             .iter()
-            .map(|(b, m)| serde_json::json!({"device": b, "dma": api::dma_stats_json(&m.stats())}))
-            .collect();
-        serde_json::json!({"viommu": viommu, "endpoints": eps})
+            .zip(dma)
+            .map(|(spec, (b, _))| VfioInfo {
+                host: &spec.bdf,
+                guest: b.to_string(),
+                iommu_group: spec.group,
+            })
+            .collect(),
+    };
+    let metrics = Box::new(move || match &viommu {
+        Some(c) => {
+            let c = *c.lock().unwrap_or_else(|e| e.into_inner());
+            viommu_counters::prometheus_text("viommu", &c)
+        }
+        None => String::new(),
     });
     api::ApiState {
-        info,
+        info: serde_json::to_value(&info).unwrap_or_default(),
         metrics,
         exit: exit.clone(),
     }
@@ -681,6 +606,19 @@ fn spawn_stop_signal_waiter(set: libc::sigset_t, exit: Arc<VmExit>) -> std::io::
         .map(|_| ())
 }
 
+/// The IOVA ranges the guest must not use: what the user reserved
+/// (`--reserve-iova`) and, unless turned off, the host's PCI windows and the
+/// passed-through functions' BARs (see [`crate::host_pci`]).
+fn avoid_iovas(cfg: &cli::VmConfig) -> Vec<(u64, u64)> {
+    let mut avoid = cfg.reserve_iova.clone();
+    if cfg.host_pci_reserve {
+        let iomem = std::fs::read_to_string("/proc/iomem").ok();
+        let dirs: Vec<&std::path::Path> = cfg.vfio.iter().map(|v| v.sysfs.as_path()).collect();
+        avoid.extend(crate::host_pci::p2p_ranges(&dirs, iomem.as_deref()));
+    }
+    avoid
+}
+
 /// Releases the devices of a stopped guest in the one order that leaves
 /// nothing behind (no VFIO error, no mapping, no pinned page), on every way
 /// out of [`run`]:
@@ -697,7 +635,7 @@ fn spawn_stop_signal_waiter(set: libc::sigset_t, exit: Arc<VmExit>) -> std::io::
 struct OrderedRelease<'a> {
     vm: &'a vm::Vm,
     vfio: Vec<Arc<VfioDevice>>,
-    dma: Vec<(acpi::Bdf, Arc<EndpointMapper>)>,
+    dma: Vec<(pci::Bdf, Arc<EndpointMapper>)>,
     buses: Vec<Arc<Bus>>,
     /// False when a vCPU may still run: then nothing is released here.
     armed: bool,
@@ -717,7 +655,7 @@ impl Drop for OrderedRelease<'_> {
             d.reset();
         }
         for (bdf, m) in &self.dma {
-            if let Err(e) = m.inner().unmap_all() {
+            if let Err(e) = m.unmap_all() {
                 tracing::warn!(
                     device = bdf.device,
                     "removing the DMA mappings at exit failed: {e}"

@@ -18,7 +18,7 @@ use kvm_bindings::{
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::devices::bus::Bus;
+use crate::bus::Bus;
 use crate::devices::exit::{ExitReason, VmExit};
 use crate::layout::{BOOT_STACK_POINTER, GDT_START, IDT_START, PML4_START, ZERO_PAGE_START};
 

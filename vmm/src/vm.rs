@@ -11,8 +11,8 @@ use kvm_ioctls::{Cap, Kvm, VmFd};
 use vm_memory::mmap::MmapRegionBuilder;
 use vm_memory::{Address, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, GuestRegionMmap};
 
-use crate::devices::virtio::msix::{MsiRouter, MsiSender};
 use crate::layout::ram_regions;
+use crate::pci::msix::{MsiRouter, MsiSender};
 
 /// Where KVM keeps the real-mode TSS (3 pages) and the identity map page:
 /// in the 32-bit hole, clear of every window in [`crate::layout`].

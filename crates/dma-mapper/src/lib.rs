@@ -11,12 +11,17 @@
 
 #![deny(missing_docs)]
 
+mod fanout;
+pub mod interval;
+mod mapping;
 pub mod recording;
 pub mod soft;
-mod table;
 pub mod vfio;
 
-pub use recording::{DmaCall, DmaOp, DmaStats, FaultPlan, LoggedCall, RecordingMapper};
+pub use fanout::{HostBackend, MapperSet};
+pub use interval::IntervalMap;
+pub use mapping::{adjacent_runs, Mapping, Run};
+pub use recording::{DmaCall, DmaOp, FaultPlan, LoggedCall, RecordingMapper};
 pub use soft::{SoftAddressSpace, TranslateError};
 pub use vfio::{ContainerOps, VfioMapper};
 
@@ -166,9 +171,62 @@ impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
     }
 }
 
-/// Exclusive end of `[iova, iova + size)`, or [`DmaError::InvalidRange`].
-pub(crate) fn checked_end(iova: u64, size: u64) -> Result<u64, DmaError> {
-    table::range_end(iova, size).ok_or(DmaError::InvalidRange { iova, size })
+viommu_counters::counters! {
+    /// Host DMA calls: what a [`MapperSet`] made for a device, or what a
+    /// [`RecordingMapper`] saw for one endpoint.
+    pub struct DmaStats {
+        /// Host map calls, failed ones included.
+        pub map_calls: u64,
+        /// Host unmap calls, failed ones included.
+        pub unmap_calls: u64,
+        /// Bytes of successful host map calls.
+        pub bytes_mapped: u64,
+        /// Bytes of successful host unmap calls (the ranges asked, holes included).
+        pub bytes_unmapped: u64,
+        /// Failed host map calls.
+        pub map_failures: u64,
+        /// Failed host unmap calls.
+        pub unmap_failures: u64,
+        /// Calls failed on purpose by a test's fault plan rather than the backend.
+        pub injected_failures: u64,
+    }
+}
+
+impl DmaStats {
+    /// All backend calls, maps plus unmaps.
+    pub fn calls(&self) -> u64 {
+        self.map_calls + self.unmap_calls
+    }
+
+    /// All failed backend calls.
+    pub fn failures(&self) -> u64 {
+        self.map_failures + self.unmap_failures
+    }
+
+    /// Counts one map call of `size` bytes.
+    pub fn count_map(&mut self, size: u64, ok: bool) {
+        self.map_calls += 1;
+        if ok {
+            self.bytes_mapped += size;
+        } else {
+            self.map_failures += 1;
+        }
+    }
+
+    /// Counts one unmap call of `size` bytes.
+    pub fn count_unmap(&mut self, size: u64, ok: bool) {
+        self.unmap_calls += 1;
+        if ok {
+            self.bytes_unmapped += size;
+        } else {
+            self.unmap_failures += 1;
+        }
+    }
+}
+
+/// Last IOVA of `[iova, iova + size)`, or [`DmaError::InvalidRange`].
+pub(crate) fn checked_last(iova: u64, size: u64) -> Result<u64, DmaError> {
+    interval::range_last(iova, size).ok_or(DmaError::InvalidRange { iova, size })
 }
 
 /// Check that `iova`, `gpa` and `size` are multiples of the smallest page
@@ -216,15 +274,15 @@ mod tests {
     }
 
     #[test]
-    fn checked_end_refuses_empty_and_wrap() {
+    fn checked_last_refuses_empty_and_wrap() {
         assert!(matches!(
-            checked_end(5, 0),
+            checked_last(5, 0),
             Err(DmaError::InvalidRange { .. })
         ));
         assert!(matches!(
-            checked_end(u64::MAX, 1),
+            checked_last(u64::MAX, 1),
             Err(DmaError::InvalidRange { .. })
         ));
-        assert_eq!(checked_end(0x1000, 0x1000).unwrap(), 0x2000);
+        assert_eq!(checked_last(0x1000, 0x1000).unwrap(), 0x1fff);
     }
 }

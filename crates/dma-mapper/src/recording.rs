@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::{DmaError, DmaMapper, DmaPerm};
+use crate::{DmaError, DmaMapper, DmaPerm, DmaStats};
 
 /// Which trait method a call was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,32 +58,6 @@ pub struct LoggedCall {
     pub ok: bool,
     /// Whether the failure was injected (the backend never saw the call).
     pub injected: bool,
-}
-
-/// A snapshot of a [`RecordingMapper`]'s counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DmaStats {
-    /// `map` calls, failed ones included.
-    pub map_calls: u64,
-    /// `unmap` calls, failed ones included.
-    pub unmap_calls: u64,
-    /// Bytes of successful `map` calls.
-    pub bytes_mapped: u64,
-    /// Bytes of successful `unmap` calls (the ranges asked, holes included).
-    pub bytes_unmapped: u64,
-    /// Failed `map` calls (injected ones included).
-    pub map_failures: u64,
-    /// Failed `unmap` calls (injected ones included).
-    pub unmap_failures: u64,
-    /// Calls failed by the [`FaultPlan`] rather than the backend.
-    pub injected_failures: u64,
-}
-
-impl DmaStats {
-    /// All backend calls, maps plus unmaps.
-    pub fn calls(&self) -> u64 {
-        self.map_calls + self.unmap_calls
-    }
 }
 
 type Hook = Box<dyn FnMut(&DmaCall) -> Option<DmaError> + Send>;

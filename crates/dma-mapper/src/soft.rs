@@ -15,8 +15,11 @@ use std::sync::RwLock;
 
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
-use crate::table::{range_end, Table};
-use crate::{check_aligned, checked_end, DmaError, DmaMapper, DmaPerm, PAGE_SIZE_4K_MASK};
+use crate::interval::{push_merged, range_last, Extent, IntervalMap};
+use crate::mapping::check_unmap;
+use crate::{
+    check_aligned, checked_last, DmaError, DmaMapper, DmaPerm, Mapping, PAGE_SIZE_4K_MASK,
+};
 
 /// Why a device access cannot be translated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,16 +59,10 @@ pub enum TranslateError {
     },
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Target {
-    gpa: u64,
-    perm: DmaPerm,
-}
-
 /// An IOVA address space kept in software. See the [module docs](self).
 #[derive(Debug)]
 pub struct SoftAddressSpace {
-    table: RwLock<Table<Target>>,
+    table: RwLock<IntervalMap<Mapping>>,
     page_size_mask: u64,
     /// Guest RAM as sorted, disjoint `(start, exclusive end)` ranges; `None`
     /// accepts any gpa.
@@ -83,7 +80,7 @@ impl SoftAddressSpace {
     /// to any guest-physical address.
     pub fn new(page_size_mask: u64) -> Self {
         SoftAddressSpace {
-            table: RwLock::new(Table::default()),
+            table: RwLock::new(IntervalMap::new()),
             page_size_mask,
             guest_ram: None,
         }
@@ -106,14 +103,14 @@ impl SoftAddressSpace {
         }
     }
 
-    fn read_table(&self) -> std::sync::RwLockReadGuard<'_, Table<Target>> {
+    fn read_table(&self) -> std::sync::RwLockReadGuard<'_, IntervalMap<Mapping>> {
         // A panic while holding the lock cannot leave the table half
         // updated (every update is a single insert or remove pass), so a
         // poisoned lock still holds a consistent table.
         self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write_table(&self) -> std::sync::RwLockWriteGuard<'_, Table<Target>> {
+    fn write_table(&self) -> std::sync::RwLockWriteGuard<'_, IntervalMap<Mapping>> {
         self.table.write().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -157,33 +154,31 @@ impl SoftAddressSpace {
         len: u64,
         access: DmaPerm,
     ) -> Result<Vec<(u64, u64)>, TranslateError> {
-        let end = range_end(iova, len).ok_or(TranslateError::InvalidRange { iova, len })?;
+        let last = range_last(iova, len).ok_or(TranslateError::InvalidRange { iova, len })?;
+        let end = last + 1;
         let table = self.read_table();
-        let mut out = Vec::new();
+        let mut out: Vec<Extent> = Vec::new();
         let mut cursor = iova;
         while cursor < end {
             let e = table
                 .lookup(cursor)
                 .ok_or(TranslateError::Unmapped { iova: cursor })?;
-            if !e.value.perm.allows(access) {
+            if !e.perm.allows(access) {
                 return Err(TranslateError::Denied {
                     iova: cursor,
-                    granted: e.value.perm,
+                    granted: e.perm,
                     needed: access,
                 });
             }
             let piece_end = e.end().min(end);
             // cursor lies inside the entry, and gpa + size was validated
             // when the entry was mapped, so this does not overflow.
-            let gpa = e.value.gpa + (cursor - e.iova);
-            let piece = piece_end - cursor;
-            match out.last_mut() {
-                Some((g, l)) if *g + *l == gpa => *l += piece,
-                _ => out.push((gpa, piece)),
-            }
+            let gpa = e.gpa + (cursor - e.iova);
+            let size = piece_end - cursor;
+            push_merged(&mut out, Extent { start: gpa, size });
             cursor = piece_end;
         }
-        Ok(out)
+        Ok(out.into_iter().map(|x| (x.start, x.size)).collect())
     }
 
     /// Number of live mappings.
@@ -195,7 +190,7 @@ impl SoftAddressSpace {
     pub fn mappings(&self) -> Vec<(u64, u64, u64, DmaPerm)> {
         self.read_table()
             .iter()
-            .map(|e| (e.iova, e.size, e.value.gpa, e.value.perm))
+            .map(|e| (e.iova, e.size, e.gpa, e.perm))
             .collect()
     }
 
@@ -207,7 +202,7 @@ impl SoftAddressSpace {
 
 impl DmaMapper for SoftAddressSpace {
     fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
-        let end = checked_end(iova, size)?;
+        let last = checked_last(iova, size)?;
         check_aligned(iova, gpa, size, self.page_size_mask)?;
         let gpa_end = gpa
             .checked_add(size)
@@ -216,20 +211,22 @@ impl DmaMapper for SoftAddressSpace {
             return Err(DmaError::InvalidGpa { gpa, size });
         }
         let mut table = self.write_table();
-        if table.overlaps(iova, end) {
+        if table.overlaps(iova, last) {
             return Err(DmaError::Overlap { iova, size });
         }
-        table.insert(iova, size, Target { gpa, perm });
+        table.insert(Mapping {
+            iova,
+            size,
+            gpa,
+            perm,
+        });
         Ok(())
     }
 
     fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
-        let end = checked_end(iova, size)?;
         let mut table = self.write_table();
-        if table.splits(iova, end) {
-            return Err(DmaError::SplitMapping { iova, size });
-        }
-        table.remove_within(iova, end);
+        let last = check_unmap(&table, iova, size)?;
+        table.remove_within(iova, last);
         Ok(())
     }
 

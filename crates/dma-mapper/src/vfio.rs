@@ -50,8 +50,11 @@ use vm_memory::{
     GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
 };
 
-use crate::table::Table;
-use crate::{check_aligned, checked_end, DmaError, DmaMapper, DmaPerm, PAGE_SIZE_4K_MASK};
+use crate::interval::{push_merged, Extent, IntervalMap, Merge, Span};
+use crate::mapping::check_unmap;
+use crate::{
+    check_aligned, checked_last, DmaError, DmaMapper, DmaPerm, Mapping, PAGE_SIZE_4K_MASK,
+};
 
 /// The host calls [`VfioMapper`] needs from a VFIO type1 container.
 ///
@@ -279,6 +282,22 @@ pub struct HostRun {
     pub len: u64,
 }
 
+/// Host-contiguous: a run's extent is in host virtual addresses.
+impl Span for HostRun {
+    fn start(&self) -> u64 {
+        self.vaddr
+    }
+    fn size(&self) -> u64 {
+        self.len
+    }
+}
+
+impl Merge for HostRun {
+    fn absorb(&mut self, next: Self) {
+        self.len += next.len;
+    }
+}
+
 /// Split the guest-physical range `[gpa, gpa + size)` into host-contiguous
 /// runs, in order. Fails with [`DmaError::InvalidGpa`] if any byte of it is
 /// not guest memory.
@@ -299,26 +318,17 @@ pub fn host_runs<M: GuestMemoryBackend>(
             .get_host_address(MemoryRegionAddress(in_region))
             .map_err(|_| invalid())? as u64;
         let offset = cursor - gpa;
-        match runs.last_mut() {
-            Some(last) if last.vaddr.checked_add(last.len) == Some(vaddr) => last.len += len,
-            _ => runs.push(HostRun { offset, vaddr, len }),
-        }
+        push_merged(&mut runs, HostRun { offset, vaddr, len });
         cursor += len;
     }
     Ok(runs)
-}
-
-#[derive(Debug)]
-struct Live {
-    gpa: u64,
-    perm: DmaPerm,
 }
 
 /// A [`DmaMapper`] on a VFIO type1 v2 container. See the [module docs](self).
 pub struct VfioMapper<C: ContainerOps = VfioContainer, M: GuestMemoryBackend = GuestMemoryMmap> {
     container: Arc<C>,
     mem: M,
-    table: Mutex<Table<Live>>,
+    table: Mutex<IntervalMap<Mapping>>,
     page_size_mask: u64,
 }
 
@@ -357,12 +367,12 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
         VfioMapper {
             container,
             mem,
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(IntervalMap::new()),
             page_size_mask,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Table<Live>> {
+    fn lock(&self) -> MutexGuard<'_, IntervalMap<Mapping>> {
         // Every table update is one insert or one removal pass after the host
         // call returned, so a poisoned lock still holds a consistent table.
         self.table.lock().unwrap_or_else(|e| e.into_inner())
@@ -387,7 +397,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
     pub fn mappings(&self) -> Vec<(u64, u64, u64, DmaPerm)> {
         self.lock()
             .iter()
-            .map(|e| (e.iova, e.size, e.value.gpa, e.value.perm))
+            .map(|e| (e.iova, e.size, e.gpa, e.perm))
             .collect()
     }
 
@@ -399,11 +409,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
     /// Returns the number of bytes unmapped on the host.
     pub fn unmap_all(&self) -> Result<u64, DmaError> {
         let mut table = self.lock();
-        let expected: u64 = table
-            .iter()
-            .filter(|e| e.value.perm.any())
-            .map(|e| e.size)
-            .sum();
+        let expected: u64 = table.iter().filter(|e| e.perm.any()).map(|e| e.size).sum();
         if expected == 0 {
             table.take_all();
             return Ok(0);
@@ -418,19 +424,23 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 tracing::debug!("VFIO_DMA_UNMAP_FLAG_ALL unsupported; unmapping run by run");
-                let mut runs: Vec<(u64, u64)> = Vec::new();
-                for e in table.iter().filter(|e| e.value.perm.any()) {
-                    match runs.last_mut() {
-                        Some((start, len)) if *start + *len == e.iova => *len += e.size,
-                        _ => runs.push((e.iova, e.size)),
-                    }
+                let mut runs: Vec<Extent> = Vec::new();
+                for e in table.iter().filter(|e| e.perm.any()) {
+                    push_merged(
+                        &mut runs,
+                        Extent {
+                            start: e.iova,
+                            size: e.size,
+                        },
+                    );
                 }
                 let mut total = 0;
-                for (iova, size) in runs {
+                for run in runs {
+                    let (iova, size) = (run.start, run.size);
                     match self.container.unmap_dma(iova, size) {
                         Ok(n) => {
                             total += n;
-                            table.remove_within(iova, iova + size);
+                            table.remove_within(iova, run.last());
                         }
                         Err(e) => return Err(host_err(iova, size, e)),
                     }
@@ -456,11 +466,11 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
 
 impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMapper<C, M> {
     fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
-        let end = checked_end(iova, size)?;
+        let last = checked_last(iova, size)?;
         check_aligned(iova, gpa, size, self.page_size_mask)?;
         let runs = host_runs(&self.mem, gpa, size)?;
         let mut table = self.lock();
-        if table.overlaps(iova, end) {
+        if table.overlaps(iova, last) {
             return Err(DmaError::Overlap { iova, size });
         }
         if perm.any() {
@@ -495,24 +505,26 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
             }
         }
         tracing::trace!(iova, gpa, size, ?perm, runs = runs.len(), "vfio map");
-        table.insert(iova, size, Live { gpa, perm });
+        table.insert(Mapping {
+            iova,
+            size,
+            gpa,
+            perm,
+        });
         Ok(())
     }
 
     fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
-        let end = checked_end(iova, size)?;
         let mut table = self.lock();
-        if table.splits(iova, end) {
-            return Err(DmaError::SplitMapping { iova, size });
-        }
+        let last = check_unmap(&table, iova, size)?;
         let expected: u64 = table
-            .within(iova, end)
-            .filter(|e| e.value.perm.any())
+            .within(iova, last)
+            .filter(|e| e.perm.any())
             .map(|e| e.size)
             .sum();
         if expected == 0 {
             // Nothing on the host: holes or no-access mappings only.
-            table.remove_within(iova, end);
+            table.remove_within(iova, last);
             return Ok(());
         }
         let host_err = |source| DmaError::Host {
@@ -524,7 +536,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
         let unmapped = self.container.unmap_dma(iova, size).map_err(host_err)?;
         // The kernel removed every mapping inside the range (it refuses a
         // bisecting unmap as a whole), so the table follows whatever it said.
-        let gone = table.remove_within(iova, end);
+        let gone = table.remove_within(iova, last);
         tracing::trace!(iova, size, mappings = gone.len(), unmapped, "vfio unmap");
         if unmapped != expected {
             return Err(host_err(io::Error::new(

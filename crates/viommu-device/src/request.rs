@@ -30,7 +30,7 @@ pub(crate) enum Parsed {
     /// Answer with this status without executing anything.
     Status(u8),
     /// Return the buffers unwritten (used length 0).
-    Drop,
+    Unanswerable,
 }
 
 fn read<T: ByteValued>(bytes: &[u8]) -> Option<T> {
@@ -39,9 +39,9 @@ fn read<T: ByteValued>(bytes: &[u8]) -> Option<T> {
 
 /// Checks the sizes of both parts of the request against its type.
 ///
-/// - No room for a tail: unanswerable (`Drop`), as the spec says for a
+/// - No room for a tail: unanswerable (`Unanswerable`), as the spec says for a
 ///   request whose tail the device cannot find.
-/// - Unknown type: `Drop` (spec: "If a request type is not recognized, the
+/// - Unknown type: `Unanswerable` (spec: "If a request type is not recognized, the
 ///   device SHOULD NOT write the buffer and SHOULD set the used length to zero.").
 /// - Readable part shorter or longer than the type's, or a writable part
 ///   that is not exactly a tail (PROBE: properties + tail): `S_IOERR`.
@@ -55,7 +55,7 @@ fn read<T: ByteValued>(bytes: &[u8]) -> Option<T> {
 pub(crate) fn parse(raw: &RawRequest, probe_size: u32, lazy: bool) -> Parsed {
     let tail = size_of::<wire::ReqTail>() as u64;
     if raw.writable_len < tail {
-        return Parsed::Drop;
+        return Parsed::Unanswerable;
     }
     let bytes = raw.bytes();
     let Some(head) = read::<wire::ReqHead>(bytes) else {
@@ -69,7 +69,7 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32, lazy: bool) -> Parsed {
         VIRTIO_IOMMU_T_PROBE => size_of::<wire::ProbeReq>(),
         VIRTIO_IOMMU_T_FLUSH if lazy => size_of::<wire::FlushReq>(),
         VIRTIO_IOMMU_T_FLUSH => return Parsed::Status(VIRTIO_IOMMU_S_UNSUPP),
-        _ => return Parsed::Drop,
+        _ => return Parsed::Unanswerable,
     } as u64;
     if raw.readable_len != want {
         return Parsed::Status(VIRTIO_IOMMU_S_IOERR);

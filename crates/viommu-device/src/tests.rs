@@ -7,7 +7,7 @@ use dma_mapper::DmaPerm;
 use viommu_wire as wire;
 use viommu_wire::status::*;
 use virtio_bindings::virtio_ring::{VRING_AVAIL_F_NO_INTERRUPT, VRING_DESC_F_WRITE};
-use vm_memory::{Bytes, GuestAddress};
+use vm_memory::{ByteValued, Bytes, GuestAddress};
 
 use crate::testing::{req, FakeCall, FakeMapper, Harness, DATA_BASE, MEM_SIZE};
 use crate::*;
@@ -656,8 +656,8 @@ fn one_used_update_and_one_interrupt_per_batch() {
     assert_eq!(c.batch_sizes[4], 1, "21 requests: bucket 16..=31");
     assert_eq!(c.requests.map, 20);
     assert_eq!(c.requests.attach, 1);
-    assert_eq!(c.backend_map_calls, 20);
-    assert_eq!(c.bytes_mapped, 20 * PAGE);
+    assert_eq!(c.backend.map_calls, 20);
+    assert_eq!(c.backend.bytes_mapped, 20 * PAGE);
     assert_eq!(c.interrupts, 1);
 
     // Batching off: one completion and one interrupt per request (without
@@ -776,7 +776,7 @@ fn backend_failures_stay_per_request() {
     h.mappers[0].fail_never();
     assert_eq!(h.statuses(&[req::detach(1, 1)]), vec![OK]);
     assert!(h.mappers[0].mappings().is_empty());
-    assert!(h.dev.counters().backend_failures >= 4);
+    assert!(h.dev.counters().backend.failures() >= 4);
     assert!(h.mappers[0].violations().is_empty());
 }
 

@@ -91,7 +91,7 @@ fn deferred_unmap_bursts_coalesce() {
         // one unmap call per burst.
         assert_eq!(unmaps_on, 7, "size {size}");
         // MAPs are never merged (invariant 2).
-        assert_eq!(on.dev.counters().backend_map_calls, 200);
+        assert_eq!(on.dev.counters().backend.map_calls, 200);
     }
 }
 

@@ -4,8 +4,8 @@
 //! queue order, with no ATTACH/DETACH/PROBE between them: those are barriers
 //! the device handles itself) and the domain's [`MappingTable`], it decides
 //! every request's outcome exactly as a one-by-one device would, and makes
-//! as few host calls as it can without breaking the invariants of
-//! `DESIGN.md`:
+//! as few host calls as it can without breaking the batching invariants
+//! (`docs/architecture.md`; the fifth, barriers, is the device's):
 //!
 //! 1. *Completion order.* The device publishes the whole batch with one
 //!    used-ring index update after [`run_batch`] returns, so when any status
@@ -15,13 +15,11 @@
 //!    v2 cannot split a mapping, and the spec lets a guest unmap any single
 //!    MAP later (Linux does exactly that), so a merged host mapping would have
 //!    to be torn down and rebuilt around a partial UNMAP, leaving the rest of
-//!    it absent for an instant. Host mappings stay 1:1 with guest mappings;
-//!    a future paravirtual contract in which the guest promises never to
-//!    unmap part of a window (the bounce pool) is the place to merge.
-//! 3. *No stale access.* Every host unmap of the batch has returned before
-//!    [`run_batch`] returns (strict mode). The queue of pending host unmaps
-//!    (`pending` in the simulation) is where the lazy-unmap contract will
-//!    hold deferred unmaps until the guest's flush request.
+//!    it absent for an instant. Host mappings stay 1:1 with guest mappings.
+//! 3. *No stale access.* Every host unmap of a strict UNMAP has returned
+//!    before [`run_batch`] returns. Deferred UNMAPs (the lazy-unmap
+//!    contract, below) keep their host mappings in the table's deferred set
+//!    until [`flush_deferred`].
 //! 4. *Errors stay per request.* When a host call fails, the requests before
 //!    the failing one keep their effect, the failing request gets the error
 //!    (with the table matching what the host really holds), and the rest of
@@ -59,15 +57,18 @@
 #![deny(missing_docs)]
 
 mod table;
+mod whole;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use dma_mapper::{DmaError, DmaMapper};
+use dma_mapper::interval::join_either_end;
+use dma_mapper::DmaError;
 use tracing::{debug, error, trace};
 
+pub use dma_mapper::{adjacent_runs, HostBackend, MapperSet, Mapping, Run};
 use table::Entry;
-pub use table::{adjacent_runs, Mapping, MappingTable, Reject, Run};
+pub use table::{MappingTable, Reject};
+pub use whole::{flush_deferred, replay_all, unmap_all, FlushReport};
 
 /// A MAP or UNMAP request, already validated against the wire rules
 /// (alignment, flags, ranges, domain) by the device.
@@ -132,104 +133,6 @@ pub enum Outcome {
     HostFailed(HostFailure),
 }
 
-/// Where the planner sends host calls: the mappers of one domain.
-pub trait HostBackend {
-    /// Map one guest mapping on the host.
-    fn map(&mut self, m: &Mapping) -> Result<(), DmaError>;
-    /// Unmap a run of adjacent whole host mappings with one call.
-    fn unmap(&mut self, run: &Run) -> Result<(), DmaError>;
-}
-
-/// Counts of host calls made through a [`MapperSet`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CallStats {
-    /// `DmaMapper::map` calls (each mapper counts).
-    pub map_calls: u64,
-    /// `DmaMapper::unmap` calls (each mapper counts).
-    pub unmap_calls: u64,
-    /// Bytes successfully mapped.
-    pub bytes_mapped: u64,
-    /// Bytes successfully unmapped.
-    pub bytes_unmapped: u64,
-    /// Failed calls.
-    pub failed_calls: u64,
-}
-
-/// A [`HostBackend`] over the distinct mappers of a domain's endpoints.
-///
-/// Each call goes to every mapper; if mapper `k` fails, the call is rolled
-/// back on mappers `0..k` so all mappers keep the same state (best effort:
-/// a failing rollback is logged).
-pub struct MapperSet<'a> {
-    mappers: &'a [Arc<dyn DmaMapper>],
-    /// Calls made so far.
-    pub stats: CallStats,
-}
-
-impl<'a> MapperSet<'a> {
-    /// A backend over `mappers`.
-    pub fn new(mappers: &'a [Arc<dyn DmaMapper>]) -> Self {
-        MapperSet {
-            mappers,
-            stats: CallStats::default(),
-        }
-    }
-
-    fn map_one(&mut self, mapper: &dyn DmaMapper, m: &Mapping) -> Result<(), DmaError> {
-        self.stats.map_calls += 1;
-        let r = mapper.map(m.iova, m.gpa, m.size, m.perm);
-        match &r {
-            Ok(()) => self.stats.bytes_mapped += m.size,
-            Err(_) => self.stats.failed_calls += 1,
-        }
-        r
-    }
-
-    fn unmap_one(&mut self, mapper: &dyn DmaMapper, iova: u64, size: u64) -> Result<(), DmaError> {
-        self.stats.unmap_calls += 1;
-        let r = mapper.unmap(iova, size);
-        match &r {
-            Ok(()) => self.stats.bytes_unmapped += size,
-            Err(_) => self.stats.failed_calls += 1,
-        }
-        r
-    }
-}
-
-impl HostBackend for MapperSet<'_> {
-    fn map(&mut self, m: &Mapping) -> Result<(), DmaError> {
-        let mappers = self.mappers;
-        for (k, mapper) in mappers.iter().enumerate() {
-            if let Err(e) = self.map_one(mapper.as_ref(), m) {
-                for done in &mappers[..k] {
-                    if let Err(re) = self.unmap_one(done.as_ref(), m.iova, m.size) {
-                        error!(iova = m.iova, size = m.size, error = %re, "rollback of a partial map failed");
-                    }
-                }
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    fn unmap(&mut self, run: &Run) -> Result<(), DmaError> {
-        let mappers = self.mappers;
-        for (k, mapper) in mappers.iter().enumerate() {
-            if let Err(e) = self.unmap_one(mapper.as_ref(), run.iova, run.size) {
-                for done in &mappers[..k] {
-                    for m in &run.mappings {
-                        if let Err(re) = self.map_one(done.as_ref(), m) {
-                            error!(iova = m.iova, size = m.size, error = %re, "rollback of a partial unmap failed");
-                        }
-                    }
-                }
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-}
-
 /// How much the planner may optimise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanOptions {
@@ -262,8 +165,8 @@ pub struct BatchReport {
     /// Indices of successful MAPs that never reached the host (cancelled by
     /// a later UNMAP of the same batch).
     pub elided_maps: Vec<usize>,
-    /// Planning rounds (1 + number of host failures that forced a replan).
-    pub rounds: usize,
+    /// Planning attempts (1 + number of host failures that forced a replan).
+    pub attempts: usize,
     /// Indices of the [`Request::UnmapDeferred`] whose host unmaps were
     /// deferred (the others ran strictly).
     pub deferred: Vec<usize>,
@@ -291,14 +194,18 @@ enum Call {
     Unmaps(Vec<(usize, Vec<Mapping>)>),
 }
 
-struct Round {
+/// One attempt at the rest of a batch: the simulated table changes (with
+/// how to undo them) and the host calls planned; a host failure ends it and
+/// the next attempt starts after the failing request.
+struct Attempt {
     journal: Vec<(usize, Undo)>,
     calls: Vec<Call>,
-    /// Host unmaps decided but not yet issued, per request. Strict mode
-    /// flushes them before the next effective MAP and at the end of the
-    /// round; the lazy-unmap contract will keep them until a flush request.
+    /// Host unmaps decided but not yet issued, per request: issued before
+    /// the next effective MAP and at the end of the attempt (together, when
+    /// coalescing). Deferred UNMAPs never get here: their host mappings go
+    /// to the table's deferred set.
     pending: Vec<(usize, Vec<Mapping>)>,
-    /// Maps of this round that a later lone UNMAP may still cancel: iova -> call index.
+    /// Maps of this attempt that a later lone UNMAP may still cancel: iova -> call index.
     cancellable: HashMap<u64, usize>,
     outcomes: Vec<Outcome>,
     /// Requests whose host unmaps were deferred.
@@ -307,8 +214,8 @@ struct Round {
     forced: Vec<(usize, usize)>,
 }
 
-impl Round {
-    fn flush(&mut self) {
+impl Attempt {
+    fn issue_pending(&mut self) {
         if !self.pending.is_empty() {
             self.calls
                 .push(Call::Unmaps(std::mem::take(&mut self.pending)));
@@ -340,29 +247,29 @@ pub fn run_batch(
     };
     let mut start = 0;
     while start < reqs.len() {
-        report.rounds += 1;
-        let round = simulate(table, &reqs[start..], start, opts);
-        match execute(&round, opts, backend) {
+        report.attempts += 1;
+        let attempt = simulate(table, &reqs[start..], start, opts);
+        match execute(&attempt, opts, backend) {
             None => {
-                report.outcomes.extend(round.outcomes);
-                report.deferred.extend(round.deferred);
-                report.forced_unmaps += round.forced.iter().map(|&(_, n)| n).sum::<usize>();
+                report.outcomes.extend(attempt.outcomes);
+                report.deferred.extend(attempt.deferred);
+                report.forced_unmaps += attempt.forced.iter().map(|&(_, n)| n).sum::<usize>();
                 report
                     .elided_maps
-                    .extend(elided_before(&round.calls, usize::MAX).map(|(op, _)| op));
+                    .extend(elided_before(&attempt.calls, usize::MAX).map(|(op, _)| op));
                 start = reqs.len();
             }
             Some(fail) => {
                 let r = fail.op;
                 debug!(request = r, error = %fail.error, "host call failed, replanning the rest of the batch");
-                let Round {
+                let Attempt {
                     journal,
                     outcomes,
                     calls,
                     deferred,
                     forced,
                     ..
-                } = round;
+                } = attempt;
                 rollback(table, journal, r);
                 report
                     .deferred
@@ -473,8 +380,8 @@ fn rollback(table: &mut MappingTable, journal: Vec<(usize, Undo)>, from_op: usiz
 
 /// Applies `reqs` (request indices start at `base`) to the table, recording
 /// how to undo each change, and plans the host calls.
-fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanOptions) -> Round {
-    let mut round = Round {
+fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanOptions) -> Attempt {
+    let mut attempt = Attempt {
         journal: Vec::new(),
         calls: Vec::new(),
         pending: Vec::new(),
@@ -495,26 +402,26 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
                     if !forced.is_empty() {
                         for f in &forced {
                             table.undefer(f.iova);
-                            round.journal.push((op, Undo::Undeferred(*f)));
+                            attempt.journal.push((op, Undo::Undeferred(*f)));
                         }
                         trace!(request = op, n = forced.len(), "map forces deferred unmaps");
-                        round.forced.push((op, forced.len()));
-                        round.pending.push((op, forced));
-                        round.cancellable.clear();
+                        attempt.forced.push((op, forced.len()));
+                        attempt.pending.push((op, forced));
+                        attempt.cancellable.clear();
                     }
-                    round.flush();
+                    attempt.issue_pending();
                     table.insert(Entry {
                         mapping: m,
                         off_host: None,
                     });
-                    round.journal.push((op, Undo::Inserted(m.iova)));
-                    round.calls.push(Call::Map {
+                    attempt.journal.push((op, Undo::Inserted(m.iova)));
+                    attempt.calls.push(Call::Map {
                         op,
                         mapping: m,
                         cancelled_by: None,
                     });
                     if opts.cancel_pairs {
-                        round.cancellable.insert(m.iova, round.calls.len() - 1);
+                        attempt.cancellable.insert(m.iova, attempt.calls.len() - 1);
                     }
                     Outcome::Ok
                 }
@@ -525,12 +432,12 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
                     Ok(removed) => {
                         let mut cancelled = false;
                         if let [only] = removed.as_slice() {
-                            if let Some(&ci) = round.cancellable.get(&only.iova) {
+                            if let Some(&ci) = attempt.cancellable.get(&only.iova) {
                                 if let Call::Map {
                                     mapping,
                                     cancelled_by,
                                     ..
-                                } = &mut round.calls[ci]
+                                } = &mut attempt.calls[ci]
                                 {
                                     if mapping == only && cancelled_by.is_none() {
                                         *cancelled_by = Some(op);
@@ -545,7 +452,7 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
                                 if entry.off_host.is_none() && !cancelled {
                                     host.push(entry.mapping);
                                 }
-                                round.journal.push((op, Undo::Removed(entry)));
+                                attempt.journal.push((op, Undo::Removed(entry)));
                             }
                         }
                         if cancelled {
@@ -557,15 +464,15 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
                         if defer {
                             for m in host.drain(..) {
                                 table.defer(m);
-                                round.journal.push((op, Undo::Deferred(m.iova)));
+                                attempt.journal.push((op, Undo::Deferred(m.iova)));
                             }
-                            round.deferred.push(op);
+                            attempt.deferred.push(op);
                         }
                         if !host.is_empty() {
-                            round.cancellable.clear();
-                            round.pending.push((op, host));
+                            attempt.cancellable.clear();
+                            attempt.pending.push((op, host));
                             if !opts.coalesce_unmaps {
-                                round.flush();
+                                attempt.issue_pending();
                             }
                         }
                         Outcome::Ok
@@ -573,16 +480,16 @@ fn simulate(table: &mut MappingTable, reqs: &[Request], base: usize, opts: PlanO
                 }
             }
         };
-        round.outcomes.push(outcome);
+        attempt.outcomes.push(outcome);
     }
-    round.flush();
-    round
+    attempt.issue_pending();
+    attempt
 }
 
 /// Issues the planned calls in order; stops at the first request whose
 /// host work fails.
-fn execute(round: &Round, opts: PlanOptions, backend: &mut dyn HostBackend) -> Option<Failure> {
-    for call in &round.calls {
+fn execute(attempt: &Attempt, opts: PlanOptions, backend: &mut dyn HostBackend) -> Option<Failure> {
+    for call in &attempt.calls {
         match call {
             Call::Map {
                 cancelled_by: Some(_),
@@ -598,11 +505,11 @@ fn execute(round: &Round, opts: PlanOptions, backend: &mut dyn HostBackend) -> O
                 }
             }
             Call::Unmaps(groups) => {
-                for piece in pieces(groups, opts.coalesce_unmaps) {
-                    let Err(error) = backend.unmap(&piece.run) else {
+                for call in unmap_calls(groups, opts.coalesce_unmaps) {
+                    let Err(error) = backend.unmap(&call.run) else {
                         continue;
                     };
-                    if let [(op, kept)] = piece.parts.as_slice() {
+                    if let [(op, kept)] = call.parts.as_slice() {
                         return Some(Failure {
                             op: *op,
                             kept: kept.clone(),
@@ -610,11 +517,11 @@ fn execute(round: &Round, opts: PlanOptions, backend: &mut dyn HostBackend) -> O
                         });
                     }
                     debug!(
-                        requests = piece.parts.len(),
+                        requests = call.parts.len(),
                         error = %error,
                         "coalesced unmap failed, replaying its requests one at a time"
                     );
-                    for (op, ms) in &piece.parts {
+                    for (op, ms) in &call.parts {
                         for run in adjacent_runs(ms) {
                             if let Err(error) = backend.unmap(&run) {
                                 return Some(Failure {
@@ -633,7 +540,7 @@ fn execute(round: &Round, opts: PlanOptions, backend: &mut dyn HostBackend) -> O
 }
 
 /// One host unmap call and the requests it serves.
-struct Piece {
+struct UnmapCall {
     run: Run,
     /// Each request served and the mappings that stay mapped if the call
     /// fails and that request is found to be the failing one.
@@ -642,161 +549,47 @@ struct Piece {
 
 /// Splits the host unmaps of consecutive UNMAP requests into calls.
 ///
-/// A piece serves either one run of one request (a request whose mappings
+/// A call serves either one run of one request (a request whose mappings
 /// form several runs is issued run by run, in IOVA order) or a sequence of
 /// requests, consecutive in queue order, each removing one run, where every
-/// run extends the piece at its end or at its start (ascending or
-/// descending bursts). Pieces are issued in queue order, so when one fails,
+/// run extends the call's range at its end or at its start (ascending or
+/// descending bursts). Calls are issued in queue order, so when one fails,
 /// every request before it is complete and, with a backend whose failed
 /// unmap changes nothing, every request after it is untouched: the failing
-/// request is found by replaying the piece one request at a time.
-fn pieces(groups: &[(usize, Vec<Mapping>)], coalesce: bool) -> Vec<Piece> {
-    let mut out: Vec<Piece> = Vec::new();
-    let mut open = false; // whether the last piece may still grow
+/// request is found by replaying the call one request at a time.
+fn unmap_calls(groups: &[(usize, Vec<Mapping>)], coalesce: bool) -> Vec<UnmapCall> {
+    let mut out: Vec<UnmapCall> = Vec::new();
+    let mut open = false; // whether the last call may still grow
     for (op, ms) in groups {
         let mut runs = adjacent_runs(ms);
         if runs.len() != 1 {
             open = false;
             out.extend(runs.into_iter().map(|run| {
                 let kept = ms.iter().filter(|m| m.iova >= run.iova).copied().collect();
-                Piece {
+                UnmapCall {
                     run,
                     parts: vec![(*op, kept)],
                 }
             }));
             continue;
         }
-        let Some(run) = runs.pop() else { continue };
+        let Some(mut run) = runs.pop() else { continue };
         if coalesce && open {
             if let Some(last) = out.last_mut() {
-                if last.run.end() == run.iova {
-                    last.run.size += run.size;
-                    last.run.mappings.extend(run.mappings);
-                    last.parts.push((*op, ms.clone()));
-                    continue;
-                }
-                if run.end() == last.run.iova {
-                    last.run.iova = run.iova;
-                    last.run.size += run.size;
-                    let mut joined = run.mappings;
-                    joined.append(&mut last.run.mappings);
-                    last.run.mappings = joined;
-                    last.parts.push((*op, ms.clone()));
-                    continue;
+                match join_either_end(&mut last.run, run) {
+                    None => {
+                        last.parts.push((*op, ms.clone()));
+                        continue;
+                    }
+                    Some(back) => run = back,
                 }
             }
         }
         open = true;
-        out.push(Piece {
+        out.push(UnmapCall {
             run,
             parts: vec![(*op, ms.clone())],
         });
     }
     out
-}
-
-/// Maps every mapping of `table` on one more mapper (an endpoint joins a
-/// domain). On failure, what was mapped is unmapped again.
-pub fn replay_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result<(), DmaError> {
-    let maps: Vec<Mapping> = table.iter().copied().collect();
-    for (k, m) in maps.iter().enumerate() {
-        if let Err(e) = backend.map(m) {
-            let undo: Vec<Mapping> = maps[..k].to_vec();
-            for run in adjacent_runs(&undo) {
-                if let Err(re) = backend.unmap(&run) {
-                    error!(iova = run.iova, size = run.size, error = %re, "rollback of a replay failed");
-                }
-            }
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-/// Unmaps every mapping of `table` from a mapper (an endpoint leaves a
-/// domain), one call per run of adjacent mappings. On failure the runs
-/// already unmapped are mapped again, so the mapper is left as it was.
-pub fn unmap_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result<(), DmaError> {
-    let runs = adjacent_runs(table.iter());
-    for (k, run) in runs.iter().enumerate() {
-        if let Err(e) = backend.unmap(run) {
-            for done in &runs[..k] {
-                for m in &done.mappings {
-                    if let Err(re) = backend.map(m) {
-                        error!(iova = m.iova, error = %re, "restoring after a failed detach failed");
-                    }
-                }
-            }
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-impl MappingTable {
-    /// Whether `iova`'s entry is on the host (false while its MAP is elided).
-    pub fn is_on_host(&self, iova: u64) -> bool {
-        self.entry(iova).is_some_and(|e| e.off_host.is_none())
-    }
-}
-
-/// What [`flush_deferred`] did.
-#[derive(Debug, Default)]
-pub struct FlushReport {
-    /// Host unmap calls issued (one per run of adjacent deferred mappings,
-    /// plus one per mapping of a run whose merged call failed).
-    pub calls: usize,
-    /// Deferred mappings removed from the host.
-    pub removed: usize,
-    /// Deferred mappings still on the host because their unmap failed.
-    pub failed: usize,
-    /// The first host error met.
-    pub error: Option<DmaError>,
-}
-
-/// Removes every deferred mapping of `table` from the host: one call per
-/// run of adjacent whole mappings (never a partial one). When a merged
-/// call fails, its mappings are retried one at a time, so only the
-/// mappings whose own unmap fails stay deferred (still on the host, still
-/// out of the table); a later flush or a MAP over them tries again.
-pub fn flush_deferred(table: &mut MappingTable, backend: &mut dyn HostBackend) -> FlushReport {
-    let mut report = FlushReport::default();
-    let runs = adjacent_runs(table.deferred());
-    for run in runs {
-        report.calls += 1;
-        match backend.unmap(&run) {
-            Ok(()) => {
-                for m in &run.mappings {
-                    table.undefer(m.iova);
-                }
-                report.removed += run.mappings.len();
-            }
-            Err(e) if run.mappings.len() > 1 => {
-                debug!(iova = run.iova, size = run.size, error = %e, "merged flush unmap failed, retrying mapping by mapping");
-                for m in &run.mappings {
-                    report.calls += 1;
-                    let one = Run {
-                        iova: m.iova,
-                        size: m.size,
-                        mappings: vec![*m],
-                    };
-                    match backend.unmap(&one) {
-                        Ok(()) => {
-                            table.undefer(m.iova);
-                            report.removed += 1;
-                        }
-                        Err(e) => {
-                            report.failed += 1;
-                            report.error.get_or_insert(e);
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                report.failed += 1;
-                report.error.get_or_insert(e);
-            }
-        }
-    }
-    report
 }

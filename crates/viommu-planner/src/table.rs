@@ -1,52 +1,7 @@
 //! The per-domain mapping table: an interval map IOVA -> (GPA, size, perm).
 
-use std::collections::BTreeMap;
-
-use dma_mapper::DmaPerm;
-
-/// One guest mapping: what a single successful MAP request created.
-///
-/// Invariant (checked by [`Mapping::new`]): `size > 0` and `iova + size`
-/// does not overflow `u64` (the end is exclusive), same for `gpa`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Mapping {
-    /// First IOVA.
-    pub iova: u64,
-    /// Length in bytes.
-    pub size: u64,
-    /// Guest-physical address `iova` translates to.
-    pub gpa: u64,
-    /// Access rights.
-    pub perm: DmaPerm,
-}
-
-impl Mapping {
-    /// A mapping, or `None` if the range is empty or overflows.
-    pub fn new(iova: u64, size: u64, gpa: u64, perm: DmaPerm) -> Option<Mapping> {
-        if size == 0 {
-            return None;
-        }
-        iova.checked_add(size)?;
-        gpa.checked_add(size)?;
-        Some(Mapping {
-            iova,
-            size,
-            gpa,
-            perm,
-        })
-    }
-
-    /// Last IOVA (inclusive).
-    pub fn last(&self) -> u64 {
-        // Cannot overflow: `iova + size` fits in u64 and size > 0.
-        self.iova + (self.size - 1)
-    }
-
-    /// Exclusive end IOVA.
-    pub fn end(&self) -> u64 {
-        self.iova + self.size
-    }
-}
+use dma_mapper::interval::{IntervalMap, Span};
+use dma_mapper::Mapping;
 
 /// Why the table refuses a request (before any host call).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +18,17 @@ pub enum Reject {
 pub(crate) struct Entry {
     pub(crate) mapping: Mapping,
     /// `Some(request index)` while the MAP of this entry was elided by the
-    /// planner and the host does not hold it yet (see [`crate::Batch`]).
+    /// planner and the host does not hold it yet (see [`crate::run_batch`]).
     pub(crate) off_host: Option<usize>,
+}
+
+impl Span for Entry {
+    fn start(&self) -> u64 {
+        self.mapping.iova
+    }
+    fn size(&self) -> u64 {
+        self.mapping.size
+    }
 }
 
 /// The guest's view of one domain: non-overlapping mappings keyed by IOVA,
@@ -79,8 +43,8 @@ pub(crate) struct Entry {
 /// entries only transiently inside [`crate::run_batch`].
 #[derive(Clone, Debug)]
 pub struct MappingTable {
-    map: BTreeMap<u64, Entry>,
-    deferred: BTreeMap<u64, Mapping>,
+    map: IntervalMap<Entry>,
+    deferred: IntervalMap<Mapping>,
     limit: usize,
 }
 
@@ -88,8 +52,8 @@ impl MappingTable {
     /// An empty table holding at most `limit` mappings.
     pub fn new(limit: usize) -> Self {
         MappingTable {
-            map: BTreeMap::new(),
-            deferred: BTreeMap::new(),
+            map: IntervalMap::new(),
+            deferred: IntervalMap::new(),
             limit,
         }
     }
@@ -111,21 +75,17 @@ impl MappingTable {
 
     /// Mappings in IOVA order.
     pub fn iter(&self) -> impl Iterator<Item = &Mapping> + '_ {
-        self.map.values().map(|e| &e.mapping)
+        self.map.iter().map(|e| &e.mapping)
     }
 
     /// The mapping containing `iova`, if any.
     pub fn lookup(&self, iova: u64) -> Option<&Mapping> {
-        let (_, e) = self.map.range(..=iova).next_back()?;
-        (e.mapping.last() >= iova).then_some(&e.mapping)
+        self.map.lookup(iova).map(|e| &e.mapping)
     }
 
     /// Whether any mapping intersects the inclusive range `[first, last]`.
     pub fn overlaps(&self, first: u64, last: u64) -> bool {
-        if self.lookup(first).is_some() {
-            return true;
-        }
-        self.map.range(first..=last).next().is_some()
+        self.map.overlaps(first, last)
     }
 
     /// Checks a MAP against the table (spec: overlap is refused).
@@ -142,41 +102,32 @@ impl MappingTable {
     /// The mappings an UNMAP of `[first, last]` removes, in IOVA order, or
     /// [`Reject::Split`] if one of them is only partly covered.
     pub fn check_unmap(&self, first: u64, last: u64) -> Result<Vec<Mapping>, Reject> {
-        let mut out = Vec::new();
-        if let Some(m) = self.lookup(first) {
-            if m.iova < first {
-                return Err(Reject::Split);
-            }
+        if self.map.splits(first, last) {
+            return Err(Reject::Split);
         }
-        for e in self.map.range(first..=last).map(|(_, e)| e) {
-            if e.mapping.last() > last {
-                return Err(Reject::Split);
-            }
-            out.push(e.mapping);
-        }
-        Ok(out)
+        Ok(self.map.within(first, last).map(|e| e.mapping).collect())
     }
 
     /// Inserts a mapping the caller has checked with [`Self::check_map`].
     pub(crate) fn insert(&mut self, entry: Entry) {
-        self.map.insert(entry.mapping.iova, entry);
+        self.map.insert(entry);
     }
 
     pub(crate) fn remove(&mut self, iova: u64) -> Option<Entry> {
-        self.map.remove(&iova)
+        self.map.remove(iova)
     }
 
     pub(crate) fn entry(&self, iova: u64) -> Option<&Entry> {
-        self.map.get(&iova)
+        self.map.get(iova)
     }
 
     pub(crate) fn entry_mut(&mut self, iova: u64) -> Option<&mut Entry> {
-        self.map.get_mut(&iova)
+        self.map.get_mut(iova)
     }
 
     pub(crate) fn off_host_entries(&self) -> Vec<(Mapping, usize)> {
         self.map
-            .values()
+            .iter()
             .filter_map(|e| e.off_host.map(|r| (e.mapping, r)))
             .collect()
     }
@@ -190,7 +141,7 @@ impl MappingTable {
 
     /// Deferred unmaps still on the host, in IOVA order.
     pub fn deferred(&self) -> impl Iterator<Item = &Mapping> + '_ {
-        self.deferred.values()
+        self.deferred.iter()
     }
 
     /// Number of deferred unmaps still on the host.
@@ -200,22 +151,15 @@ impl MappingTable {
 
     /// Deferred mappings intersecting the inclusive range `[first, last]`.
     pub fn deferred_overlapping(&self, first: u64, last: u64) -> Vec<Mapping> {
-        let mut out = Vec::new();
-        if let Some((_, m)) = self.deferred.range(..first).next_back() {
-            if m.last() >= first {
-                out.push(*m);
-            }
-        }
-        out.extend(self.deferred.range(first..=last).map(|(_, m)| *m));
-        out
+        self.deferred.overlapping(first, last).copied().collect()
     }
 
     pub(crate) fn defer(&mut self, m: Mapping) {
-        self.deferred.insert(m.iova, m);
+        self.deferred.insert(m);
     }
 
     pub(crate) fn undefer(&mut self, iova: u64) -> Option<Mapping> {
-        self.deferred.remove(&iova)
+        self.deferred.remove(iova)
     }
 
     /// Inserts a mapping that is already on the host (tests and replay).
@@ -228,43 +172,5 @@ impl MappingTable {
             off_host: None,
         });
         Ok(())
-    }
-}
-
-/// Merges mappings (in IOVA order) into runs of adjacent ones: each run can
-/// be unmapped with one backend call that covers whole host mappings only.
-pub fn adjacent_runs<'a>(mappings: impl IntoIterator<Item = &'a Mapping>) -> Vec<Run> {
-    let mut runs: Vec<Run> = Vec::new();
-    for m in mappings {
-        match runs.last_mut() {
-            Some(r) if r.end() == m.iova => {
-                r.size += m.size;
-                r.mappings.push(*m);
-            }
-            _ => runs.push(Run {
-                iova: m.iova,
-                size: m.size,
-                mappings: vec![*m],
-            }),
-        }
-    }
-    runs
-}
-
-/// A run of adjacent whole host mappings, unmapped with one call.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Run {
-    /// First IOVA.
-    pub iova: u64,
-    /// Length in bytes (sum of the mappings' sizes).
-    pub size: u64,
-    /// The mappings, in IOVA order.
-    pub mappings: Vec<Mapping>,
-}
-
-impl Run {
-    /// Exclusive end.
-    pub fn end(&self) -> u64 {
-        self.iova + self.size
     }
 }

@@ -1,4 +1,4 @@
-//! Property tests: invariants 1-4 of DESIGN.md against a one-by-one reference
+//! Property tests: batching invariants 1-4 (docs/architecture.md) against a one-by-one reference
 //! model, on random MAP/UNMAP streams cut into random batches, with failures
 //! injected into the host.
 //!
@@ -439,7 +439,9 @@ fn check_stream(
         let table_before: BTreeSet<K> = table.iter().map(key).collect();
         let log_start = poisoned.with(|h| h.log.len());
 
-        let mut backend = MapperSet::new(&mappers);
+        let mut stats = dma_mapper::DmaStats::default();
+
+        let mut backend = MapperSet::new(&mappers, &mut stats);
         let report = run_batch(&mut table, batch, opts, &mut backend);
 
         // Reference, one by one, told which maps the device elided.
@@ -519,7 +521,8 @@ fn check_stream(
 
         if flush {
             let pending: BTreeSet<K> = table.deferred().map(key).collect();
-            let mut backend = MapperSet::new(&mappers);
+            let mut stats = dma_mapper::DmaStats::default();
+            let mut backend = MapperSet::new(&mappers, &mut stats);
             let fr = flush_deferred(&mut table, &mut backend);
             let ref_failed = reference.flush();
             prop_assert_eq!(fr.error.is_some(), ref_failed);
@@ -607,7 +610,8 @@ proptest! {
             while pos < reqs.len() {
                 let len = cuts[k % cuts.len()].clamp(1, reqs.len() - pos);
                 k += 1;
-                let mut backend = MapperSet::new(&mappers);
+                let mut stats = dma_mapper::DmaStats::default();
+                let mut backend = MapperSet::new(&mappers, &mut stats);
                 outcomes.extend(run_batch(&mut table, &reqs[pos..pos + len], opts, &mut backend).outcomes);
                 pos += len;
             }
@@ -644,7 +648,8 @@ fn run(reqs: &[Request], opts: PlanOptions) -> (Vec<Outcome>, Vec<Event>) {
     let fake = Fake::default();
     let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
     let mut table = MappingTable::new(LIMIT);
-    let mut backend = MapperSet::new(&mappers);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut backend = MapperSet::new(&mappers, &mut stats);
     let setup: Vec<Request> = (0..8).map(|p| map(p, 1)).collect();
     run_batch(&mut table, &setup, opts, &mut backend);
     fake.with(|h| h.log.clear());
@@ -695,7 +700,8 @@ fn split_is_rejected_and_partial_failure_keeps_the_rest() {
     let fake = Fake::default();
     let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
     let mut table = MappingTable::new(LIMIT);
-    let mut backend = MapperSet::new(&mappers);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut backend = MapperSet::new(&mappers, &mut stats);
     run_batch(
         &mut table,
         &[map(0, 4), map(10, 1), map(12, 1)],
@@ -742,7 +748,8 @@ fn deferred_burst_is_flushed_in_one_call() {
     let fake = Fake::default();
     let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
     let mut table = MappingTable::new(LIMIT);
-    let mut backend = MapperSet::new(&mappers);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut backend = MapperSet::new(&mappers, &mut stats);
     let setup: Vec<Request> = (0..8).map(|p| map(p, 1)).collect();
     run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
     fake.with(|h| h.log.clear());
@@ -774,7 +781,8 @@ fn map_over_a_deferred_unmap_forces_it_first() {
     let fake = Fake::default();
     let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
     let mut table = MappingTable::new(LIMIT);
-    let mut backend = MapperSet::new(&mappers);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut backend = MapperSet::new(&mappers, &mut stats);
     run_batch(
         &mut table,
         &[map(0, 2), map(2, 1)],
@@ -808,7 +816,8 @@ fn failed_flush_keeps_only_the_failing_mapping() {
     let fake = Fake::default();
     let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
     let mut table = MappingTable::new(LIMIT);
-    let mut backend = MapperSet::new(&mappers);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut backend = MapperSet::new(&mappers, &mut stats);
     let setup: Vec<Request> = (0..4).map(|p| map(p, 1)).collect();
     run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
     run_batch(
@@ -844,7 +853,8 @@ fn full_deferred_set_makes_unmaps_strict() {
     let fake = Fake::default();
     let mappers: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fake.clone())];
     let mut table = MappingTable::new(4);
-    let mut backend = MapperSet::new(&mappers);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut backend = MapperSet::new(&mappers, &mut stats);
     let setup: Vec<Request> = (0..4).map(|p| map(p, 1)).collect();
     run_batch(&mut table, &setup, PlanOptions::BATCHED, &mut backend);
     let r = run_batch(

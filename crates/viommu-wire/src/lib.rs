@@ -14,9 +14,6 @@
 
 use vm_memory::{ByteValued, Le16, Le32, Le64};
 
-/// virtio device id of the IOMMU device.
-pub const VIRTIO_ID_IOMMU: u32 = 23;
-
 /// Index of the request virtqueue.
 pub const REQUEST_QUEUE: u16 = 0;
 /// Index of the event virtqueue.

@@ -1,12 +1,17 @@
-//! `vmmctl SOCKET COMMAND`: one request to a running vmm's `--api-socket`,
-//! the JSON answer on stdout. Exit code 0 when the answer says ok.
+//! `vmmctl SOCKET COMMAND`: one request to a running vmm's `--api-socket`
+//! (HTTP over the Unix socket), the answer's body on stdout.
+//!
+//! - `metrics`: `GET /metrics`, the counters as Prometheus text;
+//! - `info`: `GET /api/v1/vm.info`, JSON;
+//! - `shutdown`: `PUT /api/v1/vm.shutdown`.
+//!
+//! Exit code 0 on a 2xx answer, 1 on another answer, 2 when the socket
+//! cannot be reached.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
 /// Talk to a running vmm's control socket.
 #[derive(Debug, Parser)]
@@ -14,29 +19,34 @@ use clap::Parser;
 struct Args {
     /// The socket given to `vmm --api-socket`.
     socket: PathBuf,
-    /// info, metrics or shutdown.
-    command: String,
+    /// What to ask.
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Command {
+    /// The counters, as Prometheus text.
+    Metrics,
+    /// What the VM is, as JSON.
+    Info,
+    /// Stop the VM.
+    Shutdown,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let answer = (|| -> std::io::Result<String> {
-        let mut s = UnixStream::connect(&args.socket)?;
-        s.write_all(format!("{}\n", args.command.trim()).as_bytes())?;
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line)?;
-        Ok(line)
-    })();
-    match answer {
-        Ok(line) => {
-            print!("{line}");
-            let ok = serde_json::from_str::<serde_json::Value>(&line)
-                .ok()
-                .and_then(|v| v.get("ok").and_then(serde_json::Value::as_bool))
-                .unwrap_or(false);
-            if ok {
+    let (method, path) = match args.command {
+        Command::Metrics => ("GET", "/metrics"),
+        Command::Info => ("GET", "/api/v1/vm.info"),
+        Command::Shutdown => ("PUT", "/api/v1/vm.shutdown"),
+    };
+    match vmm::api::request(&args.socket, method, path) {
+        Ok((status, body)) => {
+            print!("{body}");
+            if (200..300).contains(&status) {
                 ExitCode::SUCCESS
             } else {
+                eprintln!("vmmctl: {method} {path}: HTTP {status}");
                 ExitCode::FAILURE
             }
         }

@@ -1,6 +1,5 @@
 //! Emulated platform devices and the buses they sit on.
 
-pub mod bus;
 pub mod exit;
 pub mod power;
 pub mod serial;

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use vm_superio::{I8042Device, Trigger};
 
-use super::bus::BusDevice;
 use super::exit::{ExitReason, VmExit};
+use crate::bus::BusDevice;
 use crate::layout::ACPI_RESET_VALUE;
 
 /// SLP_TYP of S5 in the DSDT `_S5_` package.

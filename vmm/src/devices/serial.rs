@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use vm_superio::{serial::NoEvents, Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::bus::BusDevice;
+use crate::bus::BusDevice;
 
 /// Raises the UART's IRQ by writing the irqfd registered for its GSI.
 #[derive(Debug)]

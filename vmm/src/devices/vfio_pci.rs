@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use super::bus::BusDevice;
-use super::virtio::msix::{MsiRouter, MsixTable};
+use crate::bus::BusDevice;
+use crate::pci::msix::{MsiRouter, MsixTable};
 use crate::pci::PciDevice;
 
 /// Region access to a VFIO device (a fake in tests).

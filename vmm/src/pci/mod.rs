@@ -7,12 +7,51 @@
 
 pub mod alloc;
 pub mod config;
+pub mod msix;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::devices::bus::BusDevice;
+use crate::bus::BusDevice;
 use config::{PciConfig, PciIds};
+
+/// A PCI function on segment 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bdf {
+    /// Bus.
+    pub bus: u8,
+    /// Device (0-31).
+    pub device: u8,
+    /// Function (0-7).
+    pub function: u8,
+}
+
+impl Bdf {
+    /// Function 0 of `device` on bus 0.
+    pub fn slot(device: u8) -> Bdf {
+        Bdf {
+            bus: 0,
+            device,
+            function: 0,
+        }
+    }
+
+    /// The routing id (bus << 8 | device << 3 | function), which is the
+    /// endpoint id the virtio-iommu knows it by.
+    pub fn id(self) -> u32 {
+        u32::from(self.bus) << 8 | u32::from(self.device) << 3 | u32::from(self.function)
+    }
+}
+
+impl std::fmt::Display for Bdf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "0000:{:02x}:{:02x}.{}",
+            self.bus, self.device, self.function
+        )
+    }
+}
 
 /// A PCI function as the root bus sees it.
 pub trait PciDevice: Send {

@@ -4,7 +4,6 @@
 //! puts it on the PCI bus (virtio 1.x "modern" transport, section 4.1 of
 //! the spec) with MSI-X interrupts.
 
-pub mod msix;
 pub mod pci;
 
 use std::sync::Arc;

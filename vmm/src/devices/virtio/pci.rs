@@ -16,10 +16,10 @@ use virtio_bindings::virtio_config::{
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 
-use super::msix::{send_all, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
 use super::{VirtioDevice, VirtioInterrupt};
-use crate::devices::bus::BusDevice;
+use crate::bus::BusDevice;
 use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
+use crate::pci::msix::{send_all, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
 use crate::pci::PciDevice;
 
 /// PCI vendor id of virtio devices.
@@ -486,53 +486,6 @@ impl BusDevice for VirtioPciDevice {
             _ => tracing::debug!(offset, "ignored virtio-pci BAR write"),
         }
     }
-}
-
-/// Serve queue notifications that arrive on eventfds (KVM ioeventfds on
-/// [`VirtioPciDevice::notify_addresses`]) from a thread of its own, so the
-/// vCPU that kicked returns to the guest at once. `fds[q]` is queue `q`'s.
-pub fn spawn_notify_worker(
-    name: &str,
-    transport: Arc<Mutex<VirtioPciDevice>>,
-    fds: Vec<vmm_sys_util::eventfd::EventFd>,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            use std::os::fd::AsRawFd;
-            let mut pfds: Vec<libc::pollfd> = fds
-                .iter()
-                .map(|f| libc::pollfd {
-                    fd: f.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                })
-                .collect();
-            loop {
-                // SAFETY: `pfds` holds `pfds.len()` valid pollfds whose fds
-                // `fds` keeps open for the thread's lifetime.
-                let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() == std::io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    tracing::error!("virtio notify worker: poll: {e}");
-                    return;
-                }
-                for (q, p) in pfds.iter_mut().enumerate() {
-                    if p.revents & libc::POLLIN != 0 {
-                        p.revents = 0;
-                        let _ = fds[q].read();
-                        transport
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .notify(q as u16);
-                    }
-                }
-            }
-        })?;
-    Ok(())
 }
 
 const _: () = assert!(MSIX_TABLE_OFFSET + 2 * REGION_SIZE <= MSIX_PBA_OFFSET);

@@ -292,34 +292,3 @@ fn features_without_version_1_are_refused() {
     r.w(STATUS, 1 | 2 | 4, 1);
     assert!(r.state.lock().unwrap().interrupt.is_none());
 }
-
-#[test]
-fn notify_worker_delivers_eventfd_kicks() {
-    use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-    let r = rig();
-    let state = r.state.clone();
-    let mut dev = r.dev;
-    // Bring the device up with queue 0 enabled.
-    for (off, v, len) in [
-        (STATUS, 3u64, 1usize),
-        (0x08, 1, 4),
-        (0x0c, 1, 4),
-        (STATUS, 11, 1),
-    ] {
-        BusDevice::write(&mut dev, off, &v.to_le_bytes()[..len]);
-    }
-    BusDevice::write(&mut dev, 0x1c, &1u16.to_le_bytes());
-    BusDevice::write(&mut dev, STATUS, &[15]);
-    let transport = Arc::new(Mutex::new(dev));
-    let fds: Vec<EventFd> = (0..2)
-        .map(|_| EventFd::new(EFD_NONBLOCK).unwrap())
-        .collect();
-    let kick = fds[1].try_clone().unwrap();
-    spawn_notify_worker("test-notify", transport, fds).unwrap();
-    kick.write(1).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while state.lock().unwrap().notified.is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    assert_eq!(state.lock().unwrap().notified, vec![1]);
-}

@@ -1,0 +1,79 @@
+//! The fan-out of one domain's host calls to the mappers of its endpoints.
+
+use std::sync::Arc;
+
+use tracing::error;
+
+use crate::{DmaError, DmaMapper, DmaStats, Mapping, Run};
+
+/// Where host calls go: the mappers of one domain.
+pub trait HostBackend {
+    /// Map one guest mapping on the host.
+    fn map(&mut self, m: &Mapping) -> Result<(), DmaError>;
+    /// Unmap a run of adjacent whole host mappings with one call.
+    fn unmap(&mut self, run: &Run) -> Result<(), DmaError>;
+}
+
+/// A [`HostBackend`] over the distinct mappers of a domain's endpoints.
+///
+/// Each call goes to every mapper; if mapper `k` fails, the call is rolled
+/// back on mappers `0..k` so all mappers keep the same state (best effort:
+/// a failing rollback is logged). Every call, rollbacks included, is
+/// counted once, in the [`DmaStats`] it was given.
+pub struct MapperSet<'a> {
+    mappers: &'a [Arc<dyn DmaMapper>],
+    stats: &'a mut DmaStats,
+}
+
+impl<'a> MapperSet<'a> {
+    /// A backend over `mappers`, counting into `stats`.
+    pub fn new(mappers: &'a [Arc<dyn DmaMapper>], stats: &'a mut DmaStats) -> Self {
+        MapperSet { mappers, stats }
+    }
+
+    fn map_one(&mut self, mapper: &dyn DmaMapper, m: &Mapping) -> Result<(), DmaError> {
+        let r = mapper.map(m.iova, m.gpa, m.size, m.perm);
+        self.stats.count_map(m.size, r.is_ok());
+        r
+    }
+
+    fn unmap_one(&mut self, mapper: &dyn DmaMapper, iova: u64, size: u64) -> Result<(), DmaError> {
+        let r = mapper.unmap(iova, size);
+        self.stats.count_unmap(size, r.is_ok());
+        r
+    }
+}
+
+impl HostBackend for MapperSet<'_> {
+    fn map(&mut self, m: &Mapping) -> Result<(), DmaError> {
+        let mappers = self.mappers;
+        for (k, mapper) in mappers.iter().enumerate() {
+            if let Err(e) = self.map_one(mapper.as_ref(), m) {
+                for done in &mappers[..k] {
+                    if let Err(re) = self.unmap_one(done.as_ref(), m.iova, m.size) {
+                        error!(iova = m.iova, size = m.size, error = %re, "rollback of a partial map failed");
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn unmap(&mut self, run: &Run) -> Result<(), DmaError> {
+        let mappers = self.mappers;
+        for (k, mapper) in mappers.iter().enumerate() {
+            if let Err(e) = self.unmap_one(mapper.as_ref(), run.iova, run.size) {
+                for done in &mappers[..k] {
+                    for m in &run.mappings {
+                        if let Err(re) = self.map_one(done.as_ref(), m) {
+                            error!(iova = m.iova, size = m.size, error = %re, "rollback of a partial unmap failed");
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}

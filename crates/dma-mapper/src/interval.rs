@@ -1,0 +1,332 @@
+//! The one interval map of the project, and the one merge of adjacent runs.
+//!
+//! [`IntervalMap`] holds non-overlapping ranges keyed by their first
+//! address. Every mapping table is one: the device's per-domain table and
+//! its deferred unmaps (`viommu-planner`), the live mappings of the software
+//! and VFIO backends. It is what gives them all the VFIO type1 v2 unmap rule
+//! (an unmap may remove several whole mappings and skip holes, but never
+//! split one) before any host call is made.
+//!
+//! [`push_merged`] is the one place where a range that starts where the
+//! previous one ends is folded into it: runs of adjacent mappings unmapped
+//! with one call, host-contiguous pieces of a guest range, guest-physical
+//! pieces of a translation.
+//!
+//! Ranges here are inclusive (`first..=last`), so a range may reach the top
+//! of the address space; a [`Span`] itself is `start` + `size` with
+//! `size > 0`.
+
+use std::collections::BTreeMap;
+
+/// Something that covers `[start, start + size)`, `size > 0`.
+pub trait Span {
+    /// First address.
+    fn start(&self) -> u64;
+    /// Length in bytes (> 0).
+    fn size(&self) -> u64;
+    /// Last address (inclusive). Cannot overflow for a valid span.
+    fn last(&self) -> u64 {
+        self.start() + (self.size() - 1)
+    }
+}
+
+/// A [`Span`] that can absorb the span that follows it directly.
+pub trait Merge: Span + Sized {
+    /// Grow `self` by `next`, which starts at `self.last() + 1`.
+    fn absorb(&mut self, next: Self);
+}
+
+/// Whether `b` starts right after `a` ends.
+pub fn adjacent<A: Span, B: Span>(a: &A, b: &B) -> bool {
+    a.last().checked_add(1) == Some(b.start())
+}
+
+/// Appends `next` to `runs`, folded into the last run when it starts where
+/// that run ends.
+pub fn push_merged<T: Merge>(runs: &mut Vec<T>, next: T) {
+    match runs.last_mut() {
+        Some(last) if adjacent(last, &next) => last.absorb(next),
+        _ => runs.push(next),
+    }
+}
+
+/// Folds `next` into `run` if it continues it at either end (for runs that
+/// grow downwards too); gives it back otherwise.
+pub fn join_either_end<T: Merge>(run: &mut T, next: T) -> Option<T> {
+    if adjacent(run, &next) {
+        run.absorb(next);
+        None
+    } else if adjacent(&next, run) {
+        let before = std::mem::replace(run, next);
+        run.absorb(before);
+        None
+    } else {
+        Some(next)
+    }
+}
+
+/// A plain extent `[start, start + size)` (a guest-physical piece, a run
+/// of host IOVA space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// First address.
+    pub start: u64,
+    /// Length in bytes.
+    pub size: u64,
+}
+
+impl Span for Extent {
+    fn start(&self) -> u64 {
+        self.start
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Merge for Extent {
+    fn absorb(&mut self, next: Self) {
+        self.size += next.size;
+    }
+}
+
+/// Non-overlapping spans keyed by their first address.
+#[derive(Clone, Debug)]
+pub struct IntervalMap<T> {
+    map: BTreeMap<u64, T>,
+}
+
+impl<T> Default for IntervalMap<T> {
+    fn default() -> Self {
+        IntervalMap {
+            map: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: Span> IntervalMap<T> {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The span containing `addr`, if any.
+    pub fn lookup(&self, addr: u64) -> Option<&T> {
+        let (_, e) = self.map.range(..=addr).next_back()?;
+        (e.last() >= addr).then_some(e)
+    }
+
+    /// Spans intersecting `[first, last]`, in address order.
+    pub fn overlapping(&self, first: u64, last: u64) -> impl Iterator<Item = &T> + '_ {
+        let before = self
+            .map
+            .range(..first)
+            .next_back()
+            .map(|(_, e)| e)
+            .filter(|e| e.last() >= first);
+        before
+            .into_iter()
+            .chain(self.map.range(first..=last.max(first)).map(|(_, e)| e))
+    }
+
+    /// Whether any span intersects `[first, last]`.
+    pub fn overlaps(&self, first: u64, last: u64) -> bool {
+        self.overlapping(first, last).next().is_some()
+    }
+
+    /// Whether `[first, last]` cuts through a span: one that starts before
+    /// `first` and reaches into the range, or one that starts inside it and
+    /// ends after `last`.
+    pub fn splits(&self, first: u64, last: u64) -> bool {
+        if self.lookup(first).is_some_and(|e| e.start() != first) {
+            return true;
+        }
+        // The last span starting inside the range is the only one that can
+        // stick out of its end.
+        self.map
+            .range(first..=last.max(first))
+            .next_back()
+            .is_some_and(|(_, e)| e.last() > last)
+    }
+
+    /// Spans starting inside `[first, last]`, in address order (they lie
+    /// wholly inside unless [`Self::splits`] says otherwise).
+    pub fn within(&self, first: u64, last: u64) -> impl Iterator<Item = &T> + '_ {
+        self.map.range(first..=last.max(first)).map(|(_, e)| e)
+    }
+
+    /// Inserts a span the caller knows does not overlap (check with
+    /// [`Self::overlaps`]).
+    pub fn insert(&mut self, span: T) {
+        debug_assert!(!self.overlaps(span.start(), span.last()));
+        self.map.insert(span.start(), span);
+    }
+
+    /// Removes and returns the spans starting inside `[first, last]`. Call
+    /// only after [`Self::splits`] said no, so they lie wholly inside.
+    pub fn remove_within(&mut self, first: u64, last: u64) -> Vec<T> {
+        let keys: Vec<u64> = self.within(first, last).map(Span::start).collect();
+        keys.into_iter()
+            .filter_map(|k| self.map.remove(&k))
+            .collect()
+    }
+}
+
+impl<T> IntervalMap<T> {
+    /// The span starting exactly at `start`.
+    pub fn get(&self, start: u64) -> Option<&T> {
+        self.map.get(&start)
+    }
+
+    /// The span starting exactly at `start`, mutably (its range must not change).
+    pub fn get_mut(&mut self, start: u64) -> Option<&mut T> {
+        self.map.get_mut(&start)
+    }
+
+    /// Removes the span starting exactly at `start`.
+    pub fn remove(&mut self, start: u64) -> Option<T> {
+        self.map.remove(&start)
+    }
+
+    /// All spans, in address order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.map.values()
+    }
+
+    /// Removes everything, returning the spans in address order.
+    pub fn take_all(&mut self) -> Vec<T> {
+        std::mem::take(&mut self.map).into_values().collect()
+    }
+
+    /// Removes everything.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    /// Number of spans.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// Last address of `[start, start + size)`, or `None` for an empty range
+/// or one whose exclusive end overflows `u64`.
+pub fn range_last(start: u64, size: u64) -> Option<u64> {
+    if size == 0 {
+        return None;
+    }
+    start.checked_add(size).map(|end| end - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn x(start: u64, size: u64) -> Extent {
+        Extent { start, size }
+    }
+
+    #[test]
+    fn lookup_and_overlap() {
+        let mut t = IntervalMap::new();
+        t.insert(x(0x1000, 0x1000));
+        t.insert(x(0x3000, 0x2000));
+        assert_eq!(t.lookup(0x1fff), Some(&x(0x1000, 0x1000)));
+        assert!(t.lookup(0x2000).is_none());
+        assert_eq!(t.lookup(0x4fff), Some(&x(0x3000, 0x2000)));
+        assert!(t.lookup(0x5000).is_none());
+        assert!(!t.overlaps(0x2000, 0x2fff));
+        assert!(t.overlaps(0x2000, 0x3000));
+        assert!(t.overlaps(0x1fff, 0x1fff));
+        assert!(t.overlaps(0, u64::MAX));
+        assert!(!t.overlaps(0x5000, u64::MAX));
+        assert_eq!(t.overlapping(0x1800, 0x3000).count(), 2);
+    }
+
+    #[test]
+    fn splits_detects_both_ends() {
+        let mut t = IntervalMap::new();
+        t.insert(x(0x1000, 0x2000));
+        assert!(!t.splits(0x1000, 0x2fff));
+        assert!(!t.splits(0, 0x3fff));
+        assert!(!t.splits(0x3000, 0x3fff));
+        assert!(t.splits(0x2000, 0x2fff)); // starts inside
+        assert!(t.splits(0x1000, 0x1fff)); // ends inside
+        assert!(t.splits(0, 0x1fff));
+        assert!(t.splits(0x1800, 0x18ff)); // strictly inside
+    }
+
+    #[test]
+    fn remove_within_takes_whole_spans_only_inside() {
+        let mut t = IntervalMap::new();
+        t.insert(x(0x1000, 0x1000));
+        t.insert(x(0x2000, 0x1000));
+        t.insert(x(0x8000, 0x1000));
+        let gone = t.remove_within(0x1000, 0x7fff);
+        assert_eq!(gone, [x(0x1000, 0x1000), x(0x2000, 0x1000)]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.iter().next(), Some(&x(0x8000, 0x1000)));
+    }
+
+    #[test]
+    fn range_last_rejects_empty_and_overflow() {
+        assert_eq!(range_last(0, 0), None);
+        assert_eq!(range_last(u64::MAX, 1), None);
+        assert_eq!(range_last(u64::MAX - 1, 1), Some(u64::MAX - 1));
+    }
+
+    #[test]
+    fn merges_adjacent_runs_at_either_end() {
+        let mut runs = Vec::new();
+        for e in [x(0, 1), x(1, 2), x(4, 1), x(5, 1), x(u64::MAX, 1)] {
+            push_merged(&mut runs, e);
+        }
+        assert_eq!(runs, [x(0, 3), x(4, 2), x(u64::MAX, 1)]);
+        let mut r = x(0x10, 0x10);
+        assert_eq!(join_either_end(&mut r, x(0x20, 8)), None);
+        assert_eq!(join_either_end(&mut r, x(0x8, 8)), None);
+        assert_eq!(r, x(0x8, 0x20));
+        assert_eq!(join_either_end(&mut r, x(0x40, 8)), Some(x(0x40, 8)));
+    }
+
+    // Model: a byte-granular owner array over a small address space.
+    proptest! {
+        #[test]
+        fn matches_byte_model(ops in prop::collection::vec((0u64..64, 1u64..16, any::<bool>()), 1..60)) {
+            const SPACE: u64 = 80;
+            let mut t = IntervalMap::new();
+            // For each byte: the (start, last) of the span holding it.
+            let mut owner: Vec<Option<(u64, u64)>> = vec![None; SPACE as usize];
+            for (start, size, is_map) in ops {
+                let last = start + size - 1;
+                let model_overlap = (start..=last).any(|b| owner[b as usize].is_some());
+                prop_assert_eq!(t.overlaps(start, last), model_overlap);
+                let model_split = (start..=last)
+                    .any(|b| owner[b as usize].is_some_and(|(s, l)| s < start || l > last));
+                prop_assert_eq!(t.splits(start, last), model_split);
+                if is_map && !model_overlap {
+                    t.insert(x(start, size));
+                    for b in start..=last {
+                        owner[b as usize] = Some((start, last));
+                    }
+                } else if !is_map && !model_split {
+                    for e in t.remove_within(start, last) {
+                        for b in e.start..=e.last() {
+                            owner[b as usize] = None;
+                        }
+                    }
+                    prop_assert!((start..=last).all(|b| owner[b as usize].is_none()));
+                }
+                for b in 0..SPACE {
+                    prop_assert_eq!(t.lookup(b).map(|e| (e.start, e.last())), owner[b as usize]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! The device's parameters: [`DeviceConfig`], its config space, and the
+//! [`ConfigBuilder`] that derives it from what the host offers (the IOVA
+//! ranges and page sizes of the endpoints' IOMMUs, the pool options).
+
+use tracing::{info, warn};
+use viommu_wire as wire;
+use vm_memory::{ByteValued, GuestAddressSpace};
+
+use crate::{Error, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
+
+/// The x86 MSI doorbell window (0xfee00000-0xfeefffff), the default
+/// [`DeviceConfig::msi_window`].
+pub const X86_MSI_WINDOW: (u64, u64) = (0xfee0_0000, 0xfeef_ffff);
+
+/// Device parameters chosen by the VMM.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// `page_size_mask`; its lowest set bit is the mapping granularity.
+    pub page_size_mask: u64,
+    /// IOVA range the device translates, inclusive.
+    pub input_range: (u64, u64),
+    /// Valid domain ids, inclusive.
+    pub domain_range: (u32, u32),
+    /// Minimum `probe_size` (raised if the properties need more room).
+    pub probe_size: u32,
+    /// Initial (and system-reset) value of the `bypass` config field.
+    pub bypass: bool,
+    /// The MSI doorbell window reported as RESV_MEM MSI, inclusive; `None`
+    /// on platforms without one.
+    pub msi_window: Option<(u64, u64)>,
+    /// More reserved IOVA ranges reported as RESV_MEM RESERVED, inclusive.
+    pub reserved: Vec<(u64, u64)>,
+    /// Most domains that may exist at once.
+    pub max_domains: usize,
+    /// Most mappings one domain may hold.
+    pub max_mappings_per_domain: usize,
+    /// Drain and execute the request queue as batches (true), or one
+    /// request at a time with one completion and interrupt each (false).
+    pub batching: bool,
+    /// Offer `VIRTIO_IOMMU_F_MMIO` (MAP requests with the MMIO flag are then
+    /// passed to the mappers without the guest-RAM check).
+    pub offer_mmio: bool,
+    /// Fault reports kept while the event queue has no buffer.
+    pub max_pending_events: usize,
+    /// Offer `VIRTIO_IOMMU_F_LAZY_UNMAP` (deferrable UNMAPs and FLUSH).
+    pub lazy_unmap: bool,
+    /// Offer `VIRTIO_IOMMU_F_POOL_HINT` with these values (`None`: not offered).
+    pub pool_hint: Option<PoolHint>,
+}
+
+/// The values of the POOL_HINT PROBE property (docs/lazy-unmap-contract.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolHint {
+    /// DMA of up to this many bytes is best bounced through a pool buffer.
+    pub threshold: u32,
+    /// First IOVA of the window suggested for pool buffers.
+    pub window_start: u64,
+    /// Size of that window in bytes.
+    pub window_size: u64,
+    /// Suggested most bytes of pool buffers per domain.
+    pub pool_max: u64,
+}
+
+impl Default for PoolHint {
+    fn default() -> Self {
+        PoolHint {
+            threshold: 64 * 1024,
+            window_start: 0x1_0000_0000,
+            window_size: 1 << 30,
+            pool_max: 64 << 20,
+        }
+    }
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            page_size_mask: !0xfff,
+            input_range: (0, (1 << 48) - 1),
+            domain_range: (0, u32::from(u16::MAX)),
+            probe_size: 512,
+            bypass: false,
+            msi_window: Some(X86_MSI_WINDOW),
+            reserved: Vec::new(),
+            max_domains: 1024,
+            max_mappings_per_domain: 1 << 16,
+            batching: true,
+            offer_mmio: false,
+            max_pending_events: 64,
+            lazy_unmap: true,
+            pool_hint: Some(PoolHint::default()),
+        }
+    }
+}
+
+/// Checks the POOL_HINT values: a non-empty, granule-aligned window inside
+/// `input_range` and outside every reserved region, non-zero sizes.
+pub(crate) fn check_pool_hint(cfg: &DeviceConfig, h: &PoolHint, granule: u64) -> Result<(), Error> {
+    if h.threshold == 0 || h.pool_max == 0 || h.window_size == 0 {
+        return Err(Error::Config(
+            "pool hint: zero threshold, window or pool_max",
+        ));
+    }
+    let g = granule - 1;
+    if h.window_start & g != 0 || h.window_size & g != 0 {
+        return Err(Error::Config(
+            "pool hint: window not aligned to the page granule",
+        ));
+    }
+    let last = h
+        .window_start
+        .checked_add(h.window_size - 1)
+        .ok_or(Error::Config("pool hint: window overflows"))?;
+    if h.window_start < cfg.input_range.0 || last > cfg.input_range.1 {
+        return Err(Error::Config("pool hint: window outside input_range"));
+    }
+    let hits_reserved = cfg
+        .msi_window
+        .iter()
+        .chain(cfg.reserved.iter())
+        .any(|&(s, e)| s <= last && h.window_start <= e);
+    if hits_reserved {
+        return Err(Error::Config(
+            "pool hint: window overlaps a reserved region",
+        ));
+    }
+    Ok(())
+}
+
+impl<S: GuestAddressSpace> VirtioIommu<S> {
+    pub(crate) fn config(&self) -> wire::Config {
+        wire::Config {
+            page_size_mask: self.cfg.page_size_mask.into(),
+            input_range: wire::Range64 {
+                start: self.cfg.input_range.0.into(),
+                end: self.cfg.input_range.1.into(),
+            },
+            domain_range: wire::Range32 {
+                start: self.cfg.domain_range.0.into(),
+                end: self.cfg.domain_range.1.into(),
+            },
+            probe_size: self.probe_size.into(),
+            bypass: u8::from(self.bypass),
+            reserved: [0; 3],
+        }
+    }
+
+    /// Reads config space at `offset`; bytes past the end read as zero.
+    pub fn read_config(&self, offset: u64, data: &mut [u8]) {
+        let cfg = self.config();
+        let bytes = cfg.as_slice();
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = usize::try_from(offset)
+                .ok()
+                .and_then(|o| o.checked_add(i))
+                .and_then(|o| bytes.get(o).copied())
+                .unwrap_or(0);
+        }
+    }
+
+    /// Writes config space. Only `bypass` is writable, and only once
+    /// `VIRTIO_IOMMU_F_BYPASS_CONFIG` is negotiated; anything else is ignored.
+    pub fn write_config(&mut self, offset: u64, data: &[u8]) {
+        if offset != wire::CONFIG_BYPASS_OFFSET || data.len() != 1 {
+            warn!(
+                offset,
+                len = data.len(),
+                "driver wrote a read-only config field"
+            );
+            return;
+        }
+        if !self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
+            warn!("driver wrote bypass without negotiating BYPASS_CONFIG");
+            return;
+        }
+        // Spec: "The driver MUST NOT write a value different than 0 or 1 to bypass".
+        match data[0] {
+            0 | 1 => self.bypass = data[0] == 1,
+            v => warn!(value = v, "driver wrote an invalid bypass value; ignored"),
+        }
+    }
+}
+
+/// An input range and the reserved regions inside it, inclusive.
+type IovaSpace = ((u64, u64), Vec<(u64, u64)>);
+
+/// Intersection of sorted, disjoint inclusive range lists.
+fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let start = a[i].0.max(b[j].0);
+        let end = a[i].1.min(b[j].1);
+        if start <= end {
+            out.push((start, end));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// The virtio-iommu's input range and extra reserved regions when its
+/// endpoints' host IOMMUs can map the inclusive ranges of `lists`: the
+/// span of their intersection, with the holes inside it reserved (except
+/// holes within `msi_window`, which the device reports as MSI already).
+/// `None` if nothing can be mapped by all of them.
+fn iova_space(lists: &[Vec<(u64, u64)>], msi_window: Option<(u64, u64)>) -> Option<IovaSpace> {
+    let mut common = lists.first()?.clone();
+    common.sort_unstable();
+    for l in &lists[1..] {
+        let mut l = l.clone();
+        l.sort_unstable();
+        common = intersect(&common, &l);
+    }
+    let first = common.first()?.0;
+    let last = common.last()?.1;
+    let holes = common
+        .windows(2)
+        .map(|w| (w[0].1 + 1, w[1].0 - 1))
+        .filter(|&(s, e)| !msi_window.is_some_and(|(ms, me)| ms <= s && e <= me))
+        .collect();
+    Some(((first, last), holes))
+}
+
+/// Where a bounce-pool window of `size` bytes fits in `input` (inclusive)
+/// clear of the inclusive `reserved` ranges: at `preferred` if it fits
+/// there, else the first `align`-aligned place above `preferred`, else the
+/// first below it. `None` if no free stretch holds `size` bytes. `align` is
+/// a power of two.
+fn place_pool_window(
+    input: (u64, u64),
+    reserved: &[(u64, u64)],
+    size: u64,
+    preferred: u64,
+    align: u64,
+) -> Option<u64> {
+    if size == 0 || !align.is_power_of_two() {
+        return None;
+    }
+    // The free stretches of `input`, ascending.
+    let mut holes: Vec<_> = reserved.to_vec();
+    holes.sort_unstable();
+    let mut free = Vec::new();
+    let mut next = Some(input.0);
+    for &(s, e) in &holes {
+        let Some(n) = next else { break };
+        if e < n || s > input.1 {
+            continue;
+        }
+        if s > n {
+            free.push((n, s - 1));
+        }
+        next = e.checked_add(1);
+    }
+    if let Some(n) = next.filter(|&n| n <= input.1) {
+        free.push((n, input.1));
+    }
+    // The lowest aligned start at or above `from` in a stretch that holds
+    // the window.
+    let fit = |from: u64| {
+        free.iter().find_map(|&(s, e)| {
+            let start = s.max(from).checked_add(align - 1)? & !(align - 1);
+            let last = start.checked_add(size - 1)?;
+            (last <= e).then_some(start)
+        })
+    };
+    fit(preferred).or_else(|| fit(input.0))
+}
+
+/// Sorted union of inclusive ranges: overlapping or adjacent ones merged,
+/// empty ones (`first > last`) dropped.
+pub fn merge_ranges(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.retain(|&(s, e)| s <= e);
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (s, e) in ranges {
+        match out.last_mut() {
+            Some(last) if s <= last.1.saturating_add(1) => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// Inclusive `ranges` cut to `within`, with `hole` taken out of them.
+pub fn clip_ranges(
+    ranges: &[(u64, u64)],
+    within: (u64, u64),
+    hole: Option<(u64, u64)>,
+) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(s, e) in ranges {
+        let (s, e) = (s.max(within.0), e.min(within.1));
+        if s > e {
+            continue;
+        }
+        match hole {
+            Some((hs, he)) if hs <= e && s <= he => {
+                if s < hs {
+                    out.push((s, hs - 1));
+                }
+                if he < e {
+                    out.push((he + 1, e));
+                }
+            }
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+/// Builds the [`DeviceConfig`] of a device whose endpoints sit behind host
+/// IOMMUs: the VMM says what the host offers, the device decides what to
+/// offer the guest.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigBuilder {
+    cfg: DeviceConfig,
+    host_ranges: Vec<Vec<(u64, u64)>>,
+    ranges_unknown: bool,
+    pool: Option<(u32, u64)>,
+    avoid: Vec<(u64, u64)>,
+}
+
+impl ConfigBuilder {
+    /// Starts from [`DeviceConfig::default`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Offers `VIRTIO_IOMMU_F_LAZY_UNMAP` or not.
+    pub fn lazy_unmap(mut self, on: bool) -> Self {
+        self.cfg.lazy_unmap = on;
+        self
+    }
+
+    /// Adds an endpoint's host IOMMU: the page sizes it can map and the
+    /// IOVA ranges it can map (inclusive), or why those are unknown.
+    pub fn host_iommu(
+        mut self,
+        page_size_mask: u64,
+        iova_ranges: Result<Vec<(u64, u64)>, std::io::Error>,
+    ) -> Self {
+        self.cfg.page_size_mask &= page_size_mask;
+        match iova_ranges {
+            Ok(r) => self.host_ranges.push(r),
+            Err(e) => {
+                warn!(
+                    "host IOMMU IOVA ranges unknown ({e}); offering {:#x}-{:#x}",
+                    self.cfg.input_range.0, self.cfg.input_range.1
+                );
+                self.ranges_unknown = true;
+            }
+        }
+        self
+    }
+
+    /// Offers `VIRTIO_IOMMU_F_POOL_HINT` with this threshold and pool size
+    /// (the window is placed by [`Self::build`]), or not.
+    pub fn pool(mut self, threshold_and_max: Option<(u32, u64)>) -> Self {
+        self.pool = threshold_and_max;
+        self
+    }
+
+    /// Keeps the guest's IOVAs off these inclusive ranges (host MMIO the
+    /// endpoints could reach peer-to-peer, ranges the user reserved): they
+    /// become RESV_MEM reserved regions, cut to the input range, with the
+    /// MSI window (reported as MSI) taken out.
+    pub fn avoid(mut self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        self.avoid.extend(ranges);
+        self
+    }
+
+    /// The configuration: the IOVA space every host IOMMU can map (holes
+    /// reserved), the ranges to avoid reserved, and the pool hint placed
+    /// clear of every reserved region.
+    pub fn build(mut self) -> DeviceConfig {
+        if !self.ranges_unknown && !self.host_ranges.is_empty() {
+            match iova_space(&self.host_ranges, self.cfg.msi_window) {
+                Some((input, reserved)) => {
+                    info!(
+                        ?input,
+                        ?reserved,
+                        "virtio-iommu IOVA space from the host IOMMU"
+                    );
+                    self.cfg.input_range = input;
+                    self.cfg.reserved = reserved;
+                }
+                None => warn!("the passed-through devices' IOMMUs share no IOVA range"),
+            }
+        }
+        if !self.avoid.is_empty() {
+            let avoid = clip_ranges(
+                &merge_ranges(std::mem::take(&mut self.avoid)),
+                self.cfg.input_range,
+                self.cfg.msi_window,
+            );
+            info!(ranges = ?avoid, "IOVA ranges kept from the guest (host MMIO, --reserve-iova)");
+            let mut all = std::mem::take(&mut self.cfg.reserved);
+            all.extend(avoid);
+            self.cfg.reserved = merge_ranges(all);
+        }
+        self.cfg.pool_hint = self
+            .pool
+            .and_then(|(threshold, pool_max)| pool_hint(&self.cfg, threshold, pool_max));
+        info!(
+            lazy_unmap = self.cfg.lazy_unmap,
+            pool_hint = ?self.cfg.pool_hint,
+            "virtio-iommu extensions offered"
+        );
+        self.cfg
+    }
+}
+
+/// The POOL_HINT to offer: the default window if it is clear of the
+/// device's reserved regions and inside its input range, else another place
+/// of the same size, else no hint (the guest then uses its own defaults).
+fn pool_hint(cfg: &DeviceConfig, threshold: u32, pool_max: u64) -> Option<PoolHint> {
+    let default = PoolHint::default();
+    let reserved: Vec<_> = cfg
+        .msi_window
+        .iter()
+        .chain(&cfg.reserved)
+        .copied()
+        .collect();
+    let granule = 1u64 << cfg.page_size_mask.trailing_zeros();
+    let align = granule.max(2 << 20);
+    let Some(window_start) = place_pool_window(
+        cfg.input_range,
+        &reserved,
+        default.window_size,
+        default.window_start,
+        align,
+    ) else {
+        warn!(
+            input_range = ?cfg.input_range,
+            "no room for a {} MiB bounce-pool window in the IOVA space; not offering the pool hint",
+            default.window_size >> 20
+        );
+        return None;
+    };
+    if window_start != default.window_start {
+        info!(
+            window_start = format_args!("{window_start:#x}"),
+            "default bounce-pool window is not free; hinting another"
+        );
+    }
+    Some(PoolHint {
+        threshold,
+        window_start,
+        pool_max,
+        ..default
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_window_placement() {
+        const G: u64 = 1 << 30;
+        let msi = (0xfee0_0000, 0xfeef_ffff);
+        // The preferred place is free.
+        assert_eq!(
+            place_pool_window((0, (1 << 39) - 1), &[msi], G, 4 * G, 4096),
+            Some(4 * G)
+        );
+        // It is reserved: the next aligned place above it.
+        let hole = (4 * G, 5 * G + 0x1fff);
+        assert_eq!(
+            place_pool_window((0, (1 << 39) - 1), &[hole, msi], G, 4 * G, 1 << 21),
+            Some(5 * G + (1 << 21))
+        );
+        // Nothing above it: the first place below (the MSI window is skipped).
+        assert_eq!(
+            place_pool_window((0, 4 * G - 1), &[msi], G, 4 * G, 4096),
+            Some(0)
+        );
+        assert_eq!(
+            place_pool_window((0xfe00_0000, 0xffff_ffff), &[msi], 0x100_0000, 4 * G, 4096),
+            Some(0xfef0_0000)
+        );
+        // Nothing fits, or nonsense.
+        assert_eq!(place_pool_window((0, G - 1), &[], 2 * G, 0, 4096), None);
+        assert_eq!(place_pool_window((0, u64::MAX), &[], 0, 0, 4096), None);
+        assert_eq!(place_pool_window((0, u64::MAX), &[], G, 0, 3), None);
+        // Up to the very top of the address space, no overflow.
+        assert_eq!(
+            place_pool_window((0, u64::MAX), &[(0, u64::MAX - G)], G, 4 * G, 4096),
+            Some(u64::MAX - G + 1)
+        );
+    }
+
+    #[test]
+    fn iova_space_from_host_ranges() {
+        let msi = Some((0xfee0_0000, 0xfeef_ffff));
+        // VT-d with 39-bit addresses: the MSI hole is reported by the device.
+        let vtd = vec![(0, 0xfedf_ffff), (0xfef0_0000, (1 << 39) - 1)];
+        assert_eq!(
+            iova_space(std::slice::from_ref(&vtd), msi),
+            Some(((0, (1 << 39) - 1), vec![]))
+        );
+        // Another endpoint with a hole elsewhere and a narrower width: its
+        // hole is reserved, the MSI hole stays the device's MSI region.
+        let other = vec![(0x1000, 0x7fff_ffff), (0x9000_0000, (1 << 36) - 1)];
+        assert_eq!(
+            iova_space(&[vtd.clone(), other.clone()], msi),
+            Some(((0x1000, (1 << 36) - 1), vec![(0x8000_0000, 0x8fff_ffff)]))
+        );
+        // Without an MSI window every hole is reserved.
+        assert_eq!(
+            iova_space(&[vtd, other], None).unwrap().1,
+            vec![(0x8000_0000, 0x8fff_ffff), (0xfee0_0000, 0xfeef_ffff)]
+        );
+        assert_eq!(iova_space(&[], msi), None);
+        assert_eq!(iova_space(&[vec![(0, 10)], vec![(20, 30)]], None), None);
+    }
+
+    #[test]
+    fn merge_and_clip_ranges() {
+        assert_eq!(
+            merge_ranges(vec![(10, 20), (0, 4), (5, 6), (15, 30), (40, 41), (9, 3)]),
+            vec![(0, 6), (10, 30), (40, 41)]
+        );
+        assert_eq!(
+            merge_ranges(vec![(0, u64::MAX), (5, 6)]),
+            vec![(0, u64::MAX)]
+        );
+        let msi = Some((0xfee0_0000, 0xfeef_ffff));
+        assert_eq!(
+            clip_ranges(
+                &[(0xc000_0000, 0xffff_ffff), (0x80_0000_0000, 0x90_0000_0000)],
+                (0, (1 << 39) - 1),
+                msi
+            ),
+            vec![(0xc000_0000, 0xfedf_ffff), (0xfef0_0000, 0xffff_ffff)]
+        );
+        assert_eq!(
+            clip_ranges(&[(0xfee1_0000, 0xfee2_0000)], (0, u64::MAX), msi),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn builder_reserves_what_to_avoid_and_places_the_pool_clear_of_it() {
+        let vtd = vec![(0, 0xfedf_ffff), (0xfef0_0000, (1 << 39) - 1)];
+        // The host's PCI window below 4G and a BAR high up, where the
+        // default pool window (4 GiB + 1 GiB) lies.
+        let cfg = ConfigBuilder::new()
+            .host_iommu(!0xfff, Ok(vtd))
+            .avoid([(0xc000_0000, 0xfebf_ffff), (0x1_0000_0000, 0x1_0000_3fff)])
+            .pool(Some((4096, 1 << 20)))
+            .build();
+        assert!(
+            cfg.reserved.contains(&(0xc000_0000, 0xfebf_ffff)),
+            "{:x?}",
+            cfg.reserved
+        );
+        assert!(cfg.reserved.contains(&(0x1_0000_0000, 0x1_0000_3fff)));
+        let hint = cfg.pool_hint.unwrap();
+        assert!(
+            hint.window_start > 0x1_0000_3fff,
+            "{:#x}",
+            hint.window_start
+        );
+    }
+
+    #[test]
+    fn builder_takes_the_host_iommus_into_account() {
+        let vtd = vec![(0, 0xfedf_ffff), (0xfef0_0000, (1 << 39) - 1)];
+        let cfg = ConfigBuilder::new()
+            .lazy_unmap(false)
+            .host_iommu(!0xfff & !(1 << 13), Ok(vtd))
+            .pool(Some((4096, 1 << 20)))
+            .build();
+        assert!(!cfg.lazy_unmap);
+        assert_eq!(cfg.page_size_mask, !0xfff & !(1 << 13));
+        assert_eq!(cfg.input_range, (0, (1 << 39) - 1));
+        let hint = cfg.pool_hint.unwrap();
+        assert_eq!((hint.threshold, hint.pool_max), (4096, 1 << 20));
+        assert_eq!(hint.window_start, PoolHint::default().window_start);
+        // Unknown ranges: the default input range; no room: no hint.
+        let cfg = ConfigBuilder::new()
+            .host_iommu(!0xfff, Err(std::io::Error::other("no caps")))
+            .build();
+        assert_eq!(cfg.input_range, DeviceConfig::default().input_range);
+        assert_eq!(cfg.pool_hint, None);
+        let cfg = ConfigBuilder::new()
+            .host_iommu(!0xfff, Ok(vec![(0, 0xfff_ffff)]))
+            .pool(Some((4096, 1 << 20)))
+            .build();
+        assert_eq!(cfg.pool_hint, None);
+    }
+}

@@ -1,0 +1,304 @@
+//! Domains and endpoints: ATTACH, DETACH, FLUSH and reset, the requests
+//! that change which host address spaces hold a domain's mappings. They
+//! are barriers of a batch (invariant 5): the planner never sees them.
+//!
+//! Every whole-table host operation goes through [`VirtioIommu::force_and_sync`]:
+//! the forcing event of the lazy-unmap contract (deferred unmaps leave the
+//! host first), then the domain's mappings replayed onto, or removed from,
+//! the mappers that join or leave, counted once and answered `S_DEVERR` on
+//! failure.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use dma_mapper::DmaMapper;
+use tracing::{debug, error, warn};
+use viommu_planner::{flush_deferred, replay_all, unmap_all, MapperSet, MappingTable};
+use viommu_wire as wire;
+use viommu_wire::status::*;
+use vm_memory::GuestAddressSpace;
+
+use crate::{Counters, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
+
+pub(crate) struct Endpoint {
+    pub(crate) mapper: Arc<dyn DmaMapper>,
+    pub(crate) domain: Option<u32>,
+}
+
+pub(crate) struct Domain {
+    pub(crate) bypass: bool,
+    pub(crate) endpoints: BTreeSet<u32>,
+    /// Distinct mappers of the endpoints (each programmed once per call).
+    pub(crate) mappers: Vec<Arc<dyn DmaMapper>>,
+    pub(crate) table: MappingTable,
+}
+
+/// What a whole-table host operation does to the mappers it is given.
+#[derive(Clone, Copy, Debug)]
+enum HostSync {
+    /// Map every mapping of the domain on them (they join the domain).
+    Replay,
+    /// Unmap every mapping of the domain from them (they leave it, or the
+    /// domain is destroyed).
+    Remove,
+}
+
+impl<S: GuestAddressSpace> VirtioIommu<S> {
+    /// FLUSH (ours): removes the domain's deferred unmaps from the host.
+    pub(crate) fn flush(&mut self, f: &wire::FlushReq) -> u8 {
+        let domain = f.domain.to_native();
+        // Contract: "the device MUST reject a FLUSH whose reserved bytes are
+        // not zero with S_INVAL".
+        if f.reserved != [0; 4] {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
+        if domain < self.cfg.domain_range.0 || domain > self.cfg.domain_range.1 {
+            return VIRTIO_IOMMU_S_RANGE;
+        }
+        let Some(d) = self.domains.get_mut(&domain) else {
+            return VIRTIO_IOMMU_S_NOENT;
+        };
+        if d.table.deferred_len() == 0 {
+            // Counted as a flush even with nothing to do.
+            self.counters.flushes += 1;
+        }
+        Self::flush_domain(&mut self.counters, domain, d)
+    }
+
+    /// Removes every deferred unmap of `d` from the host (FLUSH request or
+    /// a forcing event). `S_DEVERR` if some stay (still pending).
+    fn flush_domain(counters: &mut Counters, id: u32, d: &mut Domain) -> u8 {
+        if d.table.deferred_len() == 0 {
+            return VIRTIO_IOMMU_S_OK;
+        }
+        counters.flushes += 1;
+        let before = counters.backend.unmap_calls;
+        let r = flush_deferred(
+            &mut d.table,
+            &mut MapperSet::new(&d.mappers, &mut counters.backend),
+        );
+        counters.flush_backend_calls += counters.backend.unmap_calls - before;
+        counters.merged_ranges += r.removed as u64;
+        debug!(
+            domain = id,
+            calls = r.calls,
+            removed = r.removed,
+            failed = r.failed,
+            "deferred unmaps flushed"
+        );
+        match r.error {
+            None => VIRTIO_IOMMU_S_OK,
+            Some(e) => {
+                warn!(domain = id, failed = r.failed, error = %e, "flushing deferred unmaps failed");
+                VIRTIO_IOMMU_S_DEVERR
+            }
+        }
+    }
+
+    pub(crate) fn attach(&mut self, a: &wire::AttachReq) -> u8 {
+        let (domain, endpoint, flags) = (
+            a.domain.to_native(),
+            a.endpoint.to_native(),
+            a.flags.to_native(),
+        );
+        // Spec, ATTACH: "If the reserved field of an ATTACH request is not
+        // zero, the device MUST reject the request and set status to
+        // VIRTIO_IOMMU_S_INVAL."
+        if a.reserved != [0; 4] {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
+        let known = if self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
+            wire::VIRTIO_IOMMU_ATTACH_F_BYPASS
+        } else {
+            0
+        };
+        // Spec: "If the device does not recognize a flags bit, it MUST reject
+        // the request and set status to VIRTIO_IOMMU_S_INVAL."
+        if flags & !known != 0 {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
+        let bypass = flags & wire::VIRTIO_IOMMU_ATTACH_F_BYPASS != 0;
+        if domain < self.cfg.domain_range.0 || domain > self.cfg.domain_range.1 {
+            return VIRTIO_IOMMU_S_RANGE;
+        }
+        // Spec: "If the endpoint identified by endpoint doesn't exist, the
+        // device MUST reject the request and set status to VIRTIO_IOMMU_S_NOENT."
+        let Some(ep) = self.endpoints.get(&endpoint) else {
+            return VIRTIO_IOMMU_S_NOENT;
+        };
+        let mapper = ep.mapper.clone();
+        let old = ep.domain;
+        match self.domains.get(&domain) {
+            Some(d) if d.bypass != bypass => return VIRTIO_IOMMU_S_INVAL,
+            Some(_) if old == Some(domain) => return VIRTIO_IOMMU_S_OK,
+            None if self.domains.len() >= self.cfg.max_domains => return VIRTIO_IOMMU_S_NOMEM,
+            _ => {}
+        }
+        // A mapper (one host address space) cannot serve two domains: the
+        // endpoints sharing it cannot be isolated from each other.
+        let conflict = self.endpoints.iter().any(|(&id, e)| {
+            id != endpoint
+                && same_mapper(&e.mapper, &mapper)
+                && e.domain.is_some_and(|d| d != domain)
+        });
+        if conflict {
+            return VIRTIO_IOMMU_S_UNSUPP;
+        }
+        if let Some(old) = old {
+            // Spec: "the device SHOULD behave as if the driver issued a DETACH
+            // request with this endpoint, followed by the ATTACH request."
+            let s = self.detach_endpoint(old, endpoint);
+            if s != VIRTIO_IOMMU_S_OK {
+                return s;
+            }
+        }
+        let max = self.cfg.max_mappings_per_domain;
+        let d = self.domains.entry(domain).or_insert_with(|| Domain {
+            bypass,
+            endpoints: BTreeSet::new(),
+            mappers: Vec::new(),
+            table: MappingTable::new(max),
+        });
+        if !d.mappers.iter().any(|m| same_mapper(m, &mapper)) {
+            // The new mapper gets the table, not the deferred unmaps: flush
+            // them first so every mapper of the domain holds the same set.
+            let one = [mapper.clone()];
+            if Self::force_and_sync(&mut self.counters, domain, d, &one, HostSync::Replay)
+                != VIRTIO_IOMMU_S_OK
+            {
+                if d.endpoints.is_empty() {
+                    self.domains.remove(&domain);
+                }
+                return VIRTIO_IOMMU_S_DEVERR;
+            }
+            d.mappers.push(mapper);
+        }
+        d.endpoints.insert(endpoint);
+        if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+            ep.domain = Some(domain);
+        }
+        debug!(domain, endpoint, bypass, "attached");
+        VIRTIO_IOMMU_S_OK
+    }
+
+    pub(crate) fn detach(&mut self, dreq: &wire::DetachReq) -> u8 {
+        let (domain, endpoint) = (dreq.domain.to_native(), dreq.endpoint.to_native());
+        // Spec, DETACH: "If the endpoint identified by endpoint doesn't exist,
+        // then the device MUST reject the request and set status to
+        // VIRTIO_IOMMU_S_NOENT."
+        let Some(ep) = self.endpoints.get(&endpoint) else {
+            return VIRTIO_IOMMU_S_NOENT;
+        };
+        if ep.domain != Some(domain) {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
+        self.detach_endpoint(domain, endpoint)
+    }
+
+    /// Detaches an attached endpoint; removes the domain when it empties.
+    fn detach_endpoint(&mut self, domain: u32, endpoint: u32) -> u8 {
+        let Some(mapper) = self.endpoints.get(&endpoint).map(|e| e.mapper.clone()) else {
+            return VIRTIO_IOMMU_S_NOENT;
+        };
+        let shared = self.endpoints.iter().any(|(&id, e)| {
+            id != endpoint && e.domain == Some(domain) && same_mapper(&e.mapper, &mapper)
+        });
+        let Some(d) = self.domains.get_mut(&domain) else {
+            return VIRTIO_IOMMU_S_INVAL;
+        };
+        // Contract: DETACH is a forcing event; the leaving mapper must not
+        // keep the deferred mappings, and every mapper stays in step.
+        // Spec: "The device MUST ensure that after being detached from a
+        // domain, the endpoint cannot access any mapping from that domain."
+        // (A mapper another endpoint of the domain still uses keeps them.)
+        let leaving = if shared { vec![] } else { vec![mapper.clone()] };
+        let s = Self::force_and_sync(&mut self.counters, domain, d, &leaving, HostSync::Remove);
+        if s != VIRTIO_IOMMU_S_OK {
+            return s;
+        }
+        if !shared {
+            d.mappers.retain(|m| !same_mapper(m, &mapper));
+        }
+        d.endpoints.remove(&endpoint);
+        if d.endpoints.is_empty() {
+            // Spec: "After all endpoints have been successfully detached from
+            // a domain, it ceases to exist."
+            self.domains.remove(&domain);
+        }
+        if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+            ep.domain = None;
+        }
+        debug!(domain, endpoint, "detached");
+        VIRTIO_IOMMU_S_OK
+    }
+
+    /// A forcing event followed by a whole-table host operation: removes
+    /// the deferred unmaps of `d` from the host (every mapper of the
+    /// domain), then [`Self::sync_mappers`]. `S_DEVERR` if either fails
+    /// (nothing runs after a failure).
+    fn force_and_sync(
+        counters: &mut Counters,
+        id: u32,
+        d: &mut Domain,
+        mappers: &[Arc<dyn DmaMapper>],
+        op: HostSync,
+    ) -> u8 {
+        match Self::flush_domain(counters, id, d) {
+            VIRTIO_IOMMU_S_OK => Self::sync_mappers(counters, id, &d.table, mappers, op),
+            s => s,
+        }
+    }
+
+    /// Replays or removes every mapping of `table` on `mappers`, counted
+    /// once; on failure the mappers are left as they were and the answer
+    /// is `S_DEVERR`.
+    fn sync_mappers(
+        counters: &mut Counters,
+        id: u32,
+        table: &MappingTable,
+        mappers: &[Arc<dyn DmaMapper>],
+        op: HostSync,
+    ) -> u8 {
+        let mut backend = MapperSet::new(mappers, &mut counters.backend);
+        let r = match op {
+            HostSync::Replay => replay_all(table, &mut backend),
+            HostSync::Remove => unmap_all(table, &mut backend),
+        };
+        match r {
+            Ok(()) => VIRTIO_IOMMU_S_OK,
+            Err(e) => {
+                warn!(domain = id, ?op, error = %e, "host mappings out of step with the domain");
+                VIRTIO_IOMMU_S_DEVERR
+            }
+        }
+    }
+
+    /// Device reset: destroys every domain (deferred unmaps and mappings
+    /// removed from the host) and detaches every endpoint.
+    pub(crate) fn destroy_domains(&mut self) {
+        let domains = std::mem::take(&mut self.domains);
+        for (id, mut d) in domains {
+            // A failed flush does not stop the removal of the mappings.
+            if Self::flush_domain(&mut self.counters, id, &mut d) != VIRTIO_IOMMU_S_OK {
+                error!(domain = id, "failed to remove deferred unmaps on reset");
+            }
+            let s = Self::sync_mappers(
+                &mut self.counters,
+                id,
+                &d.table,
+                &d.mappers,
+                HostSync::Remove,
+            );
+            if s != VIRTIO_IOMMU_S_OK {
+                error!(domain = id, "failed to remove host mappings on reset");
+            }
+        }
+        for ep in self.endpoints.values_mut() {
+            ep.domain = None;
+        }
+    }
+}
+
+pub(crate) fn same_mapper(a: &Arc<dyn DmaMapper>, b: &Arc<dyn DmaMapper>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}

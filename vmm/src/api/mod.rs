@@ -1,0 +1,176 @@
+//! The control plane: HTTP/1.1 over a Unix socket, in the shape of
+//! cloud-hypervisor's API (`ch-remote` there, `vmmctl` here).
+//!
+//! - `GET /metrics`: every counter of the virtio-iommu in the Prometheus
+//!   text exposition format (HELP and TYPE lines, counters ending in
+//!   `_total`), for a scraper or `vmmctl SOCKET metrics`;
+//! - `GET /api/v1/vm.info`: what the VM is (vCPUs, memory, kernel,
+//!   devices), as JSON;
+//! - `PUT /api/v1/vm.shutdown`: stop the VM (the VMM exits with code 0);
+//!   answered 204.
+//!
+//! Errors are JSON `{"error": ...}` with a 4xx status. One request per
+//! connection. The server runs on a current-thread tokio runtime of its
+//! own thread; the HTTP parsing, with its size limits, is in [`http`].
+
+pub mod http;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::io::BufReader;
+use tokio::net::{UnixListener, UnixStream};
+use viommu_counters::PROMETHEUS_CONTENT_TYPE;
+
+use crate::devices::exit::{ExitReason, VmExit};
+use http::{read_request, write_response, Response};
+
+/// Produces the current metrics as Prometheus text.
+pub type MetricsFn = Box<dyn Fn() -> String + Send + Sync>;
+
+/// What the API answers from.
+pub struct ApiState {
+    /// Static description of the VM, as JSON.
+    pub info: serde_json::Value,
+    /// Live counters.
+    pub metrics: MetricsFn,
+    /// Where `shutdown` goes.
+    pub exit: Arc<VmExit>,
+}
+
+/// Why the API socket could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Something that is not a socket is in the way.
+    #[error("--api-socket {}: exists and is not a socket; remove it or pick another path", .0.display())]
+    NotASocket(PathBuf),
+    /// Binding or starting failed.
+    #[error("--api-socket {}: cannot listen", path.display())]
+    Listen {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The routes: `(path, method)` -> answer.
+pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
+    let allowed = match path {
+        "/metrics" | "/api/v1/vm.info" => "GET",
+        "/api/v1/vm.shutdown" => "PUT",
+        _ => {
+            return Response::error(
+                404,
+                "no such route; try /metrics, /api/v1/vm.info or /api/v1/vm.shutdown",
+            )
+        }
+    };
+    if method != allowed {
+        let mut r = Response::error(405, "method not allowed");
+        r.allow = Some(allowed);
+        return r;
+    }
+    match path {
+        "/metrics" => Response::new(200, PROMETHEUS_CONTENT_TYPE, (state.metrics)()),
+        "/api/v1/vm.info" => Response::new(200, "application/json", state.info.to_string() + "\n"),
+        _ => {
+            state.exit.request(ExitReason::ApiShutdown);
+            Response::no_content()
+        }
+    }
+}
+
+async fn serve_conn(stream: UnixStream, state: Arc<ApiState>) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let resp = match read_request(&mut r).await {
+        Ok(None) => return Ok(()),
+        Ok(Some(req)) => route(&req.method, &req.path, &state),
+        Err(resp) => resp,
+    };
+    write_response(&mut w, &resp).await
+}
+
+/// Accept connections on `listener` forever.
+pub async fn serve(listener: UnixListener, state: Arc<ApiState>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let state = state.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = serve_conn(stream, state).await {
+                        tracing::debug!("API connection: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("API accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn prepare_path(path: &Path) -> Result<(), ApiError> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|source| ApiError::Listen {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+        Ok(_) => Err(ApiError::NotASocket(path.to_path_buf())),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Listen on `path` and serve from a thread of its own.
+pub fn spawn(path: &Path, state: ApiState) -> Result<(), ApiError> {
+    prepare_path(path)?;
+    let listen_err = |source| ApiError::Listen {
+        path: path.to_path_buf(),
+        source,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(listen_err)?;
+    let listener = {
+        let _guard = rt.enter();
+        UnixListener::bind(path).map_err(listen_err)?
+    };
+    let state = Arc::new(state);
+    std::thread::Builder::new()
+        .name("api".into())
+        .spawn(move || rt.block_on(serve(listener, state)))
+        .map_err(listen_err)?;
+    Ok(())
+}
+
+/// The client side, for `vmmctl` and tests: one request on `socket`,
+/// returns the status code and the body.
+pub fn request(socket: &Path, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw)?;
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
+    let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use viommu_device::Counters;
+
+use super::*;
+
+fn state(counters: Counters) -> (ApiState, Arc<VmExit>) {
+    let exit = Arc::new(VmExit::new().unwrap());
+    (
+        ApiState {
+            info: json!({"cpus": 2}),
+            metrics: Box::new(move || viommu_counters::prometheus_text("viommu", &counters)),
+            exit: exit.clone(),
+        },
+        exit,
+    )
+}
+
+/// A strict reader of the Prometheus text exposition format (0.0.4): every
+/// sample belongs to a metric announced by HELP and TYPE lines before it,
+/// names and label sets are well-formed, values are numbers, counters end
+/// in `_total`, no sample repeats. Returns sample (name with labels) ->
+/// value.
+fn parse_prometheus(text: &str) -> Result<BTreeMap<String, f64>, String> {
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
+    let mut help = BTreeMap::new();
+    let mut types = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    if !text.ends_with('\n') {
+        return Err("no final line feed".into());
+    }
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, h) = rest.split_once(' ').ok_or("HELP without text")?;
+            if !name_ok(name) || h.trim().is_empty() || help.insert(name, h).is_some() {
+                return Err(format!("bad or repeated HELP: {line}"));
+            }
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, t) = rest.split_once(' ').ok_or("TYPE without type")?;
+            if !help.contains_key(name) || types.insert(name, t).is_some() {
+                return Err(format!("TYPE before HELP or repeated: {line}"));
+            }
+            if t == "counter" && !name.ends_with("_total") {
+                return Err(format!("counter not ending in _total: {name}"));
+            }
+        } else if line.starts_with('#') || line.is_empty() {
+            return Err(format!("unexpected line: {line:?}"));
+        } else {
+            let (series, value) = line.rsplit_once(' ').ok_or("sample without value")?;
+            let name = series.split('{').next().unwrap_or_default();
+            if !name_ok(name) || types.get(name) != Some(&"counter") {
+                return Err(format!("sample of an unannounced metric: {line}"));
+            }
+            if let Some(labels) = series.strip_prefix(name) {
+                if !labels.is_empty() {
+                    let inner = labels
+                        .strip_prefix('{')
+                        .and_then(|l| l.strip_suffix('}'))
+                        .ok_or(format!("bad labels: {line}"))?;
+                    for pair in inner.split(',') {
+                        let (k, v) = pair.split_once('=').ok_or(format!("bad label: {line}"))?;
+                        if !(name_ok(k) && v.len() >= 2 && v.starts_with('"') && v.ends_with('"')) {
+                            return Err(format!("bad label: {line}"));
+                        }
+                    }
+                }
+            }
+            let v: f64 = value.parse().map_err(|_| format!("bad value: {line}"))?;
+            if samples.insert(series.to_string(), v).is_some() {
+                return Err(format!("repeated sample: {line}"));
+            }
+        }
+    }
+    Ok(samples)
+}
+
+#[test]
+fn routes() {
+    let (s, exit) = state(Counters::default());
+    let info = route("GET", "/api/v1/vm.info", &s);
+    assert_eq!(info.status, 200);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&info.body).unwrap(),
+        json!({"cpus": 2})
+    );
+    assert_eq!(route("GET", "/nope", &s).status, 404);
+    let wrong = route("GET", "/api/v1/vm.shutdown", &s);
+    assert_eq!((wrong.status, wrong.allow), (405, Some("PUT")));
+    assert_eq!(route("PUT", "/metrics", &s).status, 405);
+    assert_eq!(exit.reason(), None);
+    assert_eq!(route("PUT", "/api/v1/vm.shutdown", &s).status, 204);
+    assert_eq!(exit.reason(), Some(ExitReason::ApiShutdown));
+}
+
+#[test]
+fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
+    let dir = std::env::temp_dir().join(format!("vmm-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("api.sock");
+    std::fs::write(&path, b"").unwrap();
+    let (s, exit) = state(Counters::default());
+    assert!(matches!(spawn(&path, s), Err(ApiError::NotASocket(_))));
+    std::fs::remove_file(&path).unwrap();
+    let (s, _) = state(Counters::default());
+    spawn(&path, s).unwrap();
+    // A second server on the same path replaces the stale socket.
+    let mut c = Counters::default();
+    c.requests.map = 3;
+    c.requests.unmap = 2;
+    c.requests.flush = 1;
+    c.batch_sizes[2] = 1;
+    c.backend.map_calls = 4;
+    c.backend.unmap_calls = 5;
+    c.deferred_unmaps = 6;
+    c.flush_backend_calls = 2;
+    c.merged_ranges = 6;
+    let (s, exit2) = state(c);
+    spawn(&path, s).unwrap();
+
+    let (status, text) = request(&path, "GET", "/metrics").unwrap();
+    assert_eq!(status, 200);
+    let m = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    // What the lab reads (ci/lab/host-lib.sh, snap()).
+    for (k, v) in [
+        ("viommu_requests_total{type=\"map\"}", 3.0),
+        ("viommu_requests_total{type=\"unmap\"}", 2.0),
+        ("viommu_requests_total{type=\"flush\"}", 1.0),
+        ("viommu_backend_map_calls_total", 4.0),
+        ("viommu_backend_unmap_calls_total", 5.0),
+        ("viommu_deferred_unmaps_total", 6.0),
+        ("viommu_flush_backend_calls_total", 2.0),
+        ("viommu_merged_ranges_total", 6.0),
+        ("viommu_batch_sizes_total{size_log2=\"2\"}", 1.0),
+    ] {
+        assert_eq!(m.get(k), Some(&v), "{k}");
+    }
+    // Every counter field is there: 7 request types, 9 buckets, 7 host
+    // call counters, 11 more.
+    assert_eq!(m.len(), 7 + 9 + 7 + 11, "{text}");
+
+    let (status, info) = request(&path, "GET", "/api/v1/vm.info").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&info).unwrap()["cpus"],
+        2
+    );
+    let (status, err) = request(&path, "POST", "/metrics").unwrap();
+    assert_eq!(status, 405);
+    assert!(err.contains("error"));
+    assert_eq!(request(&path, "PUT", "/api/v1/vm.shutdown").unwrap().0, 204);
+    assert_eq!(exit2.reason(), Some(ExitReason::ApiShutdown));
+    assert_eq!(exit.reason(), None);
+}

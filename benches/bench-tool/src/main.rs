@@ -25,6 +25,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
+        .without_time()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("viommu_bench=info")),
@@ -456,7 +458,7 @@ fn write_outputs(doc: &Results, out: &Path) -> Result<(), String> {
     );
     for c in doc.cells.iter().filter(|c| c.status != CellStatus::Ok) {
         md += &format!(
-            "\n- {} round {}: {:?} (log `{}`)",
+            "\n- {} round {}: {:?} (log `{}`)\n",
             c.column,
             c.round + 1,
             c.status,

@@ -1,0 +1,301 @@
+//! Binding the drive to vfio-pci and giving it back: `driver_override` +
+//! `drivers_probe` (as in the lab), undone by a guard when it is dropped,
+//! on success, on error, on a panic, and after Ctrl-C/SIGTERM (main turns
+//! those into an orderly return).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::sysfs::{pci_dev, Root};
+
+/// One sysfs write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// Absolute sysfs path.
+    pub path: PathBuf,
+    /// The value written.
+    pub value: String,
+}
+
+/// How long the kernel may take to (re)bind the drive.
+const WAIT: Duration = if cfg!(test) {
+    Duration::from_millis(200)
+} else {
+    Duration::from_secs(10)
+};
+
+fn w(path: impl Into<PathBuf>, value: &str) -> Write {
+    Write {
+        path: path.into(),
+        value: value.into(),
+    }
+}
+
+/// Binding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// A sysfs write failed.
+    #[error("writing {value:?} to {}: {source} (are you root? is vfio-pci loaded: modprobe vfio-pci?)", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The value.
+        value: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The drive did not end up on the expected driver.
+    #[error("{bdf} is bound to {found} after {secs} s, not {want}; check dmesg, then bind it by hand (see benches/bench-tool/README.md)")]
+    NotBound {
+        /// The drive.
+        bdf: String,
+        /// What it is bound to.
+        found: String,
+        /// What it should be bound to.
+        want: String,
+        /// How long we waited.
+        secs: u64,
+    },
+}
+
+/// The writes that move `bdf` from its driver (if any) to vfio-pci.
+pub fn bind_writes(bdf: &str, current: Option<&str>) -> Vec<Write> {
+    let dev = pci_dev(bdf);
+    let mut v = vec![w(dev.join("driver_override"), "vfio-pci")];
+    if let Some(d) = current {
+        v.push(w(format!("/sys/bus/pci/drivers/{d}/unbind"), bdf));
+    }
+    v.push(w("/sys/bus/pci/drivers_probe", bdf));
+    v
+}
+
+/// The writes that give `bdf` back to `original` (or no driver).
+pub fn restore_writes(bdf: &str, original: Option<&str>) -> Vec<Write> {
+    let dev = pci_dev(bdf);
+    let mut v = vec![
+        w("/sys/bus/pci/drivers/vfio-pci/unbind", bdf),
+        // An empty line clears the override.
+        w(dev.join("driver_override"), "\n"),
+    ];
+    if original.is_some() {
+        v.push(w("/sys/bus/pci/drivers_probe", bdf));
+    }
+    v
+}
+
+fn apply(root: &Root, writes: &[Write], tolerate: bool) -> Result<(), BindError> {
+    for x in writes {
+        tracing::debug!(path = %x.path.display(), value = x.value.trim(), "sysfs write");
+        if let Err(source) = root.write(&x.path, &x.value) {
+            if tolerate {
+                warn!(
+                    "writing {:?} to {}: {source}",
+                    x.value.trim(),
+                    x.path.display()
+                );
+                continue;
+            }
+            return Err(BindError::Write {
+                path: x.path.clone(),
+                value: x.value.trim().into(),
+                source,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn wait_for_driver(
+    root: &Root,
+    bdf: &str,
+    want: Option<&str>,
+    limit: Duration,
+) -> Result<(), BindError> {
+    let start = Instant::now();
+    loop {
+        let found = root.link_name(pci_dev(bdf).join("driver"));
+        if found.as_deref() == want {
+            return Ok(());
+        }
+        if start.elapsed() >= limit {
+            return Err(BindError::NotBound {
+                bdf: bdf.into(),
+                found: found.unwrap_or_else(|| "no driver".into()),
+                want: want.unwrap_or("no driver").into(),
+                secs: limit.as_secs().max(1),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The drive on vfio-pci for as long as this lives; dropping it gives the
+/// drive back to its original driver.
+#[derive(Debug)]
+pub struct BindGuard {
+    root: Root,
+    bdf: String,
+    original: Option<String>,
+    active: bool,
+}
+
+impl BindGuard {
+    /// Bind `bdf` (now on `original`) to vfio-pci. Nothing to do, and
+    /// nothing to restore, when it is on vfio-pci already.
+    pub fn bind(root: &Root, bdf: &str, original: Option<&str>) -> Result<BindGuard, BindError> {
+        let mut g = BindGuard {
+            root: root.clone(),
+            bdf: bdf.into(),
+            original: original.map(String::from),
+            active: false,
+        };
+        if original == Some("vfio-pci") {
+            info!("{bdf} is already bound to vfio-pci; it stays so");
+            return Ok(g);
+        }
+        info!(
+            "binding {bdf} to vfio-pci (from {})",
+            original.unwrap_or("no driver")
+        );
+        // From the first write on, the guard owes a restore.
+        g.active = true;
+        apply(root, &bind_writes(bdf, original), false)?;
+        wait_for_driver(root, bdf, Some("vfio-pci"), WAIT)?;
+        Ok(g)
+    }
+
+    /// Give the drive back now (also what Drop does); errors are logged.
+    pub fn restore(&mut self) {
+        if !self.active {
+            return;
+        }
+        self.active = false;
+        let orig = self.original.as_deref();
+        info!(
+            "giving {} back to {}",
+            self.bdf,
+            orig.unwrap_or("no driver")
+        );
+        let _ = apply(&self.root, &restore_writes(&self.bdf, orig), true);
+        if let Err(e) = wait_for_driver(&self.root, &self.bdf, orig, WAIT) {
+            // drivers_probe may pick another driver; bind the original directly.
+            if let Some(d) = orig {
+                let bind = [w(format!("/sys/bus/pci/drivers/{d}/bind"), &self.bdf)];
+                if apply(&self.root, &bind, false).is_ok()
+                    && wait_for_driver(&self.root, &self.bdf, orig, WAIT).is_ok()
+                {
+                    return;
+                }
+            }
+            warn!("{e}; to restore by hand: echo {bdf} > /sys/bus/pci/drivers/vfio-pci/unbind; echo > /sys/bus/pci/devices/{bdf}/driver_override; echo {bdf} > /sys/bus/pci/drivers_probe", bdf = self.bdf);
+        }
+    }
+}
+
+impl Drop for BindGuard {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_and_restore_sequences() {
+        let b = bind_writes("0000:01:00.0", Some("nvme"));
+        let s: Vec<String> = b
+            .iter()
+            .map(|x| format!("{} < {}", x.path.display(), x.value))
+            .collect();
+        assert_eq!(
+            s,
+            [
+                "/sys/bus/pci/devices/0000:01:00.0/driver_override < vfio-pci",
+                "/sys/bus/pci/drivers/nvme/unbind < 0000:01:00.0",
+                "/sys/bus/pci/drivers_probe < 0000:01:00.0",
+            ]
+        );
+        assert_eq!(bind_writes("0000:01:00.0", None).len(), 2);
+        let r = restore_writes("0000:01:00.0", Some("nvme"));
+        assert_eq!(
+            r[0].path,
+            PathBuf::from("/sys/bus/pci/drivers/vfio-pci/unbind")
+        );
+        assert_eq!(r[1].value, "\n");
+        assert_eq!(r[2].path, PathBuf::from("/sys/bus/pci/drivers_probe"));
+        assert_eq!(restore_writes("0000:01:00.0", None).len(), 2);
+    }
+
+    /// A fake sysfs where writes land in plain files; the driver link is
+    /// flipped by hand, as the kernel would.
+    fn fake() -> (tempfile::TempDir, Root) {
+        let d = tempfile::tempdir().unwrap();
+        for p in [
+            "sys/bus/pci/devices/0000:01:00.0",
+            "sys/bus/pci/drivers/nvme",
+            "sys/bus/pci/drivers/vfio-pci",
+        ] {
+            std::fs::create_dir_all(d.path().join(p)).unwrap();
+        }
+        let root = Root::new(d.path());
+        (d, root)
+    }
+
+    fn set_driver(root: &Root, drv: &str) {
+        let link = root.path("/sys/bus/pci/devices/0000:01:00.0/driver");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(format!("../../drivers/{drv}"), link).unwrap();
+    }
+
+    #[test]
+    fn guard_restores_on_drop() {
+        let (_d, root) = fake();
+        set_driver(&root, "vfio-pci");
+        // Already on vfio-pci: nothing written, nothing restored.
+        drop(BindGuard::bind(&root, "0000:01:00.0", Some("vfio-pci")).unwrap());
+        assert!(!root.exists("/sys/bus/pci/drivers/vfio-pci/unbind"));
+        // From nvme (the fake kernel "binds" at once: the link says vfio-pci).
+        let g = BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap();
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/devices/0000:01:00.0/driver_override")
+                .unwrap(),
+            "vfio-pci"
+        );
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/drivers/nvme/unbind").unwrap(),
+            "0000:01:00.0"
+        );
+        set_driver(&root, "nvme");
+        drop(g);
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/drivers/vfio-pci/unbind")
+                .unwrap(),
+            "0000:01:00.0"
+        );
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/devices/0000:01:00.0/driver_override")
+                .unwrap(),
+            ""
+        );
+    }
+
+    #[test]
+    fn failed_bind_still_restores() {
+        let (_d, root) = fake();
+        // drivers_probe cannot be written (a directory is in the way).
+        std::fs::create_dir_all(root.path("/sys/bus/pci/drivers_probe")).unwrap();
+        let e = BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap_err();
+        assert!(e.to_string().contains("drivers_probe"), "{e}");
+        // The override was cleared again by the guard's drop.
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/devices/0000:01:00.0/driver_override")
+                .unwrap(),
+            ""
+        );
+    }
+}

@@ -1,0 +1,532 @@
+//! Command-line flags and their checks. Everything here is pure: no file
+//! is read, so every bad value is reported before the host is looked at.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::columns::{self, Column, ColumnError, Iommu, Kernel, Vmm, DEFAULT_COLUMNS};
+use crate::units::{parse_size, size_label};
+
+/// Compare NVMe passthrough behind a virtio-iommu: our VMM vs stock QEMU,
+/// stock vs patched guest kernels, vs no vIOMMU, on this host's own drive.
+///
+/// DESTROYS THE DATA on the drive: it must be named twice, with --device
+/// and --destroy-data. Progress goes to stderr, the table to stdout, and
+/// results.json, table.md, chart.png and the guests' logs to --out.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "viommu-bench", version, verbatim_doc_comment)]
+pub struct Args {
+    /// PCI address of the NVMe drive to pass through, e.g. 0000:01:00.0
+    /// (`lspci -D -d ::0108` lists NVMe drives).
+    #[arg(long, value_name = "BDF")]
+    pub device: String,
+    /// Consent: the same BDF again, or the drive's serial number
+    /// (/sys/bus/pci/devices/BDF/nvme/nvme*/serial). Its data is destroyed.
+    #[arg(long, value_name = "BDF|SERIAL")]
+    pub destroy_data: Option<String>,
+    /// The drive is already bound to vfio-pci: do not bind or restore it.
+    #[arg(long)]
+    pub no_bind: bool,
+    /// Unpatched guest bzImage (guest-patches/linux-6.1/build.sh baseline).
+    #[arg(long, value_name = "PATH")]
+    pub kernel_stock: Option<PathBuf>,
+    /// Patched guest bzImage (guest-patches/linux-6.1/build.sh patched).
+    #[arg(long, value_name = "PATH")]
+    pub kernel_patched: Option<PathBuf>,
+    /// Use this guest initramfs instead of building one (it must run the
+    /// guest protocol of benches/bench-tool/guest/init as its /init).
+    #[arg(long, value_name = "PATH")]
+    pub initramfs: Option<PathBuf>,
+    /// Where built initramfs images are cached [default: ~/.cache/viommu-bench].
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Stock QEMU.
+    #[arg(long, value_name = "PATH", default_value = "qemu-system-x86_64")]
+    pub qemu: PathBuf,
+    /// Our VMM [default: `vmm` next to this program, else in PATH].
+    #[arg(long, value_name = "PATH")]
+    pub vmm: Option<PathBuf>,
+    /// Columns to run, comma-separated: built-in names, or
+    /// TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none,
+    /// KERNEL stock|patched, OPTS +-separated guest params, strict, lazy, --vmm-flags).
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_COLUMNS)]
+    pub columns: Vec<String>,
+    /// The column others are compared with in the "vs" column [default: the first].
+    #[arg(long, value_name = "TAG")]
+    pub baseline: Option<String>,
+    /// fio workload of the measured runs.
+    #[arg(long, value_enum, default_value_t = Rw::Randread)]
+    pub rw: Rw,
+    /// Block sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4k,16k,64k,128k,256k")]
+    pub bs: Vec<String>,
+    /// fio iodepth.
+    #[arg(long, default_value_t = 64)]
+    pub iodepth: u32,
+    /// fio jobs, comma-separated: each value is one more measured run per block size.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub numjobs: Vec<u32>,
+    /// Guest vCPUs.
+    #[arg(long, default_value_t = 1)]
+    pub guest_cpus: u32,
+    /// Guest RAM, e.g. 1G or 2048M.
+    #[arg(long, default_value = "1G")]
+    pub guest_memory: String,
+    /// Seconds per measured fio run.
+    #[arg(long, default_value_t = 10)]
+    pub runtime: u32,
+    /// Run every column this many times, in rotated order (round r starts at column r mod n).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// A guest that completes no I/O and prints no marker this long is killed and reported hung.
+    #[arg(long, default_value_t = 60)]
+    pub stall_seconds: u64,
+    /// Bytes written and verified per block size and job before measuring.
+    #[arg(long, default_value = "8M")]
+    pub verify_size: String,
+    /// Output directory [default: ./viommu-bench-results/TIMESTAMP].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the plan (checks, columns, commands) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Root of the sysfs/procfs tree to read (for tests).
+    #[arg(long, default_value = "/", hide = true)]
+    pub root: PathBuf,
+}
+
+/// fio --rw of the measured runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    /// Random reads.
+    Randread,
+    /// Sequential reads.
+    Read,
+    /// Random writes.
+    Randwrite,
+    /// Mixed random reads and writes.
+    Randrw,
+}
+
+impl Rw {
+    /// The fio name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rw::Randread => "randread",
+            Rw::Read => "read",
+            Rw::Randwrite => "randwrite",
+            Rw::Randrw => "randrw",
+        }
+    }
+}
+
+/// A flag with a bad value.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CliError {
+    /// Not a PCI address.
+    #[error("--device {0:?}: not a PCI address; write it as DDDD:BB:DD.F, e.g. 0000:01:00.0 (lspci -D -d ::0108)")]
+    BadBdf(String),
+    /// No consent.
+    #[error("--destroy-data is missing: this run destroys the data on {0}; repeat its BDF or give its serial: --destroy-data {0}")]
+    NoConsent(String),
+    /// A size that does not parse or is out of range.
+    #[error("{flag} {value:?}: {why}")]
+    BadValue {
+        /// The flag.
+        flag: &'static str,
+        /// The value.
+        value: String,
+        /// What is wrong and what would do.
+        why: String,
+    },
+    /// A kernel a column needs was not given.
+    #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.1/build.sh {variant})")]
+    MissingKernel {
+        /// The column.
+        column: String,
+        /// stock or patched.
+        kernel: &'static str,
+        /// The flag.
+        flag: &'static str,
+        /// build.sh's variant.
+        variant: &'static str,
+    },
+    /// A column spec problem.
+    #[error(transparent)]
+    Column(#[from] ColumnError),
+    /// --baseline names no selected column.
+    #[error("--baseline {0:?}: not one of the selected columns ({1})")]
+    BadBaseline(String, String),
+}
+
+/// One block size.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BlockSize {
+    /// As fio and the phase names write it (`4k`).
+    pub label: String,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The checked flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The flags as given.
+    pub args: Args,
+    /// The drive, normalized to DDDD:BB:DD.F.
+    pub bdf: String,
+    /// The columns, in order.
+    pub columns: Vec<Column>,
+    /// The baseline column's index.
+    pub baseline: usize,
+    /// Block sizes.
+    pub bs: Vec<BlockSize>,
+    /// numjobs values, deduplicated, in order.
+    pub numjobs: Vec<u32>,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// Verify bytes per block size and job.
+    pub verify_bytes: u64,
+}
+
+/// `s` as a full PCI address: `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0.
+pub fn normalize_bdf(s: &str) -> Option<String> {
+    let s = s.trim().to_ascii_lowercase();
+    let full = if s.len() == 7 { format!("0000:{s}") } else { s };
+    let b = full.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(|c| c.is_ascii_hexdigit());
+    let ok = b.len() == 12
+        && hex(0..4)
+        && b[4] == b':'
+        && hex(5..7)
+        && b[7] == b':'
+        && hex(8..10)
+        && b[10] == b'.'
+        && (b'0'..=b'7').contains(&b[11]);
+    ok.then_some(full)
+}
+
+fn bad(flag: &'static str, value: impl ToString, why: impl Into<String>) -> CliError {
+    CliError::BadValue {
+        flag,
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+impl Args {
+    /// Check every flag; the first bad one is the error.
+    pub fn validate(self) -> Result<Config, CliError> {
+        let bdf =
+            normalize_bdf(&self.device).ok_or_else(|| CliError::BadBdf(self.device.clone()))?;
+        if self.destroy_data.is_none() && !self.dry_run {
+            return Err(CliError::NoConsent(bdf));
+        }
+        let columns = columns::parse_columns(&self.columns)?;
+        let baseline = match &self.baseline {
+            None => 0,
+            Some(b) => columns.iter().position(|c| &c.tag == b).ok_or_else(|| {
+                CliError::BadBaseline(
+                    b.clone(),
+                    columns
+                        .iter()
+                        .map(|c| c.tag.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+            })?,
+        };
+        let mut bs = Vec::new();
+        for s in self.bs.iter().filter(|s| !s.trim().is_empty()) {
+            let bytes = parse_size(s)
+                .ok_or_else(|| bad("--bs", s, "not a size; use NUMBER[k|m], e.g. 4k"))?;
+            if bytes < 512 || bytes % 512 != 0 || bytes > 16 << 20 {
+                return Err(bad(
+                    "--bs",
+                    s,
+                    "block sizes are multiples of 512 bytes, at most 16m",
+                ));
+            }
+            let label = size_label(bytes);
+            if !bs.iter().any(|b: &BlockSize| b.label == label) {
+                bs.push(BlockSize { label, bytes });
+            }
+        }
+        if bs.is_empty() {
+            return Err(bad(
+                "--bs",
+                "",
+                "name at least one block size, e.g. --bs 4k,128k",
+            ));
+        }
+        let mut numjobs = Vec::new();
+        for &n in &self.numjobs {
+            if !(1..=64).contains(&n) {
+                return Err(bad("--numjobs", n, "between 1 and 64"));
+            }
+            if !numjobs.contains(&n) {
+                numjobs.push(n);
+            }
+        }
+        if numjobs.is_empty() {
+            return Err(bad(
+                "--numjobs",
+                "",
+                "give at least one value, e.g. --numjobs 1",
+            ));
+        }
+        if !(1..=4096).contains(&self.iodepth) {
+            return Err(bad("--iodepth", self.iodepth, "between 1 and 4096"));
+        }
+        if !(1..=254).contains(&self.guest_cpus) {
+            return Err(bad("--guest-cpus", self.guest_cpus, "between 1 and 254"));
+        }
+        let mem = parse_size(&self.guest_memory).ok_or_else(|| {
+            bad(
+                "--guest-memory",
+                &self.guest_memory,
+                "not a size; e.g. 1G or 2048M",
+            )
+        })?;
+        if mem < 256 << 20 || mem % (1 << 20) != 0 {
+            return Err(bad(
+                "--guest-memory",
+                &self.guest_memory,
+                "a whole number of MiB, at least 256M",
+            ));
+        }
+        if !(1..=3600).contains(&self.runtime) {
+            return Err(bad("--runtime", self.runtime, "seconds between 1 and 3600"));
+        }
+        if !(1..=100).contains(&self.rounds) {
+            return Err(bad(
+                "--rounds",
+                self.rounds,
+                "between 1 and 100 (3 or more to judge noise)",
+            ));
+        }
+        if self.stall_seconds < 15 {
+            return Err(bad(
+                "--stall-seconds",
+                self.stall_seconds,
+                "at least 15 (the guest reports progress every 5 s)",
+            ));
+        }
+        let verify_bytes = parse_size(&self.verify_size)
+            .filter(|v| *v >= 1 << 20 && v % 4096 == 0)
+            .ok_or_else(|| {
+                bad(
+                    "--verify-size",
+                    &self.verify_size,
+                    "a size of at least 1M, e.g. 8M",
+                )
+            })?;
+        if !self.dry_run {
+            for c in &columns {
+                let (given, kernel, flag, variant) = match c.kernel {
+                    Kernel::Stock => (&self.kernel_stock, "stock", "--kernel-stock", "baseline"),
+                    Kernel::Patched => (
+                        &self.kernel_patched,
+                        "patched",
+                        "--kernel-patched",
+                        "patched",
+                    ),
+                };
+                if given.is_none() {
+                    return Err(CliError::MissingKernel {
+                        column: c.tag.clone(),
+                        kernel,
+                        flag,
+                        variant,
+                    });
+                }
+            }
+        }
+        Ok(Config {
+            bdf,
+            columns,
+            baseline,
+            bs,
+            numjobs,
+            memory_mib: mem >> 20,
+            verify_bytes,
+            args: self,
+        })
+    }
+}
+
+impl Config {
+    /// Whether any column runs stock QEMU.
+    pub fn uses_qemu(&self) -> bool {
+        self.columns.iter().any(|c| c.vmm == Vmm::Qemu)
+    }
+
+    /// Whether any column runs our VMM.
+    pub fn uses_ours(&self) -> bool {
+        self.columns.iter().any(|c| c.vmm == Vmm::Ours)
+    }
+
+    /// The index of the no-vIOMMU column (the ceiling), if one was selected.
+    pub fn ceiling(&self) -> Option<usize> {
+        self.columns.iter().position(|c| c.iommu == Iommu::None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Config, CliError> {
+        let mut argv = vec![
+            "viommu-bench",
+            "--device",
+            "0000:01:00.0",
+            "--destroy-data",
+            "0000:01:00.0",
+            "--kernel-stock",
+            "/k/s",
+            "--kernel-patched",
+            "/k/p",
+        ];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv)
+            .expect("clap accepts it")
+            .validate()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.columns.len(), 6);
+        assert_eq!(
+            c.bs.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            ["4k", "16k", "64k", "128k", "256k"]
+        );
+        assert_eq!(c.numjobs, vec![1]);
+        assert_eq!(c.memory_mib, 1024);
+        assert_eq!(c.ceiling(), Some(5));
+        assert_eq!(c.args.rw, Rw::Randread);
+        assert_eq!(c.args.rounds, 3);
+    }
+
+    #[test]
+    fn bdf_forms() {
+        assert_eq!(normalize_bdf("01:00.0").as_deref(), Some("0000:01:00.0"));
+        assert_eq!(
+            normalize_bdf("0000:AF:00.1").as_deref(),
+            Some("0000:af:00.1")
+        );
+        assert_eq!(normalize_bdf("0000:01:00.8"), None);
+        assert_eq!(normalize_bdf("nvme0"), None);
+        assert_eq!(normalize_bdf(""), None);
+        let e = Args::try_parse_from(["viommu-bench", "--device", "nvme0n1", "--dry-run"])
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(e, CliError::BadBdf("nvme0n1".into()));
+    }
+
+    #[test]
+    fn consent_is_required_unless_dry_run() {
+        let e = Args::try_parse_from([
+            "viommu-bench",
+            "--device",
+            "01:00.0",
+            "--kernel-stock",
+            "k",
+            "--kernel-patched",
+            "k",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert_eq!(e, CliError::NoConsent("0000:01:00.0".into()));
+        assert!(e.to_string().contains("--destroy-data 0000:01:00.0"));
+        assert!(
+            Args::try_parse_from(["viommu-bench", "--device", "01:00.0", "--dry-run"])
+                .unwrap()
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_value() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--bs", "4k,5x"], "--bs \"5x\""),
+            (&["--bs", "1000"], "--bs \"1000\""),
+            (&["--bs", "32m"], "at most 16m"),
+            (&["--numjobs", "0"], "--numjobs \"0\""),
+            (&["--iodepth", "0"], "--iodepth"),
+            (&["--guest-cpus", "300"], "--guest-cpus"),
+            (&["--guest-memory", "lots"], "--guest-memory \"lots\""),
+            (&["--guest-memory", "128M"], "at least 256M"),
+            (&["--runtime", "0"], "--runtime"),
+            (&["--rounds", "0"], "--rounds"),
+            (&["--stall-seconds", "5"], "--stall-seconds"),
+            (&["--verify-size", "1k"], "--verify-size"),
+            (&["--columns", "ours+turbo"], "\"ours+turbo\""),
+            (&["--baseline", "nope"], "--baseline \"nope\""),
+        ];
+        for (flags, want) in cases {
+            let e = parse(flags).unwrap_err().to_string();
+            assert!(e.contains(want), "{flags:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn lists_dedupe_and_keep_order() {
+        let c = parse(&["--bs", "128k,4k,4096", "--numjobs", "2,1,2"]).unwrap();
+        assert_eq!(
+            c.bs.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            ["128k", "4k"]
+        );
+        assert_eq!(c.numjobs, vec![2, 1]);
+        assert!(
+            Args::try_parse_from(["viommu-bench", "--device", "01:00.0", "--rw", "randtrim"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn kernels_only_for_the_columns_that_boot_them() {
+        let e = Args::try_parse_from([
+            "viommu-bench",
+            "--device",
+            "01:00.0",
+            "--destroy-data",
+            "01:00.0",
+            "--kernel-stock",
+            "k",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CliError::MissingKernel {
+                    flag: "--kernel-patched",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let ok = Args::try_parse_from([
+            "viommu-bench",
+            "--device",
+            "01:00.0",
+            "--destroy-data",
+            "01:00.0",
+            "--kernel-stock",
+            "k",
+            "--columns",
+            "qemu+stock,no-viommu",
+        ])
+        .unwrap()
+        .validate();
+        assert!(ok.is_ok());
+    }
+}

@@ -1,0 +1,414 @@
+//! The columns of the comparison: which VMM, with or without a virtio-iommu,
+//! which guest kernel, and which guest parameters and VMM flags; and the
+//! command line that starts each (the lab's `vmm_command` in
+//! ci/lab/host-lib.sh, so results stay comparable).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The default columns, in order.
+pub const DEFAULT_COLUMNS: &str =
+    "qemu+stock,qemu+patched,ours+stock,ours+patched-strict,ours+patched-lazy,no-viommu";
+
+/// Which VMM runs the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vmm {
+    /// Stock QEMU (`--qemu`).
+    Qemu,
+    /// Our VMM (`--vmm`).
+    Ours,
+}
+
+/// Whether the NVMe sits behind a virtio-iommu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Iommu {
+    /// Behind the VMM's virtio-iommu.
+    Viommu,
+    /// Plain passthrough: the ceiling.
+    None,
+}
+
+/// Which guest kernel boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernel {
+    /// Unpatched 6.1 (`--kernel-stock`).
+    Stock,
+    /// 6.1 with guest-patches/linux-6.1 (`--kernel-patched`).
+    Patched,
+}
+
+/// One column of the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    /// Its name in the table.
+    pub tag: String,
+    /// The VMM.
+    pub vmm: Vmm,
+    /// vIOMMU or not.
+    pub iommu: Iommu,
+    /// The guest kernel.
+    pub kernel: Kernel,
+    /// Extra guest kernel parameters (e.g. `iommu.strict=0`).
+    pub guest_params: Vec<String>,
+    /// Extra VMM flags (e.g. `--pool-threshold=128K`).
+    pub vmm_flags: Vec<String>,
+}
+
+/// A `--columns` entry that is not a column.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ColumnError {
+    /// Neither a built-in name nor a TAG:VMM:IOMMU:KERNEL[:OPTS] spec.
+    #[error("--columns {0:?}: unknown column; use one of {DEFAULT_COLUMNS}, or TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none, KERNEL stock|patched, OPTS +-separated guest params, strict, lazy, --vmm-flags)")]
+    Unknown(String),
+    /// A field of a spec has a bad value.
+    #[error("--columns {spec:?}: {field} {value:?} is not one of {allowed}")]
+    BadField {
+        /// The whole spec.
+        spec: String,
+        /// Which field.
+        field: &'static str,
+        /// The bad value.
+        value: String,
+        /// What it may be.
+        allowed: &'static str,
+    },
+    /// Two columns share a tag.
+    #[error("--columns: {0:?} appears twice; give each column its own tag")]
+    Duplicate(String),
+    /// No column at all.
+    #[error("--columns is empty; name at least one column, e.g. --columns {DEFAULT_COLUMNS}")]
+    Empty,
+}
+
+fn col(tag: &str, vmm: Vmm, iommu: Iommu, kernel: Kernel, params: &[&str]) -> Column {
+    Column {
+        tag: tag.into(),
+        vmm,
+        iommu,
+        kernel,
+        guest_params: params.iter().map(|s| s.to_string()).collect(),
+        vmm_flags: vec![],
+    }
+}
+
+/// The built-in column called `name`.
+pub fn builtin(name: &str) -> Option<Column> {
+    use {Iommu::*, Kernel::*, Vmm::*};
+    Some(match name {
+        "qemu+stock" => col(name, Qemu, Viommu, Stock, &[]),
+        "qemu+patched" => col(name, Qemu, Viommu, Patched, &[]),
+        "ours+stock" => col(name, Ours, Viommu, Stock, &[]),
+        "ours+patched-strict" => col(name, Ours, Viommu, Patched, &["iommu.strict=1"]),
+        "ours+patched-lazy" => col(name, Ours, Viommu, Patched, &["iommu.strict=0"]),
+        "no-viommu" => col(name, Qemu, None, Stock, &[]),
+        _ => return Option::None,
+    })
+}
+
+/// One `--columns` entry: a built-in name, or `TAG:VMM:IOMMU:KERNEL[:OPTS]`
+/// with OPTS a `+`-separated list of guest kernel parameters, `strict`,
+/// `lazy` and VMM flags (starting with `--`), as in the lab's `--runs`.
+pub fn parse_column(spec: &str) -> Result<Column, ColumnError> {
+    let spec = spec.trim();
+    if let Some(c) = builtin(spec) {
+        return Ok(c);
+    }
+    let parts: Vec<&str> = spec.splitn(5, ':').collect();
+    if parts.len() < 4 || parts[0].is_empty() {
+        return Err(ColumnError::Unknown(spec.into()));
+    }
+    let bad = |field, value: &str, allowed| ColumnError::BadField {
+        spec: spec.into(),
+        field,
+        value: value.into(),
+        allowed,
+    };
+    let vmm = match parts[1] {
+        "qemu" => Vmm::Qemu,
+        "ours" | "vmm" => Vmm::Ours,
+        v => return Err(bad("VMM", v, "qemu, ours")),
+    };
+    let iommu = match parts[2] {
+        "viommu" => Iommu::Viommu,
+        "none" => Iommu::None,
+        v => return Err(bad("IOMMU", v, "viommu, none")),
+    };
+    let kernel = match parts[3] {
+        "stock" | "baseline" => Kernel::Stock,
+        "patched" => Kernel::Patched,
+        v => return Err(bad("KERNEL", v, "stock, patched")),
+    };
+    let mut c = col(parts[0], vmm, iommu, kernel, &[]);
+    for o in parts.get(4).map(|o| o.split('+')).into_iter().flatten() {
+        match o {
+            "" => {}
+            "strict" => c.guest_params.push("iommu.strict=1".into()),
+            "lazy" => c.guest_params.push("iommu.strict=0".into()),
+            f if f.starts_with("--") => c.vmm_flags.push(f.into()),
+            p => c.guest_params.push(p.into()),
+        }
+    }
+    Ok(c)
+}
+
+/// All `--columns` entries, checked for duplicates.
+pub fn parse_columns(specs: &[String]) -> Result<Vec<Column>, ColumnError> {
+    let mut out: Vec<Column> = Vec::new();
+    for s in specs.iter().filter(|s| !s.trim().is_empty()) {
+        let c = parse_column(s)?;
+        if out.iter().any(|o| o.tag == c.tag) {
+            return Err(ColumnError::Duplicate(c.tag));
+        }
+        out.push(c);
+    }
+    if out.is_empty() {
+        return Err(ColumnError::Empty);
+    }
+    Ok(out)
+}
+
+/// What a command line is built from, besides the column.
+#[derive(Debug, Clone)]
+pub struct LaunchInputs {
+    /// Stock QEMU.
+    pub qemu: PathBuf,
+    /// Our VMM.
+    pub vmm: PathBuf,
+    /// Unpatched guest kernel.
+    pub kernel_stock: PathBuf,
+    /// Patched guest kernel.
+    pub kernel_patched: PathBuf,
+    /// The guest initramfs.
+    pub initramfs: PathBuf,
+    /// The NVMe's PCI address.
+    pub bdf: String,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+}
+
+/// A ready-to-run VMM command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments, the guest command line last.
+    pub args: Vec<String>,
+    /// QEMU's trace file (`-D`), when it traces.
+    pub trace: Option<PathBuf>,
+    /// Our VMM's API socket.
+    pub api_socket: Option<PathBuf>,
+}
+
+impl Launch {
+    /// The command as one shell-quoted line, for plans and logs.
+    pub fn display(&self) -> String {
+        std::iter::once(self.program.to_string_lossy().into_owned())
+            .chain(self.args.iter().cloned())
+            .map(|a| shell_quote(&a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The command that starts `col`'s guest with `cmdline` (the guest protocol
+/// knobs; the column's own guest parameters are appended), keeping its
+/// trace file or API socket in `run_dir` under `name`.
+pub fn launch(
+    col: &Column,
+    inp: &LaunchInputs,
+    cmdline: &str,
+    run_dir: &Path,
+    name: &str,
+) -> Launch {
+    let kernel = match col.kernel {
+        Kernel::Stock => &inp.kernel_stock,
+        Kernel::Patched => &inp.kernel_patched,
+    };
+    let mut full_cmdline = cmdline.to_string();
+    for p in &col.guest_params {
+        full_cmdline.push(' ');
+        full_cmdline.push_str(p);
+    }
+    let s = |x: &str| x.to_string();
+    let p = |x: &Path| x.to_string_lossy().into_owned();
+    let mut args = Vec::new();
+    let mut trace = None;
+    let mut api_socket = None;
+    let program = match col.vmm {
+        Vmm::Qemu => {
+            args.extend(["-accel", "kvm", "-M", "q35", "-cpu", "host", "-smp"].map(s));
+            args.push(inp.cpus.to_string());
+            args.push(s("-m"));
+            args.push(inp.memory_mib.to_string());
+            args.extend(
+                [
+                    "-nodefaults",
+                    "-display",
+                    "none",
+                    "-monitor",
+                    "none",
+                    "-serial",
+                    "stdio",
+                    "-no-reboot",
+                    "-net",
+                    "none",
+                    "-kernel",
+                ]
+                .map(s),
+            );
+            args.push(p(kernel));
+            args.push(s("-initrd"));
+            args.push(p(&inp.initramfs));
+            if col.iommu == Iommu::Viommu {
+                let t = run_dir.join(format!("{name}.trace"));
+                args.extend(["-device", "virtio-iommu-pci", "-D"].map(s));
+                args.push(p(&t));
+                for ev in crate::trace::EVENTS {
+                    args.push(s("-trace"));
+                    args.push(s(ev));
+                }
+                trace = Some(t);
+            }
+            args.push(s("-device"));
+            args.push(format!("vfio-pci,host={}", inp.bdf));
+            args.extend(col.vmm_flags.iter().cloned());
+            args.push(s("-append"));
+            inp.qemu.clone()
+        }
+        Vmm::Ours => {
+            let sock = run_dir.join(format!("{name}.sock"));
+            args.push(s("--kernel"));
+            args.push(p(kernel));
+            args.push(s("--initrd"));
+            args.push(p(&inp.initramfs));
+            args.push(s("--memory"));
+            args.push(format!("{}M", inp.memory_mib));
+            args.push(s("--cpus"));
+            args.push(inp.cpus.to_string());
+            args.push(s("--api-socket"));
+            args.push(p(&sock));
+            args.push(s("--vfio"));
+            args.push(format!("/sys/bus/pci/devices/{}", inp.bdf));
+            if col.iommu == Iommu::Viommu {
+                args.push(s("--viommu"));
+            }
+            args.extend(col.vmm_flags.iter().cloned());
+            args.push(s("--cmdline"));
+            api_socket = Some(sock);
+            inp.vmm.clone()
+        }
+    };
+    args.push(full_cmdline);
+    Launch {
+        program,
+        args,
+        trace,
+        api_socket,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs() -> LaunchInputs {
+        LaunchInputs {
+            qemu: "/usr/bin/qemu-system-x86_64".into(),
+            vmm: "/opt/vmm".into(),
+            kernel_stock: "/k/stock".into(),
+            kernel_patched: "/k/patched".into(),
+            initramfs: "/c/initramfs.cpio".into(),
+            bdf: "0000:01:00.0".into(),
+            cpus: 2,
+            memory_mib: 1024,
+        }
+    }
+
+    #[test]
+    fn default_columns_parse() {
+        let specs: Vec<String> = DEFAULT_COLUMNS.split(',').map(String::from).collect();
+        let cols = parse_columns(&specs).unwrap();
+        assert_eq!(cols.len(), 6);
+        assert_eq!(cols[4].guest_params, vec!["iommu.strict=0"]);
+        assert_eq!(cols[5].iommu, Iommu::None);
+    }
+
+    #[test]
+    fn custom_specs_and_errors() {
+        let c = parse_column("t128:ours:viommu:patched:lazy+--pool-threshold=128K").unwrap();
+        assert_eq!(c.vmm, Vmm::Ours);
+        assert_eq!(c.guest_params, vec!["iommu.strict=0"]);
+        assert_eq!(c.vmm_flags, vec!["--pool-threshold=128K"]);
+        assert_eq!(
+            parse_column("ours+fast"),
+            Err(ColumnError::Unknown("ours+fast".into()))
+        );
+        let e = parse_column("x:kvmtool:viommu:stock").unwrap_err();
+        assert!(e.to_string().contains("\"kvmtool\""), "{e}");
+        let dup = vec!["no-viommu".to_string(), "no-viommu".to_string()];
+        assert_eq!(
+            parse_columns(&dup),
+            Err(ColumnError::Duplicate("no-viommu".into()))
+        );
+        assert_eq!(parse_columns(&[]), Err(ColumnError::Empty));
+    }
+
+    #[test]
+    fn qemu_command_matches_the_lab() {
+        let c = builtin("qemu+stock").unwrap();
+        let l = launch(
+            &c,
+            &inputs(),
+            "console=ttyS0",
+            Path::new("/run"),
+            "qemu+stock-r1",
+        );
+        let line = l.display();
+        assert!(line.starts_with("/usr/bin/qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp 2 -m 1024 -nodefaults"), "{line}");
+        assert!(line.contains("-kernel /k/stock -initrd /c/initramfs.cpio -device virtio-iommu-pci -D /run/qemu+stock-r1.trace -trace virtio_iommu_map -trace virtio_iommu_unmap -trace vfio_iommu_map_notify -device vfio-pci,host=0000:01:00.0 -append console=ttyS0"), "{line}");
+        assert_eq!(l.trace, Some(PathBuf::from("/run/qemu+stock-r1.trace")));
+        let none = launch(
+            &builtin("no-viommu").unwrap(),
+            &inputs(),
+            "c",
+            Path::new("/run"),
+            "n",
+        );
+        assert!(!none.display().contains("virtio-iommu"));
+        assert_eq!(none.trace, None);
+    }
+
+    #[test]
+    fn our_command_matches_the_lab() {
+        let c = builtin("ours+patched-lazy").unwrap();
+        let l = launch(
+            &c,
+            &inputs(),
+            "console=ttyS0 lab.mode=fio",
+            Path::new("/run"),
+            "x",
+        );
+        assert_eq!(
+            l.display(),
+            "/opt/vmm --kernel /k/patched --initrd /c/initramfs.cpio --memory 1024M --cpus 2 --api-socket /run/x.sock --vfio /sys/bus/pci/devices/0000:01:00.0 --viommu --cmdline 'console=ttyS0 lab.mode=fio iommu.strict=0'"
+        );
+        assert_eq!(l.api_socket, Some(PathBuf::from("/run/x.sock")));
+    }
+}

@@ -1,0 +1,307 @@
+//! The guest protocol: marker lines the guest's /init (guest/init, the
+//! lab's protocol) prints on the serial console, and the phase names.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The guest's /init, shipped inside the tool.
+pub const INIT_SCRIPT: &str = include_str!("../guest/init");
+
+/// What the guest reported when it booted.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct BootInfo {
+    /// `uname -r`.
+    #[serde(default)]
+    pub kernel: String,
+    /// Whether /dev/nvme0n1 appeared.
+    #[serde(default)]
+    pub nvme: bool,
+    /// IOMMU group types and counts, e.g. `DMA-FQ:1`.
+    #[serde(default)]
+    pub iommu_groups: String,
+    /// The guest's /proc/cmdline.
+    #[serde(default)]
+    pub cmdline: String,
+}
+
+/// One fio run's result, as the guest reports it (fio terse v3 fields).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct FioRecord {
+    /// Phase name.
+    pub phase: String,
+    /// fio jobs.
+    #[serde(default = "one")]
+    pub numjobs: u32,
+    /// fio's error code (0: none).
+    #[serde(default)]
+    pub error: i64,
+    /// KiB read.
+    #[serde(default)]
+    pub read_kib: u64,
+    /// Read bandwidth, KiB/s.
+    #[serde(default)]
+    pub read_bw_kib: u64,
+    /// Read IOPS.
+    #[serde(default)]
+    pub read_iops: u64,
+    /// Read runtime, ms.
+    #[serde(default)]
+    pub read_ms: u64,
+    /// KiB written.
+    #[serde(default)]
+    pub write_kib: u64,
+    /// Write bandwidth, KiB/s.
+    #[serde(default)]
+    pub write_bw_kib: u64,
+    /// Write IOPS.
+    #[serde(default)]
+    pub write_iops: u64,
+    /// Write runtime, ms.
+    #[serde(default)]
+    pub write_ms: u64,
+    /// Guest debugfs counters, after minus before the run.
+    #[serde(default)]
+    pub counters: BTreeMap<String, i64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl FioRecord {
+    /// Read plus write IOPS.
+    pub fn iops(&self) -> u64 {
+        self.read_iops + self.write_iops
+    }
+
+    /// Sum of the guest counters whose name ends in `suffix` (e.g. `/hits`).
+    pub fn counter_sum(&self, suffix: &str) -> i64 {
+        self.counters
+            .iter()
+            .filter(|(k, _)| k.ends_with(suffix))
+            .map(|(_, v)| *v)
+            .sum()
+    }
+}
+
+/// One marker line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Marker {
+    /// `@@LAB-PHASE@@ begin NAME`.
+    PhaseBegin(String),
+    /// `@@LAB-PHASE@@ end NAME`.
+    PhaseEnd(String),
+    /// `@@LAB-GUEST@@ {"event":"boot",...}`.
+    Boot(BootInfo),
+    /// `@@LAB-GUEST@@ {"event":"fio",...}`.
+    Fio(FioRecord),
+    /// `@@LAB-GUEST@@ {"event":"error","message":...}`.
+    Error(String),
+    /// `@@LAB-GUEST-DONE@@ rc=N`.
+    Done(i32),
+    /// `@@LAB-PROGRESS@@ READS WRITES`: I/Os completed so far.
+    Progress(u64, u64),
+}
+
+/// A marker line that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("guest marker line {line:?}: {why}")]
+pub struct ProtocolError {
+    /// The line.
+    pub line: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// The marker in `line`, if any. Markers may follow other console output
+/// on the same line (a kernel message without its newline).
+pub fn parse_line(line: &str) -> Result<Option<Marker>, ProtocolError> {
+    let line = line.trim_end_matches(['\r', '\n']);
+    let Some(at) = line.find("@@LAB-") else {
+        return Ok(None);
+    };
+    let m = &line[at + 6..];
+    let Some((kind, rest)) = m.split_once("@@") else {
+        return Ok(None);
+    };
+    let rest = rest.trim();
+    let err = |why: String| ProtocolError {
+        line: line.to_string(),
+        why,
+    };
+    Ok(Some(match kind {
+        "PHASE" => match rest.split_once(' ') {
+            Some(("begin", n)) => Marker::PhaseBegin(n.trim().into()),
+            Some(("end", n)) => Marker::PhaseEnd(n.trim().into()),
+            _ => return Err(err("expected 'begin NAME' or 'end NAME'".into())),
+        },
+        "GUEST" => {
+            let v: serde_json::Value =
+                serde_json::from_str(rest).map_err(|e| err(format!("bad JSON: {e}")))?;
+            match v.get("event").and_then(|e| e.as_str()) {
+                Some("boot") => Marker::Boot(
+                    serde_json::from_value(v).map_err(|e| err(format!("bad boot record: {e}")))?,
+                ),
+                Some("fio") => Marker::Fio(
+                    serde_json::from_value(v).map_err(|e| err(format!("bad fio record: {e}")))?,
+                ),
+                Some("error") => Marker::Error(
+                    v.get("message")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("")
+                        .to_string(),
+                ),
+                other => return Err(err(format!("unknown event {other:?}"))),
+            }
+        }
+        "GUEST-DONE" => {
+            let rc = rest
+                .strip_prefix("rc=")
+                .and_then(|r| r.parse().ok())
+                .ok_or_else(|| err("expected rc=N".into()))?;
+            Marker::Done(rc)
+        }
+        "PROGRESS" => {
+            let mut it = rest.split_whitespace().map(str::parse::<u64>);
+            match (it.next(), it.next()) {
+                (Some(Ok(r)), Some(Ok(w))) => Marker::Progress(r, w),
+                _ => return Err(err("expected two counts".into())),
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// What a phase measured, from its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PhaseKind {
+    /// `verify-BS` or `verify-mixed`: write+verify.
+    Verify,
+    /// `RW-BS[-jN]`: a measured run.
+    Run {
+        /// fio --rw.
+        rw: String,
+        /// Block size label, e.g. `4k`.
+        bs: String,
+        /// fio jobs.
+        numjobs: u32,
+    },
+}
+
+/// The kind of phase `name` is; `None` for a name this protocol never uses.
+pub fn phase_kind(name: &str) -> Option<PhaseKind> {
+    if name.starts_with("verify-") {
+        return Some(PhaseKind::Verify);
+    }
+    let mut parts = name.split('-');
+    let rw = parts.next()?.to_string();
+    let bs = parts.next()?.to_string();
+    let numjobs = match parts.next() {
+        None => 1,
+        Some(j) => j.strip_prefix('j')?.parse().ok()?,
+    };
+    if parts.next().is_some() || rw.is_empty() || bs.is_empty() {
+        return None;
+    }
+    Some(PhaseKind::Run { rw, bs, numjobs })
+}
+
+/// The name of the measured run of `rw` at `bs` with `numjobs` jobs.
+pub fn run_phase_name(rw: &str, bs: &str, numjobs: u32) -> String {
+    if numjobs == 1 {
+        format!("{rw}-{bs}")
+    } else {
+        format!("{rw}-{bs}-j{numjobs}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_markers() {
+        assert_eq!(
+            parse_line("@@LAB-PHASE@@ begin randread-4k\r").unwrap(),
+            Some(Marker::PhaseBegin("randread-4k".into()))
+        );
+        assert_eq!(
+            parse_line("[   3.1] nvme nvme0: ok@@LAB-PHASE@@ end verify-4k").unwrap(),
+            Some(Marker::PhaseEnd("verify-4k".into()))
+        );
+        assert_eq!(
+            parse_line("@@LAB-GUEST-DONE@@ rc=1").unwrap(),
+            Some(Marker::Done(1))
+        );
+        assert_eq!(
+            parse_line("@@LAB-PROGRESS@@ 1200 34").unwrap(),
+            Some(Marker::Progress(1200, 34))
+        );
+        assert_eq!(parse_line("Linux version 6.1").unwrap(), None);
+        let fio = r#"@@LAB-GUEST@@ {"event":"fio","phase":"randread-4k","numjobs":1,"error":0,"read_kib":32768,"read_bw_kib":4096,"read_iops":1024,"read_ms":8000,"write_kib":0,"write_bw_kib":0,"write_iops":0,"write_ms":0,"counters":{"iommu-dma-pool/hits":8190,"iommu-dma-pool/misses":2}}"#;
+        match parse_line(fio).unwrap() {
+            Some(Marker::Fio(r)) => {
+                assert_eq!(r.read_iops, 1024);
+                assert_eq!(r.counter_sum("/hits"), 8190);
+                assert_eq!(r.iops(), 1024);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The lab's guest sends no numjobs: it defaults to 1.
+        let lab = r#"@@LAB-GUEST@@ {"event":"fio","phase":"randread-4k","error":0,"read_kib":1,"read_bw_kib":1,"read_iops":1,"read_ms":1,"write_kib":0,"write_bw_kib":0,"write_iops":0,"write_ms":0,"counters":{}}"#;
+        assert!(matches!(parse_line(lab).unwrap(), Some(Marker::Fio(r)) if r.numjobs == 1));
+        let boot = r#"@@LAB-GUEST@@ {"event":"boot","kernel":"6.1.0","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}"#;
+        assert!(matches!(parse_line(boot).unwrap(), Some(Marker::Boot(b)) if b.nvme));
+        assert_eq!(
+            parse_line(r#"@@LAB-GUEST@@ {"event":"error","message":"fio verify-4k exited 1"}"#)
+                .unwrap(),
+            Some(Marker::Error("fio verify-4k exited 1".into()))
+        );
+    }
+
+    #[test]
+    fn rejects_bad_markers() {
+        assert!(parse_line("@@LAB-GUEST@@ {not json").is_err());
+        assert!(parse_line("@@LAB-GUEST-DONE@@ rc=x").is_err());
+        assert!(parse_line("@@LAB-PHASE@@ middle x").is_err());
+        assert!(parse_line("@@LAB-PROGRESS@@ 1").is_err());
+        assert!(parse_line(r#"@@LAB-GUEST@@ {"event":"party"}"#).is_err());
+    }
+
+    #[test]
+    fn phase_names() {
+        assert_eq!(phase_kind("verify-mixed"), Some(PhaseKind::Verify));
+        assert_eq!(
+            phase_kind("randread-4k"),
+            Some(PhaseKind::Run {
+                rw: "randread".into(),
+                bs: "4k".into(),
+                numjobs: 1
+            })
+        );
+        assert_eq!(
+            phase_kind("randrw-128k-j2"),
+            Some(PhaseKind::Run {
+                rw: "randrw".into(),
+                bs: "128k".into(),
+                numjobs: 2
+            })
+        );
+        assert_eq!(phase_kind("randread-4k-x2"), None);
+        assert_eq!(run_phase_name("randread", "4k", 1), "randread-4k");
+        assert_eq!(run_phase_name("read", "64k", 4), "read-64k-j4");
+    }
+
+    #[test]
+    fn init_script_speaks_the_protocol() {
+        for m in [
+            "@@LAB-PHASE@@ begin",
+            "@@LAB-GUEST@@",
+            "@@LAB-GUEST-DONE@@ rc=",
+            "@@LAB-PROGRESS@@",
+        ] {
+            assert!(INIT_SCRIPT.contains(m), "{m}");
+        }
+    }
+}

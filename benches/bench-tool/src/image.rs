@@ -1,0 +1,380 @@
+//! The guest initramfs: busybox, fio and their shared libraries copied from
+//! this host, plus the guest /init (guest/init), packed as an uncompressed
+//! newc cpio and cached under a hash of everything that goes in.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+use tracing::info;
+
+use crate::guest::INIT_SCRIPT;
+
+/// Building the image failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// A host program would not run.
+    #[error("running {cmd}: {why}; install it or pass --initramfs PATH")]
+    Tool {
+        /// The command.
+        cmd: String,
+        /// What happened.
+        why: String,
+    },
+    /// A file could not be read or written.
+    #[error("{}: {source}; check the path and permissions (or pass --cache DIR)", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImageError + '_ {
+    move |source| ImageError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The libraries `ldd` lists (its stdout): `name => /path (addr)` and the
+/// loader's own `/path (addr)` lines.
+pub fn parse_ldd(out: &str) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for line in out.lines() {
+        let line = line.trim();
+        let path = match line.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            let p = PathBuf::from(p);
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
+    }
+    v
+}
+
+fn run(cmd: &str, args: &[&Path]) -> Result<std::process::Output, ImageError> {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| ImageError::Tool {
+            cmd: format!(
+                "{cmd} {}",
+                args.iter()
+                    .map(|a| a.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            why: e.to_string(),
+        })
+}
+
+/// The shared libraries `bin` loads (none for a static binary).
+fn libs_of(bin: &Path) -> Result<Vec<PathBuf>, ImageError> {
+    let out = run("ldd", &[bin])?;
+    // ldd exits 1 with "not a dynamic executable" for static binaries.
+    Ok(parse_ldd(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A newc ("070701") cpio archive written in memory.
+#[derive(Debug, Default)]
+pub struct Cpio {
+    buf: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8], rdev: (u32, u32)) {
+        self.ino += 1;
+        let name = name.trim_start_matches('/');
+        let fields = [
+            self.ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            data.len() as u32,
+            0,
+            0,
+            rdev.0,
+            rdev.1,
+            name.len() as u32 + 1,
+            0,
+        ];
+        self.buf.extend_from_slice(b"070701");
+        for f in fields {
+            self.buf.extend_from_slice(format!("{f:08x}").as_bytes());
+        }
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+        self.pad();
+        self.buf.extend_from_slice(data);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while !self.buf.len().is_multiple_of(4) {
+            self.buf.push(0);
+        }
+    }
+
+    /// A directory.
+    pub fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040755, &[], (0, 0));
+    }
+    /// A regular file with `mode` permission bits.
+    pub fn file(&mut self, name: &str, perm: u32, data: &[u8]) {
+        self.entry(name, 0o100000 | perm, data, (0, 0));
+    }
+    /// A symlink to `target`.
+    pub fn symlink(&mut self, name: &str, target: &str) {
+        self.entry(name, 0o120777, target.as_bytes(), (0, 0));
+    }
+    /// A character device node.
+    pub fn chardev(&mut self, name: &str, perm: u32, major: u32, minor: u32) {
+        self.entry(name, 0o020000 | perm, &[], (major, minor));
+    }
+    /// The archive with its trailer.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, &[], (0, 0));
+        self.buf
+    }
+}
+
+/// Everything that goes into the image.
+#[derive(Debug, Clone)]
+pub struct ImageInputs {
+    /// busybox on the host.
+    pub busybox: PathBuf,
+    /// Its applet names (`busybox --list`).
+    pub applets: Vec<String>,
+    /// fio on the host.
+    pub fio: PathBuf,
+    /// Libraries of both.
+    pub libs: Vec<PathBuf>,
+    /// The guest /init.
+    pub init: String,
+}
+
+impl ImageInputs {
+    /// Ask the host: applets of `busybox`, libraries of both programs.
+    pub fn gather(busybox: &Path, fio: &Path) -> Result<ImageInputs, ImageError> {
+        let out = run(&busybox.to_string_lossy(), &[Path::new("--list")])?;
+        let applets: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty() && !l.contains('/'))
+            .collect();
+        if applets.is_empty() {
+            return Err(ImageError::Tool {
+                cmd: format!("{} --list", busybox.display()),
+                why: "listed no applets".into(),
+            });
+        }
+        let mut libs = libs_of(busybox)?;
+        for l in libs_of(fio)? {
+            if !libs.contains(&l) {
+                libs.push(l);
+            }
+        }
+        Ok(ImageInputs {
+            busybox: busybox.into(),
+            applets,
+            fio: fio.into(),
+            libs,
+            init: INIT_SCRIPT.into(),
+        })
+    }
+
+    /// A short key over every input's contents.
+    pub fn key(&self) -> Result<String, ImageError> {
+        let mut h = Sha256::new();
+        h.update(format!(
+            "viommu-bench image v1 {}\n",
+            env!("CARGO_PKG_VERSION")
+        ));
+        h.update(self.init.as_bytes());
+        h.update(self.applets.join(",").as_bytes());
+        for p in [&self.busybox, &self.fio].into_iter().chain(&self.libs) {
+            h.update(p.to_string_lossy().as_bytes());
+            h.update(std::fs::read(p).map_err(io(p))?);
+        }
+        Ok(h.finalize()
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    }
+
+    /// The archive.
+    pub fn pack(&self) -> Result<Vec<u8>, ImageError> {
+        let mut dirs: BTreeSet<String> = [
+            "bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "root", "usr", "usr/bin",
+            "usr/sbin", "lib", "lib64",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for l in &self.libs {
+            let mut p = l.parent();
+            while let Some(d) = p.filter(|d| *d != Path::new("/")) {
+                dirs.insert(d.to_string_lossy().trim_start_matches('/').to_string());
+                p = d.parent();
+            }
+        }
+        let mut c = Cpio::default();
+        for d in &dirs {
+            c.dir(d);
+        }
+        c.chardev("dev/console", 0o600, 5, 1);
+        c.chardev("dev/null", 0o666, 1, 3);
+        c.file(
+            "bin/busybox",
+            0o755,
+            &std::fs::read(&self.busybox).map_err(io(&self.busybox))?,
+        );
+        for a in self.applets.iter().filter(|a| *a != "busybox") {
+            c.symlink(&format!("bin/{a}"), "busybox");
+        }
+        c.file(
+            "usr/bin/fio",
+            0o755,
+            &std::fs::read(&self.fio).map_err(io(&self.fio))?,
+        );
+        for l in &self.libs {
+            c.file(
+                &l.to_string_lossy(),
+                0o755,
+                &std::fs::read(l).map_err(io(l))?,
+            );
+        }
+        c.file("init", 0o755, self.init.as_bytes());
+        Ok(c.finish())
+    }
+}
+
+/// The cached image for these inputs in `cache`, built first if missing.
+pub fn build_or_reuse(inputs: &ImageInputs, cache: &Path) -> Result<PathBuf, ImageError> {
+    let path = cache.join(format!("initramfs-{}.cpio", inputs.key()?));
+    if path.is_file() {
+        info!("guest image: reusing {}", path.display());
+        return Ok(path);
+    }
+    std::fs::create_dir_all(cache).map_err(io(cache))?;
+    let tmp = path.with_extension("cpio.tmp");
+    std::fs::write(&tmp, inputs.pack()?).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    info!("guest image: built {}", path.display());
+    Ok(path)
+}
+
+/// `~/.cache/viommu-bench` (or `$XDG_CACHE_HOME/viommu-bench`).
+pub fn default_cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/var/cache"))
+        .join("viommu-bench")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output() {
+        let out = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x00007f)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n\tlibz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x00007f)\n";
+        assert_eq!(
+            parse_ldd(out),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libz.so.1"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            ]
+        );
+        assert!(parse_ldd("\tnot a dynamic executable\n").is_empty());
+    }
+
+    /// (name, mode, data) of every entry, read back.
+    fn unpack(b: &[u8]) -> Vec<(String, u32, Vec<u8>)> {
+        let mut v = Vec::new();
+        let mut i = 0;
+        let hex = |s: &[u8]| u32::from_str_radix(std::str::from_utf8(s).unwrap(), 16).unwrap();
+        loop {
+            assert_eq!(&b[i..i + 6], b"070701");
+            let f = |n: usize| hex(&b[i + 6 + 8 * n..i + 14 + 8 * n]);
+            let (mode, size, namesize) = (f(1), f(6) as usize, f(11) as usize);
+            let name_at = i + 110;
+            let name = String::from_utf8(b[name_at..name_at + namesize - 1].to_vec()).unwrap();
+            let data_at = (name_at + namesize).div_ceil(4) * 4;
+            let data = b[data_at..data_at + size].to_vec();
+            i = (data_at + size).div_ceil(4) * 4;
+            if name == "TRAILER!!!" {
+                return v;
+            }
+            v.push((name, mode, data));
+        }
+    }
+
+    #[test]
+    fn cpio_reads_back() {
+        let mut c = Cpio::default();
+        c.dir("bin");
+        c.file("bin/busybox", 0o755, b"ELF!!");
+        c.symlink("bin/sh", "busybox");
+        c.chardev("dev/console", 0o600, 5, 1);
+        let e = unpack(&c.finish());
+        assert_eq!(e[0], ("bin".into(), 0o040755, vec![]));
+        assert_eq!(e[1], ("bin/busybox".into(), 0o100755, b"ELF!!".to_vec()));
+        assert_eq!(e[2], ("bin/sh".into(), 0o120777, b"busybox".to_vec()));
+        assert_eq!(e[3].1, 0o020600);
+    }
+
+    #[test]
+    fn image_has_init_and_libs_and_is_cached_by_content() {
+        let d = tempfile::tempdir().unwrap();
+        let bb = d.path().join("busybox");
+        let fio = d.path().join("fio");
+        let lib = d.path().join("lib/libfoo.so.1");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        std::fs::write(&bb, "bb").unwrap();
+        std::fs::write(&fio, "fio").unwrap();
+        std::fs::write(&lib, "foo").unwrap();
+        let mut inp = ImageInputs {
+            busybox: bb,
+            applets: vec!["sh".into(), "mount".into(), "busybox".into()],
+            fio,
+            libs: vec![lib.clone()],
+            init: INIT_SCRIPT.into(),
+        };
+        let names: Vec<String> = unpack(&inp.pack().unwrap())
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        for want in ["init", "bin/sh", "bin/mount", "usr/bin/fio", "dev/console"] {
+            assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+        }
+        let libname = lib.to_string_lossy().trim_start_matches('/').to_string();
+        assert!(names.contains(&libname));
+        assert!(names.iter().any(|n| n == "bin/busybox"));
+        let cache = d.path().join("cache");
+        let a = build_or_reuse(&inp, &cache).unwrap();
+        assert_eq!(build_or_reuse(&inp, &cache).unwrap(), a);
+        inp.init.push_str("\n# changed\n");
+        let b = build_or_reuse(&inp, &cache).unwrap();
+        assert_ne!(a, b, "a changed init makes a new image");
+        std::fs::write(&lib, "foo2").unwrap();
+        assert_ne!(
+            inp.key().unwrap(),
+            b.file_stem().unwrap().to_string_lossy()[10..]
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! viommu-bench: launch VMs with our VMM and with stock QEMU on your own
+//! host, pass an NVMe drive through behind a virtio-iommu (or not), run fio
+//! in the guests and compare IOPS and the DMA mapping work per I/O.
+//!
+//! Each module has one job; `main.rs` wires them in this order: [`cli`]
+//! (flags) → [`preflight`] (host checks, consent) → [`image`] (guest
+//! initramfs) → [`bind`] (vfio-pci, restored on exit) → [`runner`] (one VM
+//! per cell of [`plan`], watched by [`guest`] markers, counted by
+//! [`metrics`] and [`trace`]) → [`report`] ([`stats`]) → [`chart`].
+
+pub mod bind;
+pub mod chart;
+pub mod cli;
+pub mod columns;
+pub mod guest;
+pub mod image;
+pub mod metrics;
+pub mod plan;
+pub mod preflight;
+pub mod report;
+pub mod results;
+pub mod runner;
+pub mod stats;
+pub mod sysfs;
+pub mod trace;
+pub mod units;

@@ -1,0 +1,484 @@
+//! `viommu-bench`: see lib.rs and benches/bench-tool/README.md.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use viommu_bench::bind::BindGuard;
+use viommu_bench::chart;
+use viommu_bench::cli::{Args, Config};
+use viommu_bench::columns::{launch, Kernel, LaunchInputs};
+use viommu_bench::image::{self, ImageInputs};
+use viommu_bench::plan::{self, rotation};
+use viommu_bench::preflight::{Checks, Outcome};
+use viommu_bench::report::{render_markdown, render_text, summarize};
+use viommu_bench::results::{utc_timestamp, CellStatus, Results};
+use viommu_bench::runner::{run_cell, CellCtx, Progress, RunError};
+use viommu_bench::sysfs::Root;
+use viommu_bench::units::human_duration;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("viommu_bench=info")),
+        )
+        .init();
+    let cfg = match Args::parse().validate() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("viommu-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("viommu-bench: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    ExitCode::from(rt.block_on(run(cfg)))
+}
+
+/// `vmm` next to this program, else the name for a PATH lookup.
+fn default_vmm() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("vmm")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("vmm"))
+}
+
+/// Ctrl-C and SIGTERM flip the returned flag; the run then stops its VM,
+/// restores the drive and writes what it has.
+fn watch_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let term_recv = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term_recv => {}
+        }
+        eprintln!("[viommu-bench] signal received: stopping the VM, restoring the drive, writing partial results");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+fn preflight(cfg: &Config) -> Outcome {
+    let a = &cfg.args;
+    let mut kernels = Vec::new();
+    if cfg.columns.iter().any(|c| c.kernel == Kernel::Stock) {
+        if let Some(k) = &a.kernel_stock {
+            kernels.push(("--kernel-stock", k.clone()));
+        }
+    }
+    if cfg.columns.iter().any(|c| c.kernel == Kernel::Patched) {
+        if let Some(k) = &a.kernel_patched {
+            kernels.push(("--kernel-patched", k.clone()));
+        }
+    }
+    if let Some(i) = &a.initramfs {
+        kernels.push(("--initramfs", i.clone()));
+    }
+    Checks {
+        root: Root::new(&a.root),
+        bdf: cfg.bdf.clone(),
+        consent: a.destroy_data.clone(),
+        no_bind: a.no_bind,
+        qemu: cfg.uses_qemu().then(|| a.qemu.clone()),
+        vmm: cfg
+            .uses_ours()
+            .then(|| a.vmm.clone().unwrap_or_else(default_vmm)),
+        build_image: a.initramfs.is_none(),
+        kernels,
+        guest_memory: cfg.memory_mib << 20,
+        path_env: std::env::var_os("PATH"),
+    }
+    .run()
+}
+
+fn out_dir(cfg: &Config, now: u64) -> PathBuf {
+    cfg.args.out.clone().unwrap_or_else(|| {
+        let ts = utc_timestamp(now)
+            .replace([':', '-'], "")
+            .replace('T', "-")
+            .trim_end_matches('Z')
+            .to_string();
+        PathBuf::from("viommu-bench-results").join(ts)
+    })
+}
+
+/// The guest image: --initramfs, or built (cached) from this host's programs.
+/// In a dry run nothing is written: the path it would have.
+fn guest_image(cfg: &Config, pre: &Outcome, dry: bool) -> Result<PathBuf, String> {
+    if let Some(i) = &cfg.args.initramfs {
+        return Ok(i.clone());
+    }
+    let cache = cfg.args.cache.clone().unwrap_or_else(image::default_cache);
+    let (Some(bb), Some(fio)) = (&pre.tools.busybox, &pre.tools.fio) else {
+        return Ok(cache.join("initramfs-<needs fio and busybox>.cpio"));
+    };
+    let inputs = ImageInputs::gather(bb, fio).map_err(|e| e.to_string())?;
+    if dry {
+        let key = inputs.key().map_err(|e| e.to_string())?;
+        return Ok(cache.join(format!("initramfs-{key}.cpio")));
+    }
+    image::build_or_reuse(&inputs, &cache).map_err(|e| e.to_string())
+}
+
+async fn run(cfg: Config) -> u8 {
+    let cancel = watch_signals();
+    let a = &cfg.args;
+    let dry = a.dry_run;
+    let root = Root::new(&a.root);
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+
+    // 1. Prerequisites, before anything changes.
+    let pre = preflight(&cfg);
+    for p in &pre.problems {
+        eprintln!("viommu-bench: {p}");
+    }
+    if !pre.problems.is_empty() && !dry {
+        eprintln!(
+            "viommu-bench: {} prerequisite(s) missing; nothing was changed",
+            pre.problems.len()
+        );
+        return 2;
+    }
+    let facts = &pre.facts;
+    let out = out_dir(&cfg, started);
+    let initramfs = match guest_image(&cfg, &pre, dry) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("viommu-bench: guest image: {e}");
+            return 2;
+        }
+    };
+    let run_dir = std::env::temp_dir().join(format!("viommu-bench-{}", std::process::id()));
+    let inputs = LaunchInputs {
+        qemu: pre.tools.qemu.clone().unwrap_or_else(|| a.qemu.clone()),
+        vmm: pre
+            .tools
+            .vmm
+            .clone()
+            .unwrap_or_else(|| a.vmm.clone().unwrap_or_else(default_vmm)),
+        kernel_stock: a
+            .kernel_stock
+            .clone()
+            .unwrap_or_else(|| "<--kernel-stock>".into()),
+        kernel_patched: a
+            .kernel_patched
+            .clone()
+            .unwrap_or_else(|| "<--kernel-patched>".into()),
+        initramfs,
+        bdf: cfg.bdf.clone(),
+        cpus: a.guest_cpus,
+        memory_mib: cfg.memory_mib,
+    };
+    let cmdline = plan::guest_cmdline(&cfg);
+    let cells = rotation(cfg.columns.len(), a.rounds);
+    let phases = plan::phases(&cfg);
+    let estimate = plan::estimate_cell(&cfg);
+
+    // 2. Say what will happen.
+    let drive = format!(
+        "{}{}{}",
+        cfg.bdf,
+        facts
+            .model
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default(),
+        facts
+            .serial
+            .as_deref()
+            .map(|s| format!(" serial {s}"))
+            .unwrap_or_default()
+    );
+    let now_on = facts.driver.as_deref().unwrap_or("no driver");
+    let binding = if a.no_bind {
+        "use it as bound (--no-bind)".to_string()
+    } else if now_on == "vfio-pci" {
+        "use it on vfio-pci, where it already is".to_string()
+    } else {
+        format!(
+            "bind it to vfio-pci (from {now_on}; given back at the end, also on failure or Ctrl-C)"
+        )
+    };
+    let what = format!(
+        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s); about {} in all; results in {}",
+        cells.len(),
+        cfg.columns.len(),
+        a.rounds,
+        human_duration(estimate),
+        phases.len(),
+        a.rw.as_str(),
+        a.runtime,
+        human_duration(estimate * cells.len() as u32),
+        out.display()
+    );
+    if dry {
+        println!("DRY RUN: nothing is bound, built or started.\n{what}\n");
+        println!("guest kernel command line: {cmdline}");
+        println!("guest image: {}", inputs.initramfs.display());
+        println!("\ncolumns:");
+        for c in &cfg.columns {
+            let l = launch(c, &inputs, &cmdline, &run_dir, &format!("{}-r1", c.tag));
+            println!("  {}:\n    {}", c.tag, l.display());
+        }
+        println!("\norder:");
+        for r in 0..a.rounds {
+            let order: Vec<&str> = cells
+                .iter()
+                .filter(|c| c.round == r)
+                .map(|c| cfg.columns[c.column].tag.as_str())
+                .collect();
+            println!("  round {}: {}", r + 1, order.join(", "));
+        }
+        println!(
+            "\nmeasured phases per VM: {}",
+            phases
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if !pre.problems.is_empty() {
+            println!(
+                "\n{} prerequisite(s) missing (see above): a real run would stop here.",
+                pre.problems.len()
+            );
+            return 2;
+        }
+        return 0;
+    }
+    eprintln!("{what}");
+
+    for d in [out.join("logs"), run_dir.clone()] {
+        if let Err(e) = std::fs::create_dir_all(&d) {
+            eprintln!(
+                "viommu-bench: cannot create {}: {e}; pick another --out",
+                d.display()
+            );
+            return 2;
+        }
+    }
+
+    // 3. Bind (restored when `guard` drops, whatever happens below).
+    let mut guard = None;
+    if !a.no_bind {
+        match BindGuard::bind(&root, &cfg.bdf, facts.driver.as_deref()) {
+            Ok(g) => guard = Some(g),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return 1;
+            }
+        }
+    }
+
+    // 4. Every cell.
+    let t0 = Instant::now();
+    let mut progress = Progress::new(cells.len(), a.rounds, estimate);
+    let mut ctx = CellCtx {
+        stall: Duration::from_secs(a.stall_seconds),
+        bound: plan::cell_bound(&cfg),
+        log_dir: &out.join("logs"),
+        cancel: cancel.clone(),
+    };
+    let mut results = Vec::new();
+    let mut interrupted = *cancel.borrow();
+    for cell in &cells {
+        if interrupted {
+            break;
+        }
+        let col = &cfg.columns[cell.column];
+        let l = launch(
+            col,
+            &inputs,
+            &cmdline,
+            &run_dir,
+            &format!("{}-r{}", col.tag, cell.round + 1),
+        );
+        match run_cell(&l, &col.tag, cell.round, &mut ctx, &progress).await {
+            Ok(r) => {
+                match &r.status {
+                    CellStatus::Ok => info!(
+                        "{} round {}: done in {:.0} s",
+                        col.tag,
+                        cell.round + 1,
+                        r.wall_s
+                    ),
+                    CellStatus::Hung { phase, .. } => warn!(
+                        "{} round {}: hung in {phase}; log {}",
+                        col.tag,
+                        cell.round + 1,
+                        r.log.display()
+                    ),
+                    CellStatus::Failed { reason, .. } => warn!(
+                        "{} round {}: failed: {reason}; log {}",
+                        col.tag,
+                        cell.round + 1,
+                        r.log.display()
+                    ),
+                }
+                results.push(r);
+            }
+            Err(RunError::Interrupted) => interrupted = true,
+            Err(e) => {
+                error!("{e}");
+                break;
+            }
+        }
+        if let Some(t) = &l.trace {
+            // QEMU traces grow large; the counts are in the results.
+            let _ = std::fs::remove_file(t);
+        }
+        progress.done += 1;
+    }
+    let _ = std::fs::remove_dir_all(&run_dir);
+
+    // 5. Give the drive back before writing anything else.
+    if let Some(mut g) = guard.take() {
+        g.restore();
+    }
+
+    // 6. Report.
+    let summary = summarize(&cfg.columns, &phases, &results, cfg.baseline, a.rounds);
+    let mut settings = std::collections::BTreeMap::new();
+    for (k, v) in [
+        ("rw", a.rw.as_str().to_string()),
+        (
+            "bs",
+            cfg.bs
+                .iter()
+                .map(|b| b.label.clone())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("iodepth", a.iodepth.to_string()),
+        (
+            "numjobs",
+            cfg.numjobs
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("runtime_s", a.runtime.to_string()),
+        ("rounds", a.rounds.to_string()),
+        ("guest_cpus", a.guest_cpus.to_string()),
+        ("guest_memory_mib", cfg.memory_mib.to_string()),
+        ("stall_seconds", a.stall_seconds.to_string()),
+        ("guest_cmdline", cmdline.clone()),
+    ] {
+        settings.insert(k.to_string(), v);
+    }
+    let doc = Results {
+        tool: format!("viommu-bench {}", env!("CARGO_PKG_VERSION")),
+        command: std::env::args().collect(),
+        started: utc_timestamp(started),
+        host_kernel: root
+            .read_trim("/proc/sys/kernel/osrelease")
+            .unwrap_or_default(),
+        device: cfg.bdf.clone(),
+        device_facts: facts.clone(),
+        settings,
+        columns: cfg.columns.clone(),
+        cells: results,
+        summary,
+        elapsed_s: t0.elapsed().as_secs_f64(),
+        interrupted,
+    };
+    let code = match write_outputs(&doc, &out) {
+        Ok(()) => {
+            if interrupted {
+                130
+            } else if doc.cells.iter().all(|c| c.status == CellStatus::Ok)
+                && doc.cells.len() == cells.len()
+            {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("viommu-bench: {e}");
+            1
+        }
+    };
+    print!("{}", render_text(&doc.summary));
+    code
+}
+
+fn write_outputs(doc: &Results, out: &Path) -> Result<(), String> {
+    let w = |name: &str, body: &[u8]| {
+        let p = out.join(name);
+        std::fs::write(&p, body)
+            .map_err(|e| format!("writing {}: {e}; pick another --out", p.display()))
+    };
+    let json = serde_json::to_string_pretty(doc).map_err(|e| format!("results.json: {e}"))?;
+    w("results.json", json.as_bytes())?;
+    let title = format!(
+        "viommu-bench on {} ({}), {}{}",
+        doc.device,
+        doc.device_facts.model.as_deref().unwrap_or("NVMe"),
+        doc.started,
+        if doc.interrupted { ", INTERRUPTED" } else { "" }
+    );
+    let mut md = render_markdown(&doc.summary, &title);
+    md += &format!(
+        "\nCommand: `{}` ({:.0} s).\n",
+        doc.command.join(" "),
+        doc.elapsed_s
+    );
+    for c in doc.cells.iter().filter(|c| c.status != CellStatus::Ok) {
+        md += &format!(
+            "\n- {} round {}: {:?} (log `{}`)\n",
+            c.column,
+            c.round + 1,
+            c.status,
+            c.log.display()
+        );
+    }
+    w("table.md", md.as_bytes())?;
+    let labels = chart::load_font(&chart::FONT_CANDIDATES);
+    if !labels {
+        warn!(
+            "no TrueType font found ({}); chart.png has no text",
+            chart::FONT_CANDIDATES.join(", ")
+        );
+    }
+    if let Err(e) = chart::write_chart(&doc.summary, &out.join("chart.png"), labels) {
+        warn!("{e}");
+    }
+    eprintln!(
+        "[viommu-bench] wrote {0}/results.json, {0}/table.md, {0}/chart.png, logs in {0}/logs",
+        out.display()
+    );
+    Ok(())
+}

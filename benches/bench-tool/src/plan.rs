@@ -1,0 +1,162 @@
+//! What a run will do: the cells (column x round, in rotated order), the
+//! guest command line, the measured phases, and how long it should take.
+
+use std::time::Duration;
+
+use crate::cli::Config;
+use crate::guest::run_phase_name;
+
+/// Guest debugfs counters reported per phase (the patched guest has them).
+pub const GUEST_COUNTERS: &str = "/sys/kernel/debug/virtio-iommu,/sys/kernel/debug/iommu-dma-pool";
+
+/// One VM boot: a column in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// Round, from 0.
+    pub round: u32,
+    /// Column index.
+    pub column: usize,
+}
+
+/// Every cell, round by round; round `r` starts at column `r mod n`, so
+/// slow drift of the host (heat, background work) hits every column alike.
+pub fn rotation(columns: usize, rounds: u32) -> Vec<Cell> {
+    let mut v = Vec::with_capacity(columns * rounds as usize);
+    for round in 0..rounds {
+        for i in 0..columns {
+            v.push(Cell {
+                round,
+                column: (round as usize + i) % columns.max(1),
+            });
+        }
+    }
+    v
+}
+
+/// One measured phase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phase {
+    /// The guest's name for it.
+    pub name: String,
+    /// Block size label.
+    pub bs: String,
+    /// Bytes per I/O.
+    pub bs_bytes: u64,
+    /// fio jobs.
+    pub numjobs: u32,
+}
+
+/// The measured phases, in the order the guest runs them.
+pub fn phases(cfg: &Config) -> Vec<Phase> {
+    let rw = cfg.args.rw.as_str();
+    cfg.numjobs
+        .iter()
+        .flat_map(|&n| {
+            cfg.bs.iter().map(move |b| Phase {
+                name: run_phase_name(rw, &b.label, n),
+                bs: b.label.clone(),
+                bs_bytes: b.bytes,
+                numjobs: n,
+            })
+        })
+        .collect()
+}
+
+/// The guest kernel command line (before a column's own parameters).
+pub fn guest_cmdline(cfg: &Config) -> String {
+    let a = &cfg.args;
+    let bs: Vec<&str> = cfg.bs.iter().map(|b| b.label.as_str()).collect();
+    let nj: Vec<String> = cfg.numjobs.iter().map(|n| n.to_string()).collect();
+    format!(
+        "console=ttyS0 quiet panic=-1 lab.mode=fio lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}",
+        a.rw.as_str(),
+        bs.join(","),
+        a.runtime,
+        a.iodepth,
+        cfg.verify_bytes >> 20,
+        nj.join(","),
+    )
+}
+
+/// A rough duration of one cell: boot, the verify passes, the measured runs.
+pub fn estimate_cell(cfg: &Config) -> Duration {
+    let verifies = cfg.bs.len() as u64 + 1;
+    let runs = phases(cfg).len() as u64;
+    Duration::from_secs(15 + verifies * 3 + runs * (cfg.args.runtime as u64 + 2))
+}
+
+/// The bound on one cell, whatever the progress: four times the estimate
+/// plus the stall window.
+pub fn cell_bound(cfg: &Config) -> Duration {
+    estimate_cell(cfg) * 4 + Duration::from_secs(cfg.args.stall_seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Args;
+    use clap::Parser;
+
+    #[test]
+    fn rounds_rotate() {
+        let order: Vec<(u32, usize)> = rotation(3, 3).iter().map(|c| (c.round, c.column)).collect();
+        assert_eq!(
+            order,
+            [
+                (0, 0),
+                (0, 1),
+                (0, 2),
+                (1, 1),
+                (1, 2),
+                (1, 0),
+                (2, 2),
+                (2, 0),
+                (2, 1)
+            ]
+        );
+        // Every column runs once per round, and each column is first once.
+        let cells = rotation(6, 6);
+        for r in 0..6 {
+            let mut cols: Vec<usize> = cells
+                .iter()
+                .filter(|c| c.round == r)
+                .map(|c| c.column)
+                .collect();
+            assert_eq!(cols[0], r as usize);
+            cols.sort();
+            assert_eq!(cols, (0..6).collect::<Vec<_>>());
+        }
+        assert_eq!(rotation(4, 7).len(), 28);
+        assert_eq!(
+            rotation(1, 2).iter().map(|c| c.column).collect::<Vec<_>>(),
+            [0, 0]
+        );
+    }
+
+    #[test]
+    fn cmdline_and_phases() {
+        let cfg = Args::try_parse_from([
+            "viommu-bench",
+            "--device",
+            "01:00.0",
+            "--dry-run",
+            "--bs",
+            "4k,128k",
+            "--numjobs",
+            "1,2",
+            "--rw",
+            "randrw",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        let names: Vec<String> = phases(&cfg).into_iter().map(|p| p.name).collect();
+        assert_eq!(
+            names,
+            ["randrw-4k", "randrw-128k", "randrw-4k-j2", "randrw-128k-j2"]
+        );
+        let c = guest_cmdline(&cfg);
+        assert!(c.contains("lab.rw=randrw lab.bs=4k,128k lab.runtime=10 lab.iodepth=64 lab.verify=8M lab.numjobs=1,2"), "{c}");
+        assert_eq!(estimate_cell(&cfg), Duration::from_secs(15 + 9 + 4 * 12));
+    }
+}

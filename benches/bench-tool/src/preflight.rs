@@ -1,0 +1,660 @@
+//! Host checks, all before anything is changed. Each failing prerequisite
+//! is one [`Problem`]: one line saying what is wrong and how to fix it.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sysfs::{pci_dev, Root};
+
+/// PCI class of an NVMe controller (mass storage, NVM, NVMe).
+pub const NVME_CLASS: &str = "0x010802";
+/// Linux capability number of CAP_IPC_LOCK (exempts from RLIMIT_MEMLOCK).
+const CAP_IPC_LOCK: u32 = 14;
+/// Memory VFIO pins beyond guest RAM (ROMs, rings, QEMU's own): margin.
+const MEMLOCK_MARGIN: u64 = 64 << 20;
+
+/// One failing prerequisite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// What is wrong.
+    pub what: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.fix)
+    }
+}
+
+fn problem(what: impl Into<String>, fix: impl Into<String>) -> Problem {
+    Problem {
+        what: what.into(),
+        fix: fix.into(),
+    }
+}
+
+/// What preflight learned about the drive.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    /// The driver bound now (`nvme`, `vfio-pci`), if any.
+    pub driver: Option<String>,
+    /// Its IOMMU group number.
+    pub iommu_group: Option<String>,
+    /// Serial number (from the nvme driver's sysfs).
+    pub serial: Option<String>,
+    /// Model (from the nvme driver's sysfs).
+    pub model: Option<String>,
+    /// Its block devices (namespaces), e.g. `nvme0n1`.
+    pub namespaces: Vec<String>,
+}
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct Checks {
+    /// sysfs/procfs root.
+    pub root: Root,
+    /// The drive.
+    pub bdf: String,
+    /// --destroy-data, if given.
+    pub consent: Option<String>,
+    /// --no-bind.
+    pub no_bind: bool,
+    /// Stock QEMU, when a column runs it.
+    pub qemu: Option<PathBuf>,
+    /// Our VMM, when a column runs it.
+    pub vmm: Option<PathBuf>,
+    /// Whether the guest initramfs is built here (needs fio, busybox, ldd).
+    pub build_image: bool,
+    /// Guest kernels (flag, path) the columns boot.
+    pub kernels: Vec<(&'static str, PathBuf)>,
+    /// Guest RAM in bytes (VFIO pins it).
+    pub guest_memory: u64,
+    /// PATH to search programs in.
+    pub path_env: Option<OsString>,
+}
+
+/// Programs found on the host.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tools {
+    /// Stock QEMU.
+    pub qemu: Option<PathBuf>,
+    /// Our VMM.
+    pub vmm: Option<PathBuf>,
+    /// fio (for the guest image).
+    pub fio: Option<PathBuf>,
+    /// busybox (for the guest image).
+    pub busybox: Option<PathBuf>,
+}
+
+/// Preflight's answer.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Every failing prerequisite, one line each.
+    pub problems: Vec<Problem>,
+    /// The drive as found.
+    pub facts: DeviceFacts,
+    /// Programs as found.
+    pub tools: Tools,
+}
+
+/// `prog` as an executable file: a path if it has a `/`, else looked up in `path_env`.
+pub fn find_program(prog: &Path, path_env: Option<&OsStr>) -> Option<PathBuf> {
+    let executable = |p: &Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if prog.components().count() > 1 || prog.is_absolute() {
+        return executable(prog).then(|| prog.to_path_buf());
+    }
+    std::env::split_paths(path_env?)
+        .map(|d| d.join(prog))
+        .find(|p| executable(p))
+}
+
+impl Checks {
+    /// Run every check.
+    pub fn run(&self) -> Outcome {
+        let mut out = Outcome::default();
+        let p = &mut out.problems;
+        let r = &self.root;
+        if !r.exists("/dev/kvm") {
+            p.push(problem(
+                "no /dev/kvm",
+                "enable VT-x/AMD-V in the firmware and load KVM (modprobe kvm_intel or modprobe kvm_amd)",
+            ));
+        }
+        if r.list("/sys/kernel/iommu_groups").is_empty() {
+            p.push(problem(
+                "the IOMMU is off (/sys/kernel/iommu_groups is empty)",
+                "enable VT-d/AMD-Vi in the firmware and boot with intel_iommu=on (or amd_iommu=on) iommu=pt",
+            ));
+        }
+        if !r.exists("/sys/bus/pci/drivers/vfio-pci") {
+            p.push(problem("vfio-pci is not loaded", "modprobe vfio-pci"));
+        }
+        self.check_device(&mut out);
+        self.check_memlock(&mut out.problems);
+        if !self.no_bind && self.euid() != Some(0) {
+            out.problems.push(problem(
+                "not running as root",
+                "run it with sudo: binding the drive to vfio-pci writes to sysfs (or bind it yourself and pass --no-bind)",
+            ));
+        }
+        self.check_programs(&mut out);
+        for (flag, k) in &self.kernels {
+            if !k.is_file() {
+                out.problems.push(problem(
+                    format!("{flag} {}: no such file", k.display()),
+                    "build it with guest-patches/linux-6.1/build.sh baseline|patched, or fix the path",
+                ));
+            }
+        }
+        out
+    }
+
+    fn check_device(&self, out: &mut Outcome) {
+        let r = &self.root;
+        let dev = pci_dev(&self.bdf);
+        if !r.exists(&dev) {
+            let nvmes: Vec<String> = r
+                .list("/sys/bus/pci/devices")
+                .into_iter()
+                .filter(|b| {
+                    r.read_trim(pci_dev(b).join("class")).ok().as_deref() == Some(NVME_CLASS)
+                })
+                .collect();
+            let hint = if nvmes.is_empty() {
+                "this host shows no NVMe drive (lspci -D -d ::0108)".to_string()
+            } else {
+                format!("NVMe drives on this host: {}", nvmes.join(", "))
+            };
+            out.problems.push(problem(
+                format!("--device {}: no such PCI device", self.bdf),
+                hint,
+            ));
+            return;
+        }
+        let class = r.read_trim(dev.join("class")).unwrap_or_default();
+        if class != NVME_CLASS {
+            out.problems.push(problem(
+                format!(
+                    "--device {}: PCI class {class}, not an NVMe drive ({NVME_CLASS})",
+                    self.bdf
+                ),
+                "pick the NVMe drive's address (lspci -D -d ::0108)",
+            ));
+            return;
+        }
+        let f = &mut out.facts;
+        f.driver = r.link_name(dev.join("driver"));
+        f.iommu_group = r.link_name(dev.join("iommu_group"));
+        for ctrl in r.list(dev.join("nvme")) {
+            let c = dev.join("nvme").join(&ctrl);
+            f.serial = f
+                .serial
+                .take()
+                .or_else(|| r.read_trim(c.join("serial")).ok());
+            f.model = f.model.take().or_else(|| r.read_trim(c.join("model")).ok());
+            f.namespaces.extend(
+                r.list(&c)
+                    .into_iter()
+                    .filter(|n| n.starts_with(&ctrl) && n[ctrl.len()..].starts_with('n')),
+            );
+        }
+        let facts = f.clone();
+        let p = &mut out.problems;
+        if let Some(c) = &self.consent {
+            let matches_bdf = crate::cli::normalize_bdf(c).as_deref() == Some(self.bdf.as_str());
+            let matches_serial = facts
+                .serial
+                .as_deref()
+                .is_some_and(|s| !s.is_empty() && s == c.trim());
+            if !matches_bdf && !matches_serial {
+                p.push(problem(
+                    format!(
+                        "--destroy-data {c}: names neither {} nor its serial",
+                        self.bdf
+                    ),
+                    format!(
+                        "repeat the drive you mean to erase: --destroy-data {}{}",
+                        self.bdf,
+                        facts
+                            .serial
+                            .as_deref()
+                            .map(|s| format!(" (or its serial {s})"))
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+        if let Some(g) = &facts.iommu_group {
+            let others: Vec<String> = r
+                .list(format!("/sys/kernel/iommu_groups/{g}/devices"))
+                .into_iter()
+                .filter(|o| o != &self.bdf)
+                .filter(|o| {
+                    // Bridges may share the group; VFIO allows them.
+                    !r.read_trim(pci_dev(o).join("class"))
+                        .unwrap_or_default()
+                        .starts_with("0x0604")
+                })
+                .collect();
+            if !others.is_empty() {
+                p.push(problem(
+                    format!("IOMMU group {g} of {} also holds {}", self.bdf, others.join(", ")),
+                    "VFIO passes whole groups: move the drive to a slot with its own group (or enable ACS in the firmware)",
+                ));
+            }
+        } else {
+            p.push(problem(
+                format!("{} has no IOMMU group", self.bdf),
+                "enable the IOMMU (intel_iommu=on or amd_iommu=on) and make sure it covers this slot",
+            ));
+        }
+        if self.no_bind && facts.driver.as_deref() != Some("vfio-pci") {
+            p.push(problem(
+                format!(
+                    "--no-bind: {} is bound to {}, not vfio-pci",
+                    self.bdf,
+                    facts.driver.as_deref().unwrap_or("no driver")
+                ),
+                "drop --no-bind and let the tool bind it (restored at the end), or bind it yourself first",
+            ));
+        }
+        self.check_namespaces(&facts.namespaces, p);
+    }
+
+    fn check_namespaces(&self, namespaces: &[String], p: &mut Vec<Problem>) {
+        let r = &self.root;
+        let mounts = r.read_trim("/proc/mounts").unwrap_or_default();
+        let swaps = r.read_trim("/proc/swaps").unwrap_or_default();
+        for ns in namespaces {
+            let mut devs = vec![(ns.clone(), format!("/sys/block/{ns}"))];
+            devs.extend(
+                r.list(format!("/sys/block/{ns}"))
+                    .into_iter()
+                    .filter(|n| n.starts_with(ns.as_str()))
+                    .map(|part| (part.clone(), format!("/sys/block/{ns}/{part}"))),
+            );
+            for (name, sys) in devs {
+                let node = format!("/dev/{name}");
+                for line in mounts.lines() {
+                    let mut f = line.split_whitespace();
+                    if f.next() == Some(node.as_str()) {
+                        let at = f.next().unwrap_or("?");
+                        p.push(problem(
+                            format!("{node} is mounted on {at}"),
+                            format!(
+                                "umount {at} (and keep it out of /etc/fstab while benchmarking)"
+                            ),
+                        ));
+                    }
+                }
+                if swaps
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(node.as_str()))
+                {
+                    p.push(problem(
+                        format!("{node} is in use as swap"),
+                        format!("swapoff {node}"),
+                    ));
+                }
+                let holders = r.list(format!("{sys}/holders"));
+                if !holders.is_empty() {
+                    p.push(problem(
+                        format!("{node} is held by {}", holders.join(", ")),
+                        "stop what sits on it (LVM: vgchange -an; md: mdadm --stop; dm-crypt: cryptsetup close)",
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Effective uid from /proc/self/status.
+    fn euid(&self) -> Option<u32> {
+        let s = self.root.read_trim("/proc/self/status").ok()?;
+        let line = s.lines().find(|l| l.starts_with("Uid:"))?;
+        line.split_whitespace().nth(2)?.parse().ok()
+    }
+
+    fn has_ipc_lock(&self) -> bool {
+        let Ok(s) = self.root.read_trim("/proc/self/status") else {
+            return false;
+        };
+        s.lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+    }
+
+    fn check_memlock(&self, p: &mut Vec<Problem>) {
+        if self.has_ipc_lock() {
+            return;
+        }
+        let limits = self.root.read_trim("/proc/self/limits").unwrap_or_default();
+        let Some(line) = limits.lines().find(|l| l.starts_with("Max locked memory")) else {
+            return;
+        };
+        let soft = line["Max locked memory".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        if soft == "unlimited" {
+            return;
+        }
+        let need = self.guest_memory + MEMLOCK_MARGIN;
+        if let Ok(have) = soft.parse::<u64>() {
+            if have < need {
+                p.push(problem(
+                    format!(
+                        "memlock limit {} MiB is below the {} MiB VFIO pins for the guest's RAM",
+                        have >> 20,
+                        need >> 20
+                    ),
+                    "raise it (ulimit -l unlimited, or memlock in /etc/security/limits.conf) or run as root",
+                ));
+            }
+        }
+    }
+
+    fn check_programs(&self, out: &mut Outcome) {
+        let path = self.path_env.as_deref();
+        if let Some(q) = &self.qemu {
+            out.tools.qemu = find_program(q, path);
+            if out.tools.qemu.is_none() {
+                out.problems.push(problem(
+                    format!("stock QEMU {}: not found", q.display()),
+                    "apt-get install qemu-system-x86 (or pass --qemu PATH)",
+                ));
+            }
+        }
+        if let Some(v) = &self.vmm {
+            out.tools.vmm = find_program(v, path);
+            if out.tools.vmm.is_none() {
+                out.problems.push(problem(
+                    format!("our VMM {}: not found", v.display()),
+                    "cargo build --release -p vmm and pass --vmm target/release/vmm",
+                ));
+            }
+        }
+        if self.build_image {
+            out.tools.fio = find_program(Path::new("fio"), path);
+            if out.tools.fio.is_none() {
+                out.problems.push(problem(
+                    "fio: not found (the guest image is built from the host's fio)",
+                    "apt-get install fio (or pass --initramfs PATH)",
+                ));
+            }
+            out.tools.busybox = find_program(Path::new("busybox"), path);
+            if out.tools.busybox.is_none() {
+                out.problems.push(problem(
+                    "busybox: not found (the guest image is built from the host's busybox)",
+                    "apt-get install busybox-static (or pass --initramfs PATH)",
+                ));
+            }
+            if find_program(Path::new("ldd"), path).is_none() {
+                out.problems.push(problem(
+                    "ldd: not found (it lists fio's libraries for the guest image)",
+                    "apt-get install libc-bin (or pass --initramfs PATH)",
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    const BDF: &str = "0000:01:00.0";
+
+    struct Fake {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fake {
+        /// A host where every check passes.
+        fn healthy() -> Fake {
+            let dir = tempfile::tempdir().unwrap();
+            let f = Fake { dir };
+            f.file("dev/kvm", "");
+            f.mkdir("sys/bus/pci/drivers/vfio-pci");
+            f.mkdir("sys/bus/pci/drivers/nvme");
+            f.mkdir(&format!("sys/kernel/iommu_groups/7/devices/{BDF}"));
+            let dev = format!("sys/bus/pci/devices/{BDF}");
+            f.file(&format!("{dev}/class"), "0x010802\n");
+            symlink(
+                "../../../../bus/pci/drivers/nvme",
+                f.p(&format!("{dev}/driver")),
+            )
+            .unwrap();
+            symlink(
+                "../../../../kernel/iommu_groups/7",
+                f.p(&format!("{dev}/iommu_group")),
+            )
+            .unwrap();
+            f.file(&format!("{dev}/nvme/nvme0/serial"), "S5GXNX0T123456   \n");
+            f.file(&format!("{dev}/nvme/nvme0/model"), "Samsung SSD 980\n");
+            f.mkdir(&format!("{dev}/nvme/nvme0/nvme0n1"));
+            f.mkdir("sys/block/nvme0n1/holders");
+            f.mkdir("sys/block/nvme0n1/nvme0n1p1/holders");
+            f.file("proc/mounts", "/dev/sda1 / ext4 rw 0 0\n");
+            f.file("proc/swaps", "Filename Type Size Used Priority\n");
+            f.file("proc/self/limits", "Max cpu time              unlimited            unlimited            seconds\nMax locked memory         8388608              8388608              bytes\n");
+            f.file(
+                "proc/self/status",
+                "Name:\tviommu-bench\nUid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n",
+            );
+            for b in ["qemu-system-x86_64", "vmm", "fio", "busybox", "ldd"] {
+                f.exe(&format!("bin/{b}"));
+            }
+            f.file("k/stock", "bzImage");
+            f.file("k/patched", "bzImage");
+            f
+        }
+        fn p(&self, rel: &str) -> PathBuf {
+            self.dir.path().join(rel)
+        }
+        fn mkdir(&self, rel: &str) {
+            std::fs::create_dir_all(self.p(rel)).unwrap();
+        }
+        fn file(&self, rel: &str, body: &str) {
+            let p = self.p(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, body).unwrap();
+        }
+        fn exe(&self, rel: &str) {
+            self.file(rel, "#!/bin/sh\n");
+            std::fs::set_permissions(self.p(rel), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fn rm(&self, rel: &str) {
+            let p = self.p(rel);
+            if p.is_dir() && !p.is_symlink() {
+                std::fs::remove_dir_all(p).unwrap();
+            } else {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
+        fn checks(&self) -> Checks {
+            Checks {
+                root: Root::new(self.dir.path()),
+                bdf: BDF.into(),
+                consent: Some(BDF.into()),
+                no_bind: false,
+                qemu: Some("qemu-system-x86_64".into()),
+                vmm: Some(self.p("bin/vmm")),
+                build_image: true,
+                kernels: vec![
+                    ("--kernel-stock", self.p("k/stock")),
+                    ("--kernel-patched", self.p("k/patched")),
+                ],
+                guest_memory: 1 << 30,
+                path_env: Some(self.p("bin").into_os_string()),
+            }
+        }
+        /// The one problem the checks find; fails unless there is exactly one.
+        fn only_problem(&self, c: &Checks) -> String {
+            let out = c.run();
+            assert_eq!(out.problems.len(), 1, "{:#?}", out.problems);
+            out.problems[0].to_string()
+        }
+    }
+
+    #[test]
+    fn a_healthy_host_passes_and_facts_are_read() {
+        let f = Fake::healthy();
+        let out = f.checks().run();
+        assert!(out.problems.is_empty(), "{:#?}", out.problems);
+        assert_eq!(out.facts.driver.as_deref(), Some("nvme"));
+        assert_eq!(out.facts.iommu_group.as_deref(), Some("7"));
+        assert_eq!(out.facts.serial.as_deref(), Some("S5GXNX0T123456"));
+        assert_eq!(out.facts.namespaces, vec!["nvme0n1"]);
+        assert_eq!(out.tools.qemu, Some(f.p("bin/qemu-system-x86_64")));
+    }
+
+    #[test]
+    fn each_missing_prerequisite_names_its_fix() {
+        let cases: &[(&str, &str)] = &[
+            ("dev/kvm", "modprobe kvm_intel"),
+            ("sys/kernel/iommu_groups/7", "intel_iommu=on"),
+            ("sys/bus/pci/drivers/vfio-pci", "modprobe vfio-pci"),
+            ("bin/qemu-system-x86_64", "apt-get install qemu-system-x86"),
+            ("bin/vmm", "cargo build --release -p vmm"),
+            ("bin/fio", "apt-get install fio"),
+            ("bin/busybox", "apt-get install busybox-static"),
+            ("k/patched", "guest-patches/linux-6.1/build.sh"),
+        ];
+        for (rm, fix) in cases {
+            let f = Fake::healthy();
+            f.rm(rm);
+            let c = f.checks();
+            // A group dir gone also means the device has no group: two lines.
+            if rm.starts_with("sys/kernel") {
+                let out = c.run();
+                assert!(
+                    out.problems.iter().any(|p| p.to_string().contains(fix)),
+                    "{rm}: {:#?}",
+                    out.problems
+                );
+                continue;
+            }
+            let line = f.only_problem(&c);
+            assert!(line.contains(fix), "{rm}: {line}");
+            assert!(!line.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn wrong_device() {
+        let f = Fake::healthy();
+        f.mkdir("sys/bus/pci/devices/0000:02:00.0");
+        f.file("sys/bus/pci/devices/0000:02:00.0/class", "0x020000\n");
+        let mut c = f.checks();
+        c.bdf = "0000:03:00.0".into();
+        c.consent = Some("0000:03:00.0".into());
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("no such PCI device")
+                && line.contains("NVMe drives on this host: 0000:01:00.0"),
+            "{line}"
+        );
+        c.bdf = "0000:02:00.0".into();
+        c.consent = Some("0000:02:00.0".into());
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("PCI class 0x020000, not an NVMe drive"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn crowded_iommu_group() {
+        let f = Fake::healthy();
+        f.mkdir("sys/kernel/iommu_groups/7/devices/0000:01:00.1");
+        f.file("sys/bus/pci/devices/0000:01:00.1/class", "0x0c0330\n");
+        // A bridge in the group is fine.
+        f.mkdir("sys/kernel/iommu_groups/7/devices/0000:00:1c.0");
+        f.file("sys/bus/pci/devices/0000:00:1c.0/class", "0x060400\n");
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("also holds 0000:01:00.1") && line.contains("own group"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn busy_namespaces() {
+        let f = Fake::healthy();
+        f.file("proc/mounts", "/dev/nvme0n1p1 /data ext4 rw 0 0\n");
+        assert!(f.only_problem(&f.checks()).contains("umount /data"));
+        let f = Fake::healthy();
+        f.file(
+            "proc/swaps",
+            "Filename Type\n/dev/nvme0n1 partition 1 0 -2\n",
+        );
+        assert!(f.only_problem(&f.checks()).contains("swapoff /dev/nvme0n1"));
+        let f = Fake::healthy();
+        f.mkdir("sys/block/nvme0n1/nvme0n1p1/holders/dm-0");
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("held by dm-0") && line.contains("vgchange -an"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn memlock_and_root() {
+        let f = Fake::healthy();
+        f.file(
+            "proc/self/status",
+            "Uid:\t0\t0\t0\t0\nCapEff:\t0000000000000000\n",
+        );
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("memlock limit 8 MiB") && line.contains("ulimit -l unlimited"),
+            "{line}"
+        );
+        f.file(
+            "proc/self/limits",
+            "Max locked memory         unlimited            unlimited            bytes\n",
+        );
+        assert!(f.checks().run().problems.is_empty());
+        f.file(
+            "proc/self/status",
+            "Uid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\n",
+        );
+        assert!(f.only_problem(&f.checks()).contains("sudo"));
+        let mut c = f.checks();
+        c.no_bind = true;
+        // Not root is fine with --no-bind, but then the drive must be on vfio-pci.
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("--no-bind") && line.contains("bound to nvme"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn consent_by_bdf_or_serial() {
+        let f = Fake::healthy();
+        let mut c = f.checks();
+        c.consent = Some("S5GXNX0T123456".into());
+        assert!(c.run().problems.is_empty());
+        c.consent = Some("01:00.0".into());
+        assert!(c.run().problems.is_empty());
+        c.consent = Some("0000:02:00.0".into());
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("names neither") && line.contains("S5GXNX0T123456"),
+            "{line}"
+        );
+    }
+}

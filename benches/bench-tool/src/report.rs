@@ -1,0 +1,652 @@
+//! From cells to the table: per measured phase (block size, numjobs) and
+//! column, median IOPS with min-max over rounds, the ratio to the ceiling
+//! (the no-vIOMMU column), requests and VFIO calls per I/O, the bounce
+//! pool's hit rate, and which differences are beyond the noise.
+
+use serde::{Deserialize, Serialize};
+
+use crate::columns::{Column, Iommu};
+use crate::plan::Phase;
+use crate::results::{CellResult, CellStatus};
+use crate::stats::Spread;
+
+/// One column against the baseline column.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Versus {
+    /// Median IOPS difference, percent.
+    pub pct: f64,
+    /// Whether the min-max ranges are disjoint (and both have 2+ rounds).
+    pub significant: bool,
+}
+
+/// One column at one phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Column tag.
+    pub column: String,
+    /// IOPS over the rounds.
+    pub iops: Option<Spread>,
+    /// IOPS / the ceiling's IOPS of the same round.
+    pub ratio: Option<Spread>,
+    /// Median virtio-iommu requests (MAP+UNMAP+FLUSH) per I/O.
+    pub requests_per_io: Option<f64>,
+    /// Median VFIO calls per I/O.
+    pub vfio_per_io: Option<f64>,
+    /// The counts are lower bounds (stock QEMU's trace drops lines).
+    pub lower_bound: bool,
+    /// Median bounce-pool hit rate (0-1), from the guest's counters.
+    pub pool_hit_rate: Option<f64>,
+    /// Rounds that measured this phase.
+    pub rounds_ok: u32,
+    /// Rounds whose guest hung.
+    pub hung: u32,
+    /// Rounds that failed otherwise.
+    pub failed: u32,
+    /// Against the baseline column.
+    pub vs_baseline: Option<Versus>,
+}
+
+/// One measured phase, all columns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// Phase name, e.g. `randread-4k`.
+    pub phase: String,
+    /// Block size label.
+    pub bs: String,
+    /// fio jobs.
+    pub numjobs: u32,
+    /// One row per column.
+    pub rows: Vec<Row>,
+    /// One sentence: the best column and what its lead means.
+    pub verdict: String,
+}
+
+/// The lazy-unmap contract at work in one column and phase (medians).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LazyRow {
+    /// Phase name.
+    pub phase: String,
+    /// Column tag.
+    pub column: String,
+    /// UNMAPs deferred to a FLUSH.
+    pub deferred_unmaps: f64,
+    /// FLUSH requests.
+    pub flushes: f64,
+    /// Deferred UNMAPs per FLUSH.
+    pub deferred_per_flush: Option<f64>,
+    /// VFIO calls per FLUSH.
+    pub vfio_per_flush: Option<f64>,
+    /// Mappings merged per VFIO call of a FLUSH.
+    pub merged_per_call: Option<f64>,
+}
+
+/// Everything the table shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The column others are compared with.
+    pub baseline: String,
+    /// The no-vIOMMU column, if selected.
+    pub ceiling: Option<String>,
+    /// Rounds.
+    pub rounds: u32,
+    /// Per phase.
+    pub groups: Vec<Group>,
+    /// Lazy-unmap rows.
+    pub lazy: Vec<LazyRow>,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    Spread::of(v).map(|s| s.median)
+}
+
+/// Whether `cell` measured `phase` usably: not hung, no failed verify, and
+/// fio reported the phase without error.
+fn usable<'a>(cell: &'a CellResult, phase: &str) -> Option<&'a crate::results::PhaseResult> {
+    match &cell.status {
+        CellStatus::Hung { .. }
+        | CellStatus::Failed {
+            verify_failed: true,
+            ..
+        } => return None,
+        _ => {}
+    }
+    cell.phases
+        .get(phase)
+        .filter(|p| p.fio.as_ref().is_some_and(|f| f.error == 0 && f.iops() > 0))
+}
+
+/// Aggregate `cells` into the table.
+pub fn summarize(
+    columns: &[Column],
+    phases: &[Phase],
+    cells: &[CellResult],
+    baseline: usize,
+    rounds: u32,
+) -> Summary {
+    let ceiling = columns.iter().find(|c| c.iommu == Iommu::None);
+    let mut groups = Vec::new();
+    let mut lazy = Vec::new();
+    for ph in phases {
+        let ceiling_iops = |round: u32| {
+            let c = ceiling?;
+            cells
+                .iter()
+                .find(|x| x.column == c.tag && x.round == round)
+                .and_then(|x| usable(x, &ph.name))
+                .and_then(|p| p.fio.as_ref())
+                .map(|f| f.iops() as f64)
+        };
+        let mut rows = Vec::new();
+        for col in columns {
+            let mine: Vec<&CellResult> = cells.iter().filter(|c| c.column == col.tag).collect();
+            let (mut iops, mut ratio, mut req, mut vfio, mut hit) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            let (mut dfr, mut fl, mut dpf, mut vpf, mut mpc) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            let mut lower_bound = false;
+            for c in &mine {
+                let Some(p) = usable(c, &ph.name) else {
+                    continue;
+                };
+                let Some(f) = p.fio.as_ref() else { continue };
+                let i = f.iops() as f64;
+                iops.push(i);
+                if let Some(base) = ceiling_iops(c.round).filter(|b| *b > 0.0) {
+                    ratio.push(i / base);
+                }
+                let ios = (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64;
+                if col.iommu == Iommu::Viommu && ios > 0.0 {
+                    let dev = p.device.filter(|d| d.requests() > 0 || d.vfio_calls > 0);
+                    let guest =
+                        f.counter_sum("/map") + f.counter_sum("/unmap") + f.counter_sum("/flush");
+                    if let Some(d) = dev {
+                        req.push(d.requests() as f64 / ios);
+                        vfio.push(d.vfio_calls as f64 / ios);
+                        lower_bound |= c.lower_bound;
+                        if d.deferred_unmaps > 0 {
+                            dfr.push(d.deferred_unmaps as f64);
+                            fl.push(d.flush_requests as f64);
+                            if d.flush_requests > 0 {
+                                dpf.push(d.deferred_unmaps as f64 / d.flush_requests as f64);
+                                vpf.push(d.flush_vfio_calls as f64 / d.flush_requests as f64);
+                            }
+                            if d.flush_vfio_calls > 0 {
+                                mpc.push(d.merged_ranges as f64 / d.flush_vfio_calls as f64);
+                            }
+                        }
+                    } else if guest > 0 {
+                        req.push(guest as f64 / ios);
+                    }
+                }
+                let (h, m) = (f.counter_sum("/hits"), f.counter_sum("/misses"));
+                if h + m > 0 {
+                    hit.push(h as f64 / (h + m) as f64);
+                }
+            }
+            if !dfr.is_empty() {
+                lazy.push(LazyRow {
+                    phase: ph.name.clone(),
+                    column: col.tag.clone(),
+                    deferred_unmaps: median(&dfr).unwrap_or(0.0),
+                    flushes: median(&fl).unwrap_or(0.0),
+                    deferred_per_flush: median(&dpf),
+                    vfio_per_flush: median(&vpf),
+                    merged_per_call: median(&mpc),
+                });
+            }
+            let hung = mine
+                .iter()
+                .filter(|c| matches!(c.status, CellStatus::Hung { .. }))
+                .count() as u32;
+            rows.push(Row {
+                column: col.tag.clone(),
+                iops: Spread::of(&iops),
+                ratio: Spread::of(&ratio),
+                requests_per_io: median(&req),
+                vfio_per_io: median(&vfio),
+                lower_bound,
+                pool_hit_rate: median(&hit),
+                rounds_ok: iops.len() as u32,
+                hung,
+                failed: (mine.len() as u32).saturating_sub(hung + iops.len() as u32),
+                vs_baseline: None,
+            });
+        }
+        let base = rows.get(baseline).and_then(|r| r.iops);
+        for (i, r) in rows.iter_mut().enumerate() {
+            if let (Some(b), Some(me)) = (base, r.iops) {
+                if i != baseline && b.median > 0.0 {
+                    r.vs_baseline = Some(Versus {
+                        pct: (me.median / b.median - 1.0) * 100.0,
+                        significant: me.significantly_differs(&b),
+                    });
+                }
+            }
+        }
+        let verdict = verdict(&rows, ceiling.map(|c| c.tag.as_str()), rounds);
+        groups.push(Group {
+            phase: ph.name.clone(),
+            bs: ph.bs.clone(),
+            numjobs: ph.numjobs,
+            rows,
+            verdict,
+        });
+    }
+    Summary {
+        baseline: columns
+            .get(baseline)
+            .map(|c| c.tag.clone())
+            .unwrap_or_default(),
+        ceiling: ceiling.map(|c| c.tag.clone()),
+        rounds,
+        groups,
+        lazy,
+    }
+}
+
+/// The best column (by median IOPS, the ceiling aside) and which others
+/// it beats beyond the noise.
+fn verdict(rows: &[Row], ceiling: Option<&str>, rounds: u32) -> String {
+    let cands: Vec<(&Row, Spread)> = rows
+        .iter()
+        .filter(|r| Some(r.column.as_str()) != ceiling)
+        .filter_map(|r| r.iops.map(|s| (r, s)))
+        .collect();
+    let Some((best, bs)) = cands
+        .iter()
+        .max_by(|a, b| a.1.median.total_cmp(&b.1.median))
+    else {
+        return "no column measured this phase".into();
+    };
+    if rounds < 2 {
+        return format!(
+            "highest median: {} (one round: no noise estimate, run --rounds 3 or more)",
+            best.column
+        );
+    }
+    let (mut ahead, mut noise) = (vec![], vec![]);
+    for (r, s) in &cands {
+        if r.column == best.column {
+            continue;
+        }
+        if bs.significantly_differs(s) {
+            ahead.push(r.column.as_str());
+        } else {
+            noise.push(r.column.as_str());
+        }
+    }
+    let mut v = format!("highest median: {}", best.column);
+    if !ahead.is_empty() {
+        v += &format!("; ahead beyond the noise of {}", ahead.join(", "));
+    }
+    if !noise.is_empty() {
+        v += &format!("; within the noise of {}", noise.join(", "));
+    }
+    v
+}
+
+fn spread_cell(s: Option<Spread>, prec: usize) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) if s.n == 1 => format!("{:.*}", prec, s.median),
+        Some(s) => format!(
+            "{:.*} [{:.*}-{:.*}]",
+            prec, s.median, prec, s.min, prec, s.max
+        ),
+    }
+}
+
+fn per_io(v: Option<f64>, lower: bool) -> String {
+    v.map_or("-".into(), |x| {
+        format!("{}{x:.2}", if lower { ">=" } else { "" })
+    })
+}
+
+/// The cells of one row, in [`HEADER`] order (after the group's bs/numjobs).
+fn row_cells(r: &Row, baseline: &str) -> Vec<String> {
+    let iops = if r.rounds_ok == 0 {
+        if r.hung > 0 {
+            "hung".to_string()
+        } else {
+            "failed".to_string()
+        }
+    } else {
+        let mut s = spread_cell(r.iops, 0);
+        if r.hung > 0 {
+            s += &format!(" ({} hung)", r.hung);
+        }
+        if r.failed > 0 {
+            s += &format!(" ({} failed)", r.failed);
+        }
+        s
+    };
+    let vs = if r.column == baseline {
+        "(baseline)".to_string()
+    } else {
+        r.vs_baseline.map_or("-".into(), |v| {
+            format!("{:+.0}%{}", v.pct, if v.significant { " *" } else { "" })
+        })
+    };
+    vec![
+        r.column.clone(),
+        iops,
+        spread_cell(r.ratio, 2),
+        vs,
+        per_io(r.requests_per_io, r.lower_bound),
+        per_io(r.vfio_per_io, r.lower_bound),
+        r.pool_hit_rate
+            .map_or("-".into(), |h| format!("{:.0}%", h * 100.0)),
+    ]
+}
+
+/// Column headings of the main table.
+pub const HEADER: [&str; 7] = [
+    "column",
+    "IOPS median [min-max]",
+    "x ceiling [min-max]",
+    "vs baseline",
+    "requests/IO",
+    "VFIO calls/IO",
+    "pool hit rate",
+];
+
+fn aligned(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let w: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn lazy_cells(l: &LazyRow) -> Vec<String> {
+    let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.*}", p));
+    vec![
+        l.phase.clone(),
+        l.column.clone(),
+        format!("{:.0}", l.deferred_unmaps),
+        format!("{:.0}", l.flushes),
+        o(l.deferred_per_flush, 1),
+        o(l.vfio_per_flush, 2),
+        o(l.merged_per_call, 2),
+    ]
+}
+
+const LAZY_HEADER: [&str; 7] = [
+    "phase",
+    "column",
+    "deferred UNMAPs",
+    "FLUSHes",
+    "deferred/FLUSH",
+    "VFIO calls/FLUSH",
+    "mappings merged/VFIO call",
+];
+
+fn notes(s: &Summary) -> String {
+    let mut n = format!(
+        "Medians over {} round(s), [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise.",
+        s.rounds, s.baseline
+    );
+    match &s.ceiling {
+        Some(c) => n += &format!(" x ceiling: IOPS / {c}'s IOPS of the same round."),
+        None => n += " No no-viommu column ran, so there is no ceiling ratio.",
+    }
+    n += " >= marks stock QEMU's trace counts (lower bounds: its log drops lines). hung: the guest stopped completing I/O and was killed.";
+    n
+}
+
+/// The table for a terminal.
+pub fn render_text(s: &Summary) -> String {
+    let mut out = String::new();
+    for g in &s.groups {
+        out += &format!("\n== {} (bs {}, numjobs {}) ==\n", g.phase, g.bs, g.numjobs);
+        let mut rows = vec![HEADER.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+        rows.extend(g.rows.iter().map(|r| row_cells(r, &s.baseline)));
+        out += &aligned(&rows);
+        out += &format!("\n{}\n", g.verdict);
+    }
+    if !s.lazy.is_empty() {
+        out += "\n== lazy unmap (device counters, medians) ==\n";
+        let mut rows = vec![LAZY_HEADER
+            .iter()
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>()];
+        rows.extend(s.lazy.iter().map(lazy_cells));
+        out += &aligned(&rows);
+        out += "\n";
+    }
+    out += &format!("\n{}\n", notes(s));
+    out
+}
+
+fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
+    let mut o = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    for r in rows {
+        o += &format!("| {} |\n", r.join(" | "));
+    }
+    o
+}
+
+/// The table as Markdown (table.md), like benches/results/compare-*.md.
+pub fn render_markdown(s: &Summary, title: &str) -> String {
+    let mut head: Vec<String> = vec!["bs".into(), "numjobs".into()];
+    head.extend(HEADER.iter().map(|h| h.to_string()));
+    let mut rows = Vec::new();
+    for g in &s.groups {
+        for r in &g.rows {
+            let mut cells = vec![g.bs.clone(), g.numjobs.to_string()];
+            cells.extend(row_cells(r, &s.baseline));
+            rows.push(cells);
+        }
+    }
+    let mut out = format!("# {title}\n\n{}\n", md_table(&head, &rows));
+    out += "\n";
+    for g in &s.groups {
+        out += &format!("- {}: {}\n", g.phase, g.verdict);
+    }
+    if !s.lazy.is_empty() {
+        let lh: Vec<String> = LAZY_HEADER.iter().map(|h| h.to_string()).collect();
+        let lr: Vec<Vec<String>> = s.lazy.iter().map(lazy_cells).collect();
+        out += &format!(
+            "\nLazy unmap (device counters of the same phases, medians):\n\n{}",
+            md_table(&lh, &lr)
+        );
+    }
+    out += &format!("\n{}\n", notes(s));
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::columns::builtin;
+    use crate::guest::FioRecord;
+    use crate::metrics::DeviceCounters;
+    use crate::results::PhaseResult;
+    use std::collections::BTreeMap;
+
+    pub(crate) fn cell(
+        col: &str,
+        round: u32,
+        iops: u64,
+        dev: Option<DeviceCounters>,
+        lower: bool,
+    ) -> CellResult {
+        let mut phases = BTreeMap::new();
+        phases.insert(
+            "randread-4k".to_string(),
+            PhaseResult {
+                fio: Some(FioRecord {
+                    phase: "randread-4k".into(),
+                    numjobs: 1,
+                    read_iops: iops,
+                    read_kib: iops * 4 * 10,
+                    counters: [
+                        ("iommu-dma-pool/hits".to_string(), 99),
+                        ("iommu-dma-pool/misses".to_string(), 1),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    ..Default::default()
+                }),
+                device: dev,
+            },
+        );
+        CellResult {
+            column: col.into(),
+            round,
+            status: CellStatus::Ok,
+            boot: None,
+            phases,
+            errors: vec![],
+            warnings: vec![],
+            guest_rc: Some(0),
+            vmm_rc: Some(0),
+            lower_bound: lower,
+            wall_s: 1.0,
+            command: String::new(),
+            log: "x.log".into(),
+        }
+    }
+
+    pub(crate) fn fixture() -> (Vec<Column>, Vec<Phase>, Vec<CellResult>) {
+        let cols: Vec<Column> = ["qemu+stock", "ours+patched-lazy", "no-viommu"]
+            .iter()
+            .map(|c| builtin(c).unwrap())
+            .collect();
+        let phases = vec![Phase {
+            name: "randread-4k".into(),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 1,
+        }];
+        let q = |n| {
+            Some(DeviceCounters {
+                map_requests: n,
+                unmap_requests: n,
+                vfio_calls: 2 * n,
+                ..Default::default()
+            })
+        };
+        let lazy = Some(DeviceCounters {
+            map_requests: 100,
+            unmap_requests: 50,
+            flush_requests: 10,
+            vfio_calls: 30,
+            deferred_unmaps: 50,
+            flush_vfio_calls: 20,
+            merged_ranges: 40,
+        });
+        let mut cells = vec![];
+        for (r, (a, b, c)) in [(1000, 3000, 4000), (1100, 3300, 4400), (1050, 2900, 4200)]
+            .into_iter()
+            .enumerate()
+        {
+            cells.push(cell("qemu+stock", r as u32, a, q(a * 10), true));
+            cells.push(cell("ours+patched-lazy", r as u32, b, lazy, false));
+            cells.push(cell("no-viommu", r as u32, c, None, false));
+        }
+        (cols, phases, cells)
+    }
+
+    #[test]
+    fn summary_numbers() {
+        let (cols, phases, cells) = fixture();
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let g = &s.groups[0];
+        let q = &g.rows[0];
+        assert_eq!(q.iops.unwrap().median, 1050.0);
+        assert_eq!((q.iops.unwrap().min, q.iops.unwrap().max), (1000.0, 1100.0));
+        assert_eq!(q.ratio.unwrap().median, 0.25);
+        assert_eq!(q.requests_per_io, Some(2.0));
+        assert_eq!(q.vfio_per_io, Some(2.0));
+        assert!(q.lower_bound);
+        assert_eq!(q.pool_hit_rate, Some(0.99));
+        let o = &g.rows[1];
+        assert!(o.vs_baseline.unwrap().significant);
+        assert!((o.vs_baseline.unwrap().pct - (3000.0 / 1050.0 - 1.0) * 100.0).abs() < 1e-9);
+        assert_eq!(g.rows[2].requests_per_io, None, "the ceiling has no vIOMMU");
+        assert!(
+            g.verdict.contains(
+                "highest median: ours+patched-lazy; ahead beyond the noise of qemu+stock"
+            ),
+            "{}",
+            g.verdict
+        );
+        assert_eq!(s.lazy.len(), 1);
+        assert_eq!(s.lazy[0].deferred_per_flush, Some(5.0));
+        assert_eq!(s.lazy[0].merged_per_call, Some(2.0));
+    }
+
+    #[test]
+    fn hung_and_noise() {
+        let (cols, phases, mut cells) = fixture();
+        // ours hangs in every round: the row says so.
+        for c in cells.iter_mut().filter(|c| c.column == "ours+patched-lazy") {
+            c.status = CellStatus::Hung {
+                phase: "randread-4k".into(),
+                after_s: 60,
+            };
+        }
+        // qemu's ranges overlap a made-up second contender: noise.
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let t = render_text(&s);
+        let ours_line = t
+            .lines()
+            .find(|l| l.starts_with("ours+patched-lazy"))
+            .unwrap();
+        assert!(ours_line.contains("hung"), "{t}");
+        assert!(s.groups[0]
+            .verdict
+            .starts_with("highest median: qemu+stock"));
+        // One round: nothing is significant.
+        let one: Vec<CellResult> = fixture().2.into_iter().filter(|c| c.round == 0).collect();
+        let s1 = summarize(&cols, &phases, &one, 0, 1);
+        assert!(!s1.groups[0].rows[1].vs_baseline.unwrap().significant);
+        assert!(s1.groups[0].verdict.contains("one round"));
+    }
+
+    #[test]
+    fn renders_text_and_markdown() {
+        let (cols, phases, cells) = fixture();
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let t = render_text(&s);
+        assert!(t.contains("== randread-4k (bs 4k, numjobs 1) =="), "{t}");
+        let q = t.lines().find(|l| l.starts_with("qemu+stock")).unwrap();
+        assert!(
+            q.contains("1050 [1000-1100]")
+                && q.contains("0.25 [0.25-0.25]")
+                && q.contains("(baseline)")
+                && q.contains(">=2.00")
+                && q.contains("99%"),
+            "{q}"
+        );
+        let o = t
+            .lines()
+            .find(|l| l.starts_with("ours+patched-lazy"))
+            .unwrap();
+        assert!(o.contains("+186% *"), "{o}");
+        assert!(t.contains("== lazy unmap"));
+        let md = render_markdown(&s, "viommu-bench");
+        assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 | >=2.00 | 99% |"), "{md}");
+        assert!(
+            md.contains("| randread-4k | ours+patched-lazy | 50 | 10 | 5.0 | 2.00 | 2.00 |"),
+            "{md}"
+        );
+    }
+}

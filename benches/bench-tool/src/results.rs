@@ -1,0 +1,138 @@
+//! The results document (results.json): what ran, every cell's raw data,
+//! and the summary the table is drawn from.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::columns::Column;
+use crate::guest::{BootInfo, FioRecord};
+use crate::metrics::DeviceCounters;
+use crate::preflight::DeviceFacts;
+use crate::report::Summary;
+
+/// How one cell ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CellStatus {
+    /// The guest ran every phase and powered off.
+    Ok,
+    /// The guest stopped completing I/O and was killed: a result about that VMM.
+    Hung {
+        /// The phase it hung in (`boot` before the first).
+        phase: String,
+        /// Seconds without progress before it was killed.
+        after_s: u64,
+    },
+    /// Something else went wrong; the reason says what.
+    Failed {
+        /// What.
+        reason: String,
+        /// Whether a write+verify pass failed (data corruption or I/O errors).
+        verify_failed: bool,
+    },
+}
+
+/// One phase of one cell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseResult {
+    /// fio's result, as the guest reported it.
+    pub fio: Option<FioRecord>,
+    /// What the device did during the phase (our VMM's metrics, or QEMU's trace).
+    pub device: Option<DeviceCounters>,
+}
+
+/// One VM boot: a column in a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    /// Column tag.
+    pub column: String,
+    /// Round, from 0.
+    pub round: u32,
+    /// How it ended.
+    pub status: CellStatus,
+    /// The guest's boot record.
+    pub boot: Option<BootInfo>,
+    /// Phases by name.
+    pub phases: BTreeMap<String, PhaseResult>,
+    /// Errors the guest reported.
+    pub errors: Vec<String>,
+    /// Things that did not spoil the measurements (e.g. a slow VMM exit).
+    pub warnings: Vec<String>,
+    /// The guest's `@@LAB-GUEST-DONE@@ rc`.
+    pub guest_rc: Option<i32>,
+    /// The VMM's exit status (None: killed by a signal).
+    pub vmm_rc: Option<i32>,
+    /// Whether the device counts are lower bounds (QEMU's trace).
+    pub lower_bound: bool,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// The command.
+    pub command: String,
+    /// The full console and VMM log.
+    pub log: PathBuf,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// `viommu-bench VERSION`.
+    pub tool: String,
+    /// The command line.
+    pub command: Vec<String>,
+    /// Start, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub started: String,
+    /// Host kernel (`uname -r` equivalent).
+    pub host_kernel: String,
+    /// The drive.
+    pub device: String,
+    /// What preflight found about it.
+    pub device_facts: DeviceFacts,
+    /// Settings: rw, bs, iodepth, numjobs, runtime, rounds, guest cpus and memory.
+    pub settings: BTreeMap<String, String>,
+    /// The columns, in order.
+    pub columns: Vec<Column>,
+    /// Every cell, in the order they ran.
+    pub cells: Vec<CellResult>,
+    /// The aggregated table.
+    pub summary: Summary,
+    /// Whole run, seconds.
+    pub elapsed_s: f64,
+    /// Whether it was interrupted (Ctrl-C/SIGTERM) before the end.
+    pub interrupted: bool,
+}
+
+/// `secs` since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc_timestamp(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(utc_timestamp(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_timestamp(1_795_000_000), "2026-11-18T11:06:40Z");
+        assert_eq!(utc_timestamp(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

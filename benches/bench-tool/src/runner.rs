@@ -1,0 +1,516 @@
+//! Runs one cell: starts the VMM, follows the guest's marker lines, reads
+//! the device counters at each phase's begin and end, and kills a guest
+//! that stops completing I/O (reported `hung`, the run goes on).
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, warn};
+
+use crate::columns::Launch;
+use crate::guest::{parse_line, Marker};
+use crate::metrics::{CounterSource, DeviceCounters};
+use crate::results::{CellResult, CellStatus, PhaseResult};
+use crate::units::human_duration;
+
+/// How long the VMM may take to exit after the guest said it is done.
+const EXIT_GRACE: Duration = Duration::from_secs(60);
+
+/// A cell could not be run at all, or the user stopped the run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Ctrl-C or SIGTERM.
+    #[error("interrupted; the VM was stopped")]
+    Interrupted,
+    /// The VMM would not start.
+    #[error("starting {}: {source}; check --qemu/--vmm", program.display())]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The log file could not be written.
+    #[error("{}: {source}; check --out", path.display())]
+    Log {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Progress lines on stderr: cell, round, phase, ETA.
+#[derive(Debug)]
+pub struct Progress {
+    /// Cells in the whole run.
+    pub total: usize,
+    /// Cells finished.
+    pub done: usize,
+    /// Rounds in the run.
+    pub rounds: u32,
+    /// Estimated duration of one cell (replaced by the measured mean).
+    pub estimate: Duration,
+    started: Instant,
+}
+
+impl Progress {
+    /// A run of `total` cells in `rounds` rounds, each about `estimate`.
+    pub fn new(total: usize, rounds: u32, estimate: Duration) -> Self {
+        Progress {
+            total,
+            done: 0,
+            rounds,
+            estimate,
+            started: Instant::now(),
+        }
+    }
+
+    /// Time left: the remaining cells at the mean cell time so far.
+    pub fn eta(&self, into_current: Duration) -> Duration {
+        let per = if self.done == 0 {
+            self.estimate
+        } else {
+            self.started.elapsed().saturating_sub(into_current) / self.done as u32
+        };
+        (per * (self.total - self.done) as u32).saturating_sub(into_current)
+    }
+
+    /// Say where the run is.
+    pub fn line(&self, column: &str, round: u32, what: &str, into_current: Duration) {
+        eprintln!(
+            "[viommu-bench] cell {}/{} round {}/{} {column}: {what} (ETA {})",
+            self.done + 1,
+            self.total,
+            round + 1,
+            self.rounds,
+            human_duration(self.eta(into_current)),
+        );
+    }
+}
+
+/// What a cell run needs besides its command.
+#[derive(Debug)]
+pub struct CellCtx<'a> {
+    /// No I/O progress and no marker this long: hung.
+    pub stall: Duration,
+    /// Bound on the whole cell.
+    pub bound: Duration,
+    /// Where the log goes.
+    pub log_dir: &'a Path,
+    /// Flips to true on Ctrl-C/SIGTERM.
+    pub cancel: watch::Receiver<bool>,
+}
+
+fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
+    r: R,
+    stderr: bool,
+    tx: mpsc::Sender<(bool, String)>,
+) {
+    tokio::spawn(async move {
+        let mut r = BufReader::new(r);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\n', '\r'])
+                        .to_string();
+                    if tx.send((stderr, line)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The state of a cell as its lines come in.
+#[derive(Debug, Default)]
+struct Cell {
+    boot: Option<crate::guest::BootInfo>,
+    phases: std::collections::BTreeMap<String, PhaseResult>,
+    errors: Vec<String>,
+    warnings: Vec<String>,
+    guest_rc: Option<i32>,
+    phase: String,
+    begin: HashMap<String, DeviceCounters>,
+    io_seen: u64,
+}
+
+/// Run `launch` as the cell `column` round `round`.
+pub async fn run_cell(
+    launch: &Launch,
+    column: &str,
+    round: u32,
+    ctx: &mut CellCtx<'_>,
+    progress: &Progress,
+) -> Result<CellResult, RunError> {
+    let log_path = ctx.log_dir.join(format!("{column}-r{}.log", round + 1));
+    let log_err = |source| RunError::Log {
+        path: log_path.clone(),
+        source,
+    };
+    let mut log = std::fs::File::create(&log_path).map_err(log_err)?;
+    writeln!(log, "# {}", launch.display()).map_err(log_err)?;
+    for stale in [&launch.trace, &launch.api_socket].into_iter().flatten() {
+        let _ = std::fs::remove_file(stale);
+    }
+    let start = Instant::now();
+    progress.line(column, round, "booting", Duration::ZERO);
+    debug!("{}", launch.display());
+    let mut child = tokio::process::Command::new(&launch.program)
+        .args(&launch.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| RunError::Spawn {
+            program: launch.program.clone(),
+            source,
+        })?;
+    let (tx, mut rx) = mpsc::channel(1024);
+    if let Some(o) = child.stdout.take() {
+        spawn_lines(o, false, tx.clone());
+    }
+    if let Some(e) = child.stderr.take() {
+        spawn_lines(e, true, tx.clone());
+    }
+    drop(tx);
+    let mut src = CounterSource::new(launch.trace.as_deref(), launch.api_socket.as_deref());
+    let mut st = Cell {
+        phase: "boot".into(),
+        ..Default::default()
+    };
+    let mut last_progress = Instant::now();
+    let mut done_at: Option<Instant> = None;
+    let mut exit: Option<std::process::ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut streams_open = true;
+    let mut hung: Option<CellStatus> = None;
+    loop {
+        if exit.is_some() && !streams_open {
+            break;
+        }
+        let now = Instant::now();
+        // Which deadline applies now, and what passing it means.
+        let (deadline, why) = if let Some(t) = exited_at {
+            (t + Duration::from_secs(5), "drain")
+        } else if let Some(t) = done_at {
+            (t + EXIT_GRACE, "exit")
+        } else {
+            let stall = last_progress + ctx.stall;
+            let bound = start + ctx.bound;
+            if stall < bound {
+                (stall, "stall")
+            } else {
+                (bound, "bound")
+            }
+        };
+        tokio::select! {
+            msg = rx.recv(), if streams_open => match msg {
+                None => streams_open = false,
+                Some((is_err, line)) => {
+                    let _ = writeln!(log, "{}{line}", if is_err { "[vmm] " } else { "" });
+                    if !is_err {
+                        if on_line(&line, &mut st, &mut src, column, round, progress, start).await {
+                            last_progress = Instant::now();
+                        }
+                        if st.guest_rc.is_some() && done_at.is_none() {
+                            done_at = Some(Instant::now());
+                        }
+                    }
+                }
+            },
+            status = child.wait(), if exit.is_none() => {
+                exit = Some(status.map_err(|source| RunError::Spawn { program: launch.program.clone(), source })?);
+                exited_at = Some(Instant::now());
+            },
+            _ = tokio::time::sleep_until((deadline.max(now)).into()) => {
+                match why {
+                    "drain" => break,
+                    "exit" => {
+                        st.warnings.push(format!("the VMM did not exit within {} s after the guest powered off; killed", EXIT_GRACE.as_secs()));
+                        kill(&mut child).await;
+                    }
+                    _ => {
+                        let after_s = if why == "stall" { ctx.stall.as_secs() } else { start.elapsed().as_secs() };
+                        warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
+                        progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
+                        hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s });
+                        kill(&mut child).await;
+                    }
+                }
+            },
+            _ = ctx.cancel.changed() => {
+                kill(&mut child).await;
+                return Err(RunError::Interrupted);
+            },
+        }
+    }
+    let vmm_rc = exit.and_then(|e| e.code());
+    let _ = writeln!(log, "# VMM exit: {exit:?}");
+    let status = hung.unwrap_or_else(|| judge(&st, vmm_rc));
+    Ok(CellResult {
+        column: column.into(),
+        round,
+        status,
+        boot: st.boot,
+        phases: st.phases,
+        errors: st.errors,
+        warnings: st.warnings,
+        guest_rc: st.guest_rc,
+        vmm_rc,
+        lower_bound: src.lower_bound(),
+        wall_s: start.elapsed().as_secs_f64(),
+        command: launch.display(),
+        log: log_path,
+    })
+}
+
+async fn kill(child: &mut tokio::process::Child) {
+    let _ = child.start_kill();
+    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+}
+
+/// Take one console line; true when it shows progress.
+async fn on_line(
+    line: &str,
+    st: &mut Cell,
+    src: &mut CounterSource,
+    column: &str,
+    round: u32,
+    progress: &Progress,
+    start: Instant,
+) -> bool {
+    let m = match parse_line(line) {
+        Ok(Some(m)) => m,
+        Ok(None) => return false,
+        Err(e) => {
+            warn!("{column}: {e}");
+            return false;
+        }
+    };
+    match m {
+        Marker::PhaseBegin(n) => {
+            progress.line(column, round, &n, start.elapsed());
+            match src.snapshot().await {
+                Ok(Some(c)) => {
+                    st.begin.insert(n.clone(), c);
+                }
+                Ok(None) => {}
+                Err(e) => warn!("{column} {n}: {e}"),
+            }
+            st.phase = n;
+        }
+        Marker::PhaseEnd(n) => {
+            match src.snapshot().await {
+                Ok(Some(end)) => {
+                    if let Some(b) = st.begin.get(&n) {
+                        st.phases.entry(n.clone()).or_default().device = Some(end.since(b));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => warn!("{column} {n}: {e}"),
+            }
+            st.phase = format!("after {n}");
+        }
+        Marker::Fio(r) => {
+            let name = r.phase.clone();
+            st.phases.entry(name).or_default().fio = Some(r);
+        }
+        Marker::Boot(b) => st.boot = Some(b),
+        Marker::Error(e) => {
+            warn!("{column}: guest error: {e}");
+            st.errors.push(e);
+        }
+        Marker::Done(rc) => st.guest_rc = Some(rc),
+        Marker::Progress(r, w) => {
+            let total = r + w;
+            let moved = total > st.io_seen;
+            st.io_seen = st.io_seen.max(total);
+            return moved;
+        }
+    }
+    true
+}
+
+/// How a cell that was not killed ended.
+fn judge(st: &Cell, vmm_rc: Option<i32>) -> CellStatus {
+    let failed = |reason: String| CellStatus::Failed {
+        verify_failed: st.errors.iter().any(|e| e.starts_with("fio verify-"))
+            || st.phases.iter().any(|(n, p)| {
+                n.starts_with("verify-") && p.fio.as_ref().is_some_and(|f| f.error != 0)
+            }),
+        reason,
+    };
+    let rc = vmm_rc.map_or("a signal".to_string(), |c| c.to_string());
+    match (&st.boot, st.guest_rc) {
+        (None, _) => failed(format!(
+            "the guest never reached its init (VMM exited {rc}; see the log)"
+        )),
+        (Some(b), _) if !b.nvme => failed("the guest saw no NVMe (/dev/nvme0n1)".into()),
+        (_, None) => failed(format!("the VMM exited {rc} before the guest finished")),
+        (_, Some(_)) if !st.errors.is_empty() => failed(st.errors.join("; ")),
+        (_, Some(g)) if g != 0 => failed(format!("the guest finished with rc={g}")),
+        _ if !st.phases.keys().any(|n| n.starts_with("verify-")) => {
+            failed("no write+verify pass ran".into())
+        }
+        _ => CellStatus::Ok,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::columns::Launch;
+
+    fn script_launch(dir: &Path, body: &str) -> Launch {
+        let p = dir.join("fake-vmm.sh");
+        std::fs::write(&p, body).unwrap();
+        Launch {
+            program: "/bin/sh".into(),
+            args: vec![p.to_string_lossy().into_owned()],
+            trace: None,
+            api_socket: None,
+        }
+    }
+
+    fn ctx<'a>(dir: &'a Path, rx: watch::Receiver<bool>, stall: u64) -> CellCtx<'a> {
+        CellCtx {
+            stall: Duration::from_secs(stall),
+            bound: Duration::from_secs(60),
+            log_dir: dir,
+            cancel: rx,
+        }
+    }
+
+    const GOOD: &str = r#"echo 'Linux booting'
+echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'
+echo '@@LAB-PHASE@@ begin verify-4k'
+echo '@@LAB-PHASE@@ end verify-4k'
+echo '@@LAB-GUEST@@ {"event":"fio","phase":"verify-4k","error":0,"read_kib":8192,"read_bw_kib":1,"read_iops":1,"read_ms":1,"write_kib":8192,"write_bw_kib":1,"write_iops":1,"write_ms":1,"counters":{}}'
+echo '@@LAB-PHASE@@ begin randread-4k'
+echo '@@LAB-PROGRESS@@ 100 0'
+echo '@@LAB-PHASE@@ end randread-4k'
+echo '@@LAB-GUEST@@ {"event":"fio","phase":"randread-4k","error":0,"read_kib":40960,"read_bw_kib":4096,"read_iops":1024,"read_ms":10000,"write_kib":0,"write_bw_kib":0,"write_iops":0,"write_ms":0,"counters":{}}'
+echo '@@LAB-GUEST-DONE@@ rc=0'
+echo 'vmm log line' >&2
+"#;
+
+    #[tokio::test]
+    async fn a_good_guest() {
+        let d = tempfile::tempdir().unwrap();
+        let (_tx, rx) = watch::channel(false);
+        let l = script_launch(d.path(), GOOD);
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let r = run_cell(&l, "fake", 0, &mut ctx(d.path(), rx, 15), &p)
+            .await
+            .unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        assert_eq!(
+            r.phases["randread-4k"].fio.as_ref().unwrap().read_iops,
+            1024
+        );
+        assert_eq!(r.vmm_rc, Some(0));
+        let log = std::fs::read_to_string(&r.log).unwrap();
+        assert!(log.contains("[vmm] vmm log line") && log.contains("Linux booting"));
+    }
+
+    #[tokio::test]
+    async fn a_hung_guest_is_killed_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let (_tx, rx) = watch::channel(false);
+        // Boots, starts a phase, repeats the same I/O count, never finishes.
+        let body = r#"echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1","nvme":true,"iommu_groups":"","cmdline":""}'
+echo '@@LAB-PHASE@@ begin randread-4k'
+while :; do echo '@@LAB-PROGRESS@@ 5 0'; sleep 0.2; done
+"#;
+        let l = script_launch(d.path(), body);
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let mut c = ctx(d.path(), rx, 1);
+        c.stall = Duration::from_millis(800);
+        let t = Instant::now();
+        let r = run_cell(&l, "fake", 0, &mut c, &p).await.unwrap();
+        assert!(
+            matches!(&r.status, CellStatus::Hung { phase, .. } if phase == "randread-4k"),
+            "{:?}",
+            r.status
+        );
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[tokio::test]
+    async fn failures_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let (_tx, rx) = watch::channel(false);
+        let body = r#"echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1","nvme":true,"iommu_groups":"","cmdline":""}'
+echo '@@LAB-GUEST@@ {"event":"error","message":"fio verify-4k exited 1: verify failed"}'
+echo '@@LAB-GUEST-DONE@@ rc=1'
+"#;
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let r = run_cell(
+            &script_launch(d.path(), body),
+            "fake",
+            0,
+            &mut ctx(d.path(), rx.clone(), 15),
+            &p,
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(
+                &r.status,
+                CellStatus::Failed {
+                    verify_failed: true,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.status
+        );
+        let r = run_cell(
+            &script_launch(d.path(), "echo booting; exit 3\n"),
+            "fake",
+            0,
+            &mut ctx(d.path(), rx, 15),
+            &p,
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(&r.status, CellStatus::Failed { reason, .. } if reason.contains("exited 3")),
+            "{:?}",
+            r.status
+        );
+    }
+
+    #[tokio::test]
+    async fn interrupt_stops_the_vm() {
+        let d = tempfile::tempdir().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let l = script_launch(
+            d.path(),
+            "while :; do echo '@@LAB-PROGRESS@@ 1 0'; sleep 0.1; done\n",
+        );
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = tx.send(true);
+        });
+        let e = run_cell(&l, "fake", 0, &mut ctx(d.path(), rx, 15), &p)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RunError::Interrupted));
+    }
+}

@@ -1,0 +1,208 @@
+//! The whole program against a fake host: a fake sysfs/procfs tree
+//! (`--root`), a drive already on vfio-pci (`--no-bind`), and a fake QEMU
+//! that speaks the guest protocol and writes trace lines. Checks the exit
+//! code, the table on stdout and the three files in --out.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+
+use viommu_bench::results::{CellStatus, Results};
+
+/// A directory path with the `path()` of a TempDir.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+const BDF: &str = "0000:01:00.0";
+
+fn file(root: &Path, rel: &str, body: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+}
+
+/// A fake stock QEMU: with a virtio-iommu 1000 IOPS and 2 MAP/UNMAP + 2
+/// VFIO trace lines per I/O (the trace is scaled down: 4 I/Os), without
+/// 4000 IOPS; the patched kernel "crashes" (exit 1 before finishing).
+const FAKE_QEMU: &str = r#"#!/bin/sh
+trace= kernel= viommu=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-D) trace=$2; shift ;;
+	-kernel) kernel=$2; shift ;;
+	virtio-iommu-pci) viommu=1 ;;
+	esac
+	shift
+done
+echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1-fake","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'
+case "$kernel" in *patched*) echo 'Kernel panic - not syncing: fake'; exit 1 ;; esac
+fio() {
+	echo "@@LAB-GUEST@@ {\"event\":\"fio\",\"phase\":\"$1\",\"error\":0,\"read_kib\":$2,\"read_bw_kib\":1,\"read_iops\":$3,\"read_ms\":1,\"write_kib\":0,\"write_bw_kib\":0,\"write_iops\":0,\"write_ms\":0,\"counters\":{}}"
+}
+echo '@@LAB-PHASE@@ begin verify-4k'
+echo '@@LAB-PHASE@@ end verify-4k'
+fio verify-4k 8192 10
+echo '@@LAB-PHASE@@ begin randread-4k'
+# fio takes a while: the host reads the counters at the begin marker first.
+sleep 0.3
+if [ -n "$viommu" ]; then
+	for i in 1 2 3 4; do
+		printf 'virtio_iommu_map domain=1\nvirtio_iommu_unmap domain=1\nvfio_iommu_map_notify iommu map\nvfio_iommu_map_notify iommu unmap\n' >>"$trace"
+	done
+	iops=1000
+else
+	iops=4000
+fi
+echo '@@LAB-PROGRESS@@ 4 0'
+echo '@@LAB-PHASE@@ end randread-4k'
+fio randread-4k 16 $iops
+echo '@@LAB-GUEST-DONE@@ rc=0'
+"#;
+
+#[test]
+fn a_whole_run_on_a_fake_host() {
+    // E2E_KEEP=1 keeps the directory (printed) for a look after a failure.
+    let tmp = tempfile::tempdir().unwrap();
+    let (_guard, d) = if std::env::var_os("E2E_KEEP").is_some() {
+        let kept = tmp.keep();
+        eprintln!("keeping {}", kept.display());
+        (None, kept)
+    } else {
+        let p = tmp.path().to_path_buf();
+        (Some(tmp), p)
+    };
+    let d = Dir(d);
+    let root = d.path().join("root");
+    std::fs::create_dir_all(root.join("sys/bus/pci/drivers/vfio-pci")).unwrap();
+    std::fs::create_dir_all(root.join(format!("sys/kernel/iommu_groups/3/devices/{BDF}"))).unwrap();
+    file(&root, "dev/kvm", "");
+    let dev = format!("sys/bus/pci/devices/{BDF}");
+    file(&root, &format!("{dev}/class"), "0x010802\n");
+    symlink(
+        "../../../../bus/pci/drivers/vfio-pci",
+        root.join(&dev).join("driver"),
+    )
+    .unwrap();
+    symlink(
+        "../../../../kernel/iommu_groups/3",
+        root.join(&dev).join("iommu_group"),
+    )
+    .unwrap();
+    file(
+        &root,
+        "proc/self/limits",
+        "Max locked memory         unlimited            unlimited            bytes\n",
+    );
+    file(
+        &root,
+        "proc/self/status",
+        "Uid:\t1000\t1000\t1000\t1000\nCapEff:\t0\n",
+    );
+    file(&root, "proc/mounts", "");
+    file(&root, "proc/sys/kernel/osrelease", "6.1.0-fake\n");
+    let qemu = d.path().join("qemu");
+    std::fs::write(&qemu, FAKE_QEMU).unwrap();
+    std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for f in ["stock.bzImage", "patched.bzImage", "initramfs.cpio"] {
+        file(d.path(), f, "x");
+    }
+    let out = d.path().join("out");
+    let p = |n: &str| d.path().join(n).to_string_lossy().into_owned();
+    let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .args([
+            "--device",
+            BDF,
+            "--destroy-data",
+            BDF,
+            "--no-bind",
+            "--root",
+        ])
+        .arg(&root)
+        .args(["--qemu"])
+        .arg(&qemu)
+        .args([
+            "--kernel-stock",
+            &p("stock.bzImage"),
+            "--kernel-patched",
+            &p("patched.bzImage"),
+        ])
+        .args(["--initramfs", &p("initramfs.cpio"), "--out"])
+        .arg(&out)
+        .args([
+            "--columns",
+            "qemu+stock,qemu+patched,no-viommu",
+            "--bs",
+            "4k",
+            "--rounds",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    // A failed column is a result, but not a clean run: exit 1.
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let q = stdout
+        .lines()
+        .find(|l| l.starts_with("qemu+stock"))
+        .expect("qemu+stock row");
+    assert!(
+        q.contains("1000 [1000-1000]") && q.contains("0.25") && q.contains(">=2.00"),
+        "{q}"
+    );
+    let patched = stdout
+        .lines()
+        .find(|l| l.starts_with("qemu+patched"))
+        .unwrap();
+    assert!(patched.contains("failed"), "{patched}");
+    assert!(
+        stderr.contains("cell 1/6 round 1/2 qemu+stock: booting"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("cell 4/6 round 2/2 qemu+patched"),
+        "rotation: round 2 starts at column 2\n{stderr}"
+    );
+
+    let json = std::fs::read_to_string(out.join("results.json")).unwrap();
+    let doc: Results = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        serde_json::to_string_pretty(&doc).unwrap(),
+        json,
+        "JSON round trip"
+    );
+    assert_eq!(doc.cells.len(), 6);
+    assert_eq!(doc.host_kernel, "6.1.0-fake");
+    let failed = doc
+        .cells
+        .iter()
+        .find(|c| c.column == "qemu+patched")
+        .unwrap();
+    assert!(
+        matches!(&failed.status, CellStatus::Failed { reason, .. } if reason.contains("exited 1")),
+        "{:?}",
+        failed.status
+    );
+    let ok = doc.cells.iter().find(|c| c.column == "qemu+stock").unwrap();
+    let dev = ok.phases["randread-4k"].device.unwrap();
+    assert_eq!(
+        (dev.map_requests, dev.unmap_requests, dev.vfio_calls),
+        (4, 4, 8)
+    );
+    assert!(std::fs::read_to_string(out.join("table.md"))
+        .unwrap()
+        .contains("| 4k | 1 | qemu+stock |"));
+    assert!(std::fs::read(out.join("chart.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    assert!(out.join("logs/qemu+patched-r1.log").is_file());
+}

@@ -139,3 +139,23 @@ class CollectorTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HostCrashAndBar0Test(unittest.TestCase):
+    def test_a_panic_outside_a_guest_dump_is_the_lab_hosts(self):
+        col = lab.Collector("smoke")
+        for line in [HOST, "---- guest a failed; its serial log and VMM output follow ----",
+                     "[   42.6] Kernel panic - not syncing: Fatal exception in interrupt",
+                     "---- end of guest a log ----"]:
+            col.feed(line)
+        self.assertIsNone(col.host_crash, "a guest's panic inside its log dump")
+        col.feed("[   87.3] BUG: TASK stack guard page was hit at 000000002172ddef")
+        self.assertTrue(col.host_crash.startswith("BUG: TASK stack guard page"))
+
+    def test_bar0_must_be_inside_a_reserved_region_behind_our_viommu(self):
+        run = {"vmm": "vmm", "iommu": "viommu", "boot": {"resv": "0x00000000fee00000 0x00000000feefffff msi;"}}
+        self.assertIn("BAR0", lab.bar0_problem("0xfebf8000-0xfebfbfff", run))
+        run["boot"]["resv"] += "0x00000000c0000000 0x00000000febfffff reserved;"
+        self.assertIsNone(lab.bar0_problem("0xfebf8000-0xfebfbfff", run))
+        # Stock QEMU's guests are not judged on it.
+        self.assertIsNone(lab.bar0_problem("0xfebf8000-0xfebfbfff", {"vmm": "qemu", "iommu": "viommu", "boot": {"resv": ""}}))

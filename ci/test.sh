@@ -40,6 +40,8 @@ if [ $lab = 1 ]; then
 	step "lab vmm-smoke" ci/lab/lab run vmm-smoke --results target/lab-vmm-smoke.json
 	step "lab vmm-errors" ci/lab/lab run vmm-errors --results target/lab-vmm-errors.json
 	step "lab lazy-smoke" ci/lab/lab run lazy-smoke --results target/lab-lazy-smoke.json
+	step "lab smp-smoke" ci/lab/lab run smp-smoke --results target/lab-smp-smoke.json
+	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

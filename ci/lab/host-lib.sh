@@ -96,7 +96,9 @@ run_guest() {
 			return (v["viommu_requests_total{type=\"map\"}"] + 0) " " (v["viommu_requests_total{type=\"unmap\"}"] + 0) \
 				" " (v["viommu_backend_map_calls_total"] + v["viommu_backend_unmap_calls_total"]) \
 				" " (v["viommu_requests_total{type=\"flush\"}"] + 0) " " (v["viommu_deferred_unmaps_total"] + 0) \
-				" " (v["viommu_flush_backend_calls_total"] + 0) " " (v["viommu_merged_ranges_total"] + 0)
+				" " (v["viommu_flush_backend_calls_total"] + 0) " " (v["viommu_merged_ranges_total"] + 0) \
+				" " int((v["viommu_busy_ns_total"] + 0) / 1000000) \
+				" " int((v["viommu_backend_map_ns_total"] + v["viommu_backend_unmap_ns_total"]) / 1000000)
 		}
 		{ sub(/\r$/, ""); print >logf; fflush(logf) }
 		# At each phase end, count what the device did since its begin,
@@ -105,11 +107,11 @@ run_guest() {
 		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm == "vmm" {
 			split(begin[$NF], b, " "); split(snap(), e, " ")
 			m = e[1] - b[1]; u = e[2] - b[2]; v = e[3] - b[3]; f = e[4] - b[4]; d = e[5] - b[5]
-			fc = e[6] - b[6]; mr = e[7] - b[7]
+			fc = e[6] - b[6]; mr = e[7] - b[7]; busy = e[8] - b[8]; vms = e[9] - b[9]
 		}
 		/@@LAB-PHASE@@ end / && ($NF in begin) && vmm != "vmm" {
 			cmd = "awk -v b=" begin[$NF] " -v e=" lines() " \"NR > b && NR <= e\" " trace " 2>/dev/null"
-			m = u = v = f = d = fc = mr = 0
+			m = u = v = f = d = fc = mr = busy = vms = 0
 			while ((cmd | getline l) > 0) {
 				if (l ~ /virtio_iommu_map /) m++
 				else if (l ~ /virtio_iommu_unmap /) u++
@@ -118,7 +120,7 @@ run_guest() {
 			close(cmd)
 		}
 		/@@LAB-PHASE@@ end / && ($NF in begin) {
-			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"flush_requests\":%d,\"deferred_unmaps\":%d,\"flush_vfio_calls\":%d,\"merged_ranges\":%d,\"vfio_calls\":%d}\n", tag, $NF, m, u, f, d, fc, mr, v
+			printf "@@LAB-L3@@ %s @@LAB-COUNT@@ {\"phase\":\"%s\",\"map_requests\":%d,\"unmap_requests\":%d,\"flush_requests\":%d,\"deferred_unmaps\":%d,\"flush_vfio_calls\":%d,\"merged_ranges\":%d,\"vfio_calls\":%d,\"device_busy_ms\":%d,\"vfio_ms\":%d}\n", tag, $NF, m, u, f, d, fc, mr, v, busy, vms
 			fflush()
 		}
 		/@@LAB-GUEST@@|@@LAB-GUEST-DONE@@|@@LAB-VMM-EXIT@@/ {

@@ -159,3 +159,15 @@ class HostCrashAndBar0Test(unittest.TestCase):
         self.assertIsNone(lab.bar0_problem("0xfebf8000-0xfebfbfff", run))
         # Stock QEMU's guests are not judged on it.
         self.assertIsNone(lab.bar0_problem("0xfebf8000-0xfebfbfff", {"vmm": "qemu", "iommu": "viommu", "boot": {"resv": ""}}))
+
+
+class CeilingPerJobCountTest(unittest.TestCase):
+    def test_each_job_count_has_its_own_ceiling(self):
+        col = lab.Collector("scaling", "fio")
+        for line in [HOST] + good_run("a@1j", "viommu", 100) + good_run("n@1j", "none", 400) \
+                + good_run("a@2j", "viommu", 300) + good_run("n@2j", "none", 600):
+            col.feed(line)
+        col.finish()
+        rows = {tuple(c.strip() for c in l.split("|")[1:3]): l for l in lab.table(col.doc).splitlines()}
+        self.assertIn("| 0.25 |", rows[("4k", "a@1j")])
+        self.assertIn("| 0.50 |", rows[("4k", "a@2j")])

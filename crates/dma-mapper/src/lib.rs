@@ -18,7 +18,7 @@ pub mod recording;
 pub mod soft;
 pub mod vfio;
 
-pub use fanout::{HostBackend, MapperSet};
+pub use fanout::{elapsed_ns, HostBackend, MapperSet};
 pub use interval::IntervalMap;
 pub use mapping::{adjacent_runs, Mapping, Run};
 pub use recording::{DmaCall, DmaOp, FaultPlan, LoggedCall, RecordingMapper};
@@ -189,6 +189,10 @@ viommu_counters::counters! {
         pub unmap_failures: u64,
         /// Calls failed on purpose by a test's fault plan rather than the backend.
         pub injected_failures: u64,
+        /// Nanoseconds spent in host map calls (where the caller times them).
+        pub map_ns: u64,
+        /// Nanoseconds spent in host unmap calls (where the caller times them).
+        pub unmap_ns: u64,
     }
 }
 

@@ -421,8 +421,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let Some(mut active) = self.active.take() else {
             return Err(Error::NotActivated);
         };
+        let start = std::time::Instant::now();
         let r = self.drain_requests(&mut active);
         self.active = Some(active);
+        self.counters.busy_ns += dma_mapper::elapsed_ns(start);
         r
     }
 }

@@ -19,7 +19,7 @@ use crate::devices::vfio_pci::{mmap_bar, VfioBar, VfioPciDevice};
 use crate::devices::viommu::ViommuDevice;
 use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use crate::layout::*;
-use crate::pci::alloc::BarAllocator;
+use crate::pci::alloc::BarWindows;
 use crate::pci::msix::{MsiRouter, MsiSender};
 use crate::{acpi, api, boot, cli, pci, vcpu, vm};
 use dma_mapper::{DmaMapper, DmaPerm, VfioMapper};
@@ -112,8 +112,7 @@ struct PciBuilder<'a> {
     vm: &'a vm::Vm,
     mmio: &'a Arc<Bus>,
     root: pci::PciRoot,
-    bars32: BarAllocator,
-    bars64: BarAllocator,
+    bars: BarWindows,
     msi: Arc<dyn MsiSender>,
     router: Arc<dyn MsiRouter>,
     /// The passed-through devices, for [`OrderedRelease`].
@@ -173,11 +172,7 @@ impl PciBuilder<'_> {
             let bars: Vec<_> = dev.bars().to_vec();
             let mut placed = Vec::new();
             for b in &bars {
-                let addr = if b.is64 && b.size >= 0x1000_0000 {
-                    self.bars64.allocate(b.size)?
-                } else {
-                    self.bars32.allocate(b.size)?
-                };
+                let addr = self.bars.allocate(b.size, b.is64)?;
                 dev.set_bar_address(b.index, addr);
                 placed.push((b.index, addr, b.size));
                 // Direct access to all but the MSI-X pages; the rest traps.
@@ -238,7 +233,7 @@ impl PciBuilder<'_> {
                 .add_endpoint(id, mapper.clone() as Arc<dyn DmaMapper>)?;
         }
         let counters = device.counters();
-        let bar = self.bars32.allocate(BAR_SIZE)?;
+        let bar = self.bars.allocate(BAR_SIZE, true)?;
         let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
             Box::new(device),
             vm.memory().clone(),
@@ -329,8 +324,7 @@ fn platform(vm: &vm::Vm, exit: &Arc<VmExit>, cfg: &cli::VmConfig) -> Result<Plat
         vm,
         mmio: &mmio,
         root: pci::PciRoot::new(),
-        bars32: BarAllocator::new(PCI_MMIO32_START, PCI_MMIO32_SIZE),
-        bars64: BarAllocator::new(PCI_MMIO64_START, PCI_MMIO64_SIZE),
+        bars: BarWindows::default(),
         msi: Arc::new(vm::KvmMsiSender(vm.fd().clone())),
         router: Arc::new(vm::KvmMsiRouter::new(vm.fd().clone())),
         vfio: Vec::new(),

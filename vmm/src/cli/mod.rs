@@ -1,10 +1,23 @@
 //! Command line: what the user asks for, checked before anything is built.
 //!
-//! Every error names the flag, the bad value and what to do about it.
+//! Every error names the flag, the bad value and what to do about it
+//! ([`ConfigError`]). The flags and [`Cli::validate`] are here; the value
+//! parsers are in [`parse`], the checks of files and `--vfio` devices on
+//! the host in [`checks`].
+
+mod checks;
+mod error;
+mod parse;
 
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+
+pub use checks::{check_vfio_device, VfioDeviceSpec};
+pub use error::ConfigError;
+pub use parse::{parse_range, parse_size};
+
+use checks::check_file;
 
 /// Most vCPUs we describe: xAPIC ids in the MADT are one byte and 0xff is broadcast.
 pub const MAX_CPUS: u8 = 254;
@@ -73,272 +86,10 @@ pub struct Cli {
     pub no_host_pci_reserve: bool,
 }
 
-/// Parses `FIRST-LAST` (each hex with 0x, or decimal), FIRST <= LAST.
-pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
-    let num = |x: &str| {
-        let x = x.trim();
-        match x.strip_prefix("0x").or_else(|| x.strip_prefix("0X")) {
-            Some(h) => u64::from_str_radix(h, 16),
-            None => x.parse(),
-        }
-        .map_err(|_| format!("{x:?} in {s:?} is not a number (examples: 0xfebf0000-0xfebf3fff)"))
-    };
-    let (a, b) = s
-        .split_once('-')
-        .ok_or_else(|| format!("{s:?} is not FIRST-LAST (example: 0xfebf0000-0xfebf3fff)"))?;
-    let (a, b) = (num(a)?, num(b)?);
-    if a > b {
-        return Err(format!("{s:?}: FIRST is above LAST"));
-    }
-    Ok((a, b))
-}
-
 /// Default of `--pool-threshold`.
 pub const DEFAULT_POOL_THRESHOLD: u64 = 64 << 10;
 /// Default of `--pool-max`.
 pub const DEFAULT_POOL_MAX: u64 = 64 << 20;
-
-/// A `--` flag whose value cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// A file flag names something unreadable.
-    #[error("--{flag} {}: cannot open ({source}); pass the path of {what}", path.display())]
-    File {
-        /// The flag.
-        flag: &'static str,
-        /// Its value.
-        path: PathBuf,
-        /// What the flag wants.
-        what: &'static str,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A file flag names a directory or other non-file.
-    #[error("--{flag} {}: not a regular file; pass the path of {what}", path.display())]
-    NotAFile {
-        /// The flag.
-        flag: &'static str,
-        /// Its value.
-        path: PathBuf,
-        /// What the flag wants.
-        what: &'static str,
-    },
-    /// Too little memory.
-    #[error("--memory {got}: at least {} MiB needed", MIN_MEMORY >> 20)]
-    MemoryTooSmall {
-        /// Requested bytes.
-        got: u64,
-    },
-    /// Memory not a multiple of the page size in use.
-    #[error("--memory {got}: must be a multiple of {align} bytes{hint}")]
-    MemoryUnaligned {
-        /// Requested bytes.
-        got: u64,
-        /// Required multiple.
-        align: u64,
-        /// Extra advice.
-        hint: &'static str,
-    },
-    /// Not a PCI device directory.
-    #[error("--vfio {}: not a PCI device; pass /sys/bus/pci/devices/DDDD:BB:DD.F", path.display())]
-    NotPciDevice {
-        /// The value.
-        path: PathBuf,
-    },
-    /// The device has no IOMMU group.
-    #[error("--vfio {}: device has no IOMMU group; enable the host IOMMU (intel_iommu=on or amd_iommu=on on the host kernel command line)", path.display())]
-    NoIommuGroup {
-        /// The value.
-        path: PathBuf,
-    },
-    /// The group's VFIO node is missing.
-    #[error("--vfio {}: no {}: bind {bdf} to vfio-pci (echo vfio-pci > {}/driver_override; echo {bdf} > /sys/bus/pci/drivers_probe)", path.display(), dev.display(), path.display())]
-    NotBoundToVfio {
-        /// The value.
-        path: PathBuf,
-        /// The PCI address.
-        bdf: String,
-        /// The missing /dev/vfio/N.
-        dev: PathBuf,
-    },
-    /// Another process has the group open.
-    #[error("--vfio {}: {} is busy: another process (another VMM?) has IOMMU group {group} open; stop it or pass another device", path.display(), dev.display())]
-    VfioBusy {
-        /// The value.
-        path: PathBuf,
-        /// The group's /dev/vfio/N.
-        dev: PathBuf,
-        /// The IOMMU group.
-        group: u32,
-    },
-    /// A virtio-iommu option without `--viommu`.
-    #[error("--{flag}: only applies to the virtio-iommu; add --viommu or drop --{flag}")]
-    NeedsViommu {
-        /// The flag.
-        flag: &'static str,
-    },
-    /// A bounce-pool hint value out of range.
-    #[error("--{flag} {got}: {why}")]
-    PoolHint {
-        /// The flag.
-        flag: &'static str,
-        /// Its value in bytes.
-        got: u64,
-        /// What is wrong with it.
-        why: &'static str,
-    },
-    /// The group's node cannot be opened for lack of permission.
-    #[error("--vfio {}: cannot open {}: permission denied (run as root, or give this user read-write access to it)", path.display(), dev.display())]
-    VfioDenied {
-        /// The value.
-        path: PathBuf,
-        /// The group's /dev/vfio/N.
-        dev: PathBuf,
-    },
-}
-
-/// The one-line error for a failed open of a group's `/dev/vfio/N`, where
-/// the cause is one a user can fix; `None` leaves the error to VM setup.
-fn group_open_error(
-    path: &Path,
-    dev: &Path,
-    group: u32,
-    e: &std::io::Error,
-) -> Option<ConfigError> {
-    match e.raw_os_error() {
-        Some(libc::EBUSY) => Some(ConfigError::VfioBusy {
-            path: path.to_path_buf(),
-            dev: dev.to_path_buf(),
-            group,
-        }),
-        Some(libc::EACCES | libc::EPERM) => Some(ConfigError::VfioDenied {
-            path: path.to_path_buf(),
-            dev: dev.to_path_buf(),
-        }),
-        _ => None,
-    }
-}
-
-/// Parse `512M`, `2G`, `4096K`, `1073741824` (binary units; `MiB`/`GiB`
-/// spellings accepted).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (digits, shift) = match t.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&t[..i], 10),
-        Some((i, 'M' | 'm')) => (&t[..i], 20),
-        Some((i, 'G' | 'g')) => (&t[..i], 30),
-        Some((i, 'T' | 't')) => (&t[..i], 40),
-        _ => (t, 0),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 512M, 2G, 1073741824)"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
-}
-
-/// A validated VFIO device to pass through.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VfioDeviceSpec {
-    /// Its sysfs directory.
-    pub sysfs: PathBuf,
-    /// Its PCI address, `DDDD:BB:DD.F`.
-    pub bdf: String,
-    /// Its IOMMU group number.
-    pub group: u32,
-}
-
-/// Check a `--vfio` value: a PCI device with an IOMMU group whose
-/// `/dev/vfio/N` exists (`dev_vfio` is `/dev/vfio` outside tests).
-pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec, ConfigError> {
-    let not_pci = || ConfigError::NotPciDevice {
-        path: path.to_path_buf(),
-    };
-    let canon = path.canonicalize().map_err(|_| not_pci())?;
-    let bdf = canon
-        .file_name()
-        .and_then(|n| n.to_str())
-        .filter(|n| is_bdf(n))
-        .ok_or_else(not_pci)?
-        .to_string();
-    if !canon.join("config").exists() {
-        return Err(not_pci());
-    }
-    let group = std::fs::read_link(canon.join("iommu_group"))
-        .ok()
-        .and_then(|g| g.file_name()?.to_str()?.parse::<u32>().ok())
-        .ok_or_else(|| ConfigError::NoIommuGroup {
-            path: path.to_path_buf(),
-        })?;
-    let dev = dev_vfio.join(group.to_string());
-    if !dev.exists() {
-        return Err(ConfigError::NotBoundToVfio {
-            path: path.to_path_buf(),
-            bdf,
-            dev,
-        });
-    }
-    // Open the group once now, so that a busy or forbidden device is one
-    // clear line here, not an ioctl error deep in VM setup. The file closes
-    // again at once; VM setup opens it for real.
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&dev)
-    {
-        if let Some(err) = group_open_error(path, &dev, group, &e) {
-            return Err(err);
-        }
-    }
-    Ok(VfioDeviceSpec {
-        sysfs: canon,
-        bdf,
-        group,
-    })
-}
-
-/// `DDDD:BB:DD.F` in hex.
-fn is_bdf(s: &str) -> bool {
-    let b = s.as_bytes();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
-    b.len() == 12
-        && hex(0..4)
-        && b[4] == b':'
-        && hex(5..7)
-        && b[7] == b':'
-        && hex(8..10)
-        && b[10] == b'.'
-        && (b'0'..=b'7').contains(&b[11])
-}
-
-fn check_file(flag: &'static str, path: &Path, what: &'static str) -> Result<(), ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|source| ConfigError::File {
-        flag,
-        path: path.to_path_buf(),
-        what,
-        source,
-    })?;
-    if !meta.is_file() {
-        return Err(ConfigError::NotAFile {
-            flag,
-            path: path.to_path_buf(),
-            what,
-        });
-    }
-    // Opening catches permission problems now rather than mid-boot.
-    std::fs::File::open(path).map_err(|source| ConfigError::File {
-        flag,
-        path: path.to_path_buf(),
-        what,
-        source,
-    })?;
-    Ok(())
-}
 
 /// What the VMM builds, from a checked command line.
 #[derive(Debug, Clone)]
@@ -459,24 +210,12 @@ impl Cli {
 mod tests {
     use super::*;
 
-    fn tmpdir(name: &str) -> PathBuf {
+    /// A fresh, empty directory for one test.
+    pub(super) fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("vmm-cli-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("64k"), Ok(64 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("1.5G").is_err());
-        assert!(parse_size("99999999999T").is_err());
-        assert!(parse_size("").is_err());
     }
 
     #[test]
@@ -584,13 +323,6 @@ mod tests {
                 flag: "reserve-iova"
             })
         ));
-        assert_eq!(parse_range("0x1000-0x1fff"), Ok((0x1000, 0x1fff)));
-        assert_eq!(parse_range("4096 - 8191"), Ok((4096, 8191)));
-        assert!(parse_range("0x2000-0x1000")
-            .unwrap_err()
-            .contains("FIRST is above LAST"));
-        assert!(parse_range("12").unwrap_err().contains("FIRST-LAST"));
-        assert!(parse_range("0xzz-1").unwrap_err().contains("not a number"));
         assert!(matches!(
             v(&["--no-lazy-unmap"]),
             Err(ConfigError::NeedsViommu {
@@ -612,90 +344,5 @@ mod tests {
                 ..
             })
         ));
-    }
-
-    #[test]
-    fn vfio_checks_name_the_fix() {
-        let d = tmpdir("vfio");
-        let dev = d.join("0000:00:04.0");
-        std::fs::create_dir_all(&dev).unwrap();
-        std::fs::write(dev.join("config"), [0u8; 64]).unwrap();
-        let groups = d.join("groups/7");
-        std::fs::create_dir_all(&groups).unwrap();
-        let dev_vfio = d.join("dev-vfio");
-        std::fs::create_dir_all(&dev_vfio).unwrap();
-
-        assert!(matches!(
-            check_vfio_device(&d.join("nope"), &dev_vfio),
-            Err(ConfigError::NotPciDevice { .. })
-        ));
-        assert!(matches!(
-            check_vfio_device(&d, &dev_vfio),
-            Err(ConfigError::NotPciDevice { .. })
-        ));
-        assert!(matches!(
-            check_vfio_device(&dev, &dev_vfio),
-            Err(ConfigError::NoIommuGroup { .. })
-        ));
-        std::os::unix::fs::symlink(&groups, dev.join("iommu_group")).unwrap();
-        let err = check_vfio_device(&dev, &dev_vfio).unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            msg.contains("dev-vfio/7: bind 0000:00:04.0 to vfio-pci"),
-            "{msg}"
-        );
-        std::fs::write(dev_vfio.join("7"), b"").unwrap();
-        let spec = check_vfio_device(&dev, &dev_vfio).unwrap();
-        assert_eq!(spec.bdf, "0000:00:04.0");
-        assert_eq!(spec.group, 7);
-    }
-
-    #[test]
-    fn busy_or_forbidden_group_is_one_line_with_the_fix() {
-        let (path, dev) = (
-            Path::new("/sys/bus/pci/devices/0000:00:04.0"),
-            Path::new("/dev/vfio/7"),
-        );
-        let busy = group_open_error(
-            path,
-            dev,
-            7,
-            &std::io::Error::from_raw_os_error(libc::EBUSY),
-        )
-        .expect("EBUSY is reported")
-        .to_string();
-        assert!(
-            busy.starts_with("--vfio /sys/bus/pci/devices/0000:00:04.0: /dev/vfio/7 is busy"),
-            "{busy}"
-        );
-        assert!(
-            busy.contains("IOMMU group 7 open") && !busy.contains('\n'),
-            "{busy}"
-        );
-        let denied = group_open_error(
-            path,
-            dev,
-            7,
-            &std::io::Error::from_raw_os_error(libc::EACCES),
-        )
-        .expect("EACCES is reported")
-        .to_string();
-        assert!(
-            denied.contains("permission denied (run as root"),
-            "{denied}"
-        );
-        // Anything else is left to VM setup, which names the device too.
-        assert!(
-            group_open_error(path, dev, 7, &std::io::Error::from_raw_os_error(libc::EIO)).is_none()
-        );
-    }
-
-    #[test]
-    fn bdf_syntax() {
-        assert!(is_bdf("0000:00:04.0"));
-        assert!(is_bdf("0000:af:1f.7"));
-        assert!(!is_bdf("0000:00:04.8"));
-        assert!(!is_bdf("00:04.0"));
-        assert!(!is_bdf("0000:00:04:0"));
     }
 }

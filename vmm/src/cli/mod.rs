@@ -218,6 +218,22 @@ mod tests {
         d
     }
 
+    /// A test directory with a kernel file in it, and `validate` of the
+    /// command line `vmm --kernel KERNEL ARGS...` with `/dev/vfio` there.
+    fn validator(name: &str) -> (PathBuf, impl Fn(&[&str]) -> Result<VmConfig, ConfigError>) {
+        let d = tmpdir(name);
+        let k = d.join("bzImage");
+        std::fs::write(&k, b"x").unwrap();
+        let dir = d.clone();
+        let v = move |args: &[&str]| {
+            let ks = k.to_str().unwrap();
+            let mut all = vec!["vmm", "--kernel", ks];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap().validate(&dir)
+        };
+        (d, v)
+    }
+
     #[test]
     fn parses_the_issue_command_line() {
         let cli = Cli::try_parse_from([
@@ -261,15 +277,7 @@ mod tests {
 
     #[test]
     fn memory_checks() {
-        let d = tmpdir("mem");
-        let k = d.join("bzImage");
-        std::fs::write(&k, b"x").unwrap();
-        let ks = k.to_str().unwrap();
-        let v = |args: &[&str]| {
-            let mut all = vec!["vmm", "--kernel", ks];
-            all.extend_from_slice(args);
-            Cli::try_parse_from(all).unwrap().validate(&d)
-        };
+        let (d, v) = validator("mem");
         assert!(matches!(
             v(&["--memory", "1M"]),
             Err(ConfigError::MemoryTooSmall { .. })
@@ -292,15 +300,7 @@ mod tests {
 
     #[test]
     fn viommu_options() {
-        let d = tmpdir("viommu-opts");
-        let k = d.join("bzImage");
-        std::fs::write(&k, b"x").unwrap();
-        let ks = k.to_str().unwrap();
-        let v = |args: &[&str]| {
-            let mut all = vec!["vmm", "--kernel", ks];
-            all.extend_from_slice(args);
-            Cli::try_parse_from(all).unwrap().validate(&d)
-        };
+        let (_, v) = validator("viommu-opts");
         let cfg = v(&["--viommu"]).unwrap();
         assert!(cfg.lazy_unmap);
         assert_eq!(

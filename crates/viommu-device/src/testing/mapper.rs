@@ -41,6 +41,35 @@ struct FakeState {
     calls: u64,
 }
 
+impl FakeCall {
+    /// The operation's name, IOVA and size.
+    fn op_range(&self) -> (&'static str, u64, u64) {
+        match *self {
+            FakeCall::Map { iova, size, .. } => ("map", iova, size),
+            FakeCall::Unmap { iova, size } => ("unmap", iova, size),
+        }
+    }
+}
+
+impl FakeState {
+    /// Counts `call` and logs it when recording; returns the end of its
+    /// range, or `None` (a violation, recorded) if the range is empty or
+    /// wraps.
+    fn note(&mut self, call: FakeCall) -> Option<u64> {
+        self.calls += 1;
+        if self.record {
+            self.log.push(call);
+        }
+        let (op, iova, size) = call.op_range();
+        let end = iova.checked_add(size).filter(|_| size > 0);
+        if end.is_none() {
+            self.violations
+                .push(format!("bad {op} range {iova:#x}+{size:#x}"));
+        }
+        end
+    }
+}
+
 /// A host address space in memory that behaves like VFIO type1 v2: maps
 /// must not overlap, unmaps must cover whole mappings, a failed call changes
 /// nothing. Protocol violations are recorded (and refused).
@@ -111,10 +140,7 @@ impl FakeMapper {
     }
 
     fn injected(call: &FakeCall) -> DmaError {
-        let (op, iova, size) = match *call {
-            FakeCall::Map { iova, size, .. } => ("map", iova, size),
-            FakeCall::Unmap { iova, size } => ("unmap", iova, size),
-        };
+        let (op, iova, size) = call.op_range();
         DmaError::Host {
             op,
             iova,
@@ -133,13 +159,7 @@ impl DmaMapper for FakeMapper {
             perm,
         };
         self.with(|s| {
-            s.calls += 1;
-            if s.record {
-                s.log.push(call);
-            }
-            let Some(end) = iova.checked_add(size).filter(|_| size > 0) else {
-                s.violations
-                    .push(format!("bad map range {iova:#x}+{size:#x}"));
+            let Some(end) = s.note(call) else {
                 return Err(DmaError::Overlap { iova, size });
             };
             let overlap = s
@@ -163,13 +183,7 @@ impl DmaMapper for FakeMapper {
     fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
         let call = FakeCall::Unmap { iova, size };
         self.with(|s| {
-            s.calls += 1;
-            if s.record {
-                s.log.push(call);
-            }
-            let Some(end) = iova.checked_add(size).filter(|_| size > 0) else {
-                s.violations
-                    .push(format!("bad unmap range {iova:#x}+{size:#x}"));
+            let Some(end) = s.note(call) else {
                 return Err(DmaError::SplitMapping { iova, size });
             };
             let hit: Vec<(u64, u64)> = s

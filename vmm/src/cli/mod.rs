@@ -51,8 +51,8 @@ pub struct Cli {
     /// /sys/bus/pci/devices/DDDD:BB:DD.F, bound to vfio-pci. Repeatable.
     #[arg(long, value_name = "SYSFS_PATH")]
     pub vfio: Vec<PathBuf>,
-    /// Serve the control plane (info, metrics, shutdown; one JSON object
-    /// per line) on this Unix socket.
+    /// Serve the control plane (HTTP: GET /metrics, GET /api/v1/vm.info,
+    /// PUT /api/v1/vm.shutdown) on this Unix socket.
     #[arg(long, value_name = "PATH")]
     pub api_socket: Option<PathBuf>,
     /// Put the passed-through devices behind a virtio-iommu (without

@@ -2,8 +2,8 @@
 //!
 //! Every error names the flag, the bad value and what to do about it
 //! ([`ConfigError`]). The flags and [`Cli::validate`] are here; the value
-//! parsers are in [`parse`], the checks of files and `--vfio` devices on
-//! the host in [`checks`].
+//! parsers are in `parse.rs`, the checks of files and `--vfio` devices on
+//! the host in `checks.rs`.
 
 mod checks;
 mod error;

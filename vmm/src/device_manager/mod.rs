@@ -5,15 +5,15 @@
 //! [`DeviceManager::build`] plugs, in this order:
 //! 1. the platform devices: serial port (COM1, irqfd), i8042 reset, ACPI
 //!    power control;
-//! 2. the `--vfio` devices ([`vfio`]: KVM-VFIO device, container, reset,
+//! 2. the `--vfio` devices (`vfio.rs`: KVM-VFIO device, container, reset,
 //!    mapper, BAR placement and mmap, bus insertion);
 //! 3. the virtio-iommu on its virtio-pci transport, with the VFIO devices
 //!    as its endpoints, or without `--viommu` a 1:1 DMA map of guest RAM
-//!    for each VFIO device ([`virtio`]);
+//!    for each VFIO device (`virtio.rs`);
 //! 4. PCI configuration access (ECAM and ports `0xcf8`/`0xcfc`) to the
 //!    finished root bus.
 //!
-//! Dropping the manager releases the devices in the order [`release`]
+//! Dropping the manager releases the devices in the order `release.rs`
 //! describes, whether the VM ran or `build` failed half-way.
 
 mod release;

@@ -14,6 +14,7 @@
 //! own thread; the HTTP parsing, with its size limits, is in [`http`].
 
 pub mod http;
+pub mod info;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -129,7 +129,12 @@ pub async fn serve(listener: UnixListener, state: Arc<ApiState>) {
             Ok((stream, _)) => {
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     tokio::spawn(async move {
-                        let (_, mut w) = stream.into_split();
+                        // Take the request first (briefly): closing on a
+                        // client still writing would be a broken pipe to it.
+                        let (r, mut w) = stream.into_split();
+                        let mut r = BufReader::new(r);
+                        let wait = std::time::Duration::from_secs(1);
+                        let _ = tokio::time::timeout(wait, read_request(&mut r)).await;
                         let resp = Response::error(503, "too many connections; try again");
                         let _ = write_response(&mut w, &resp).await;
                     });

@@ -7,15 +7,15 @@
 //!
 //! Input format (little-endian):
 //! - byte 0: bit 0 batching, bit 1 EVENT_IDX, bit 2 BYPASS_CONFIG, bit 3
-//!   MMIO, bit 4 withhold MAP_UNMAP, bit 5 withhold LAZY_UNMAP, bit 6
+//!   MMIO, bit 4 withhold MAP_UNMAP, bit 5 withhold LAZY_IOTLB_FLUSH, bit 6
 //!   withhold POOL_HINT (the bits of the reset record mean the same);
 //!   bits 5-7 also: n > 0 makes every host call touching page `8 * n` fail.
 //! - then records, each a tag byte (`tag & 7` selects) and its operands:
 //!   0 raw request: rlen u8, wlen u16, rlen bytes (readable part)
 //!   1 typed request: kind u8, then 3 u8 fields (domain, endpoint/page...);
-//!     with tag bit 3 set, a lazy-unmap request (ours): kind % 4 is
-//!     deferred UNMAP, UNMAP with flags `kind >> 2`, FLUSH, FLUSH with
-//!     nonzero reserved bytes
+//!     with tag bit 3 set, a lazy-domain request: kind % 4 is ATTACH
+//!     with the LAZY flag (and `kind >> 2` as more flags), UNMAP with junk
+//!     reserved bytes, IOTLB_FLUSH, IOTLB_FLUSH with nonzero reserved bytes
 //!   2 hand-made chain: n u8 (1-4 descriptors) of (addr u32, len u16, flags u8)
 //!   3 notify the request queue and check consistency
 //!   4 event queue: what u8, value u8
@@ -30,7 +30,7 @@ use viommu_device::testing::{req, FakeCall, Harness, DATA_BASE};
 use viommu_device::{DeviceConfig, FaultReport};
 use viommu_device::{
     VIRTIO_IOMMU_F_BYPASS_CONFIG, VIRTIO_IOMMU_F_DOMAIN_RANGE, VIRTIO_IOMMU_F_INPUT_RANGE,
-    VIRTIO_IOMMU_F_LAZY_UNMAP, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
+    VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
     VIRTIO_IOMMU_F_POOL_HINT, VIRTIO_IOMMU_F_PROBE,
 };
 
@@ -81,7 +81,7 @@ fn features(setup: u8) -> u64 {
         f |= 1 << VIRTIO_IOMMU_F_MAP_UNMAP;
     }
     if setup & 32 == 0 {
-        f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+        f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
     }
     if setup & 64 == 0 {
         f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;
@@ -129,11 +129,15 @@ fn run(data: &[u8]) -> Option<()> {
                 let page = 0x1000u64;
                 let (first, last) = (p * page, (p + n + 1) * page - 1);
                 let r = match kind % 4 {
-                    0 => req::unmap_deferred(d, first, last),
-                    1 => req::unmap_flags(d, first, last, u32::from(kind >> 2)),
-                    2 => req::flush(d),
+                    0 => req::attach(d, u32::from(b % 5), req::LAZY | u32::from(kind >> 2)),
+                    1 => {
+                        let mut u = req::unmap(d, first, last);
+                        u[24] = kind;
+                        u
+                    }
+                    2 => req::iotlb_flush(d),
                     _ => {
-                        let mut f = req::flush(d);
+                        let mut f = req::iotlb_flush(d);
                         f[8] = b;
                         f[11] = c;
                         f

@@ -42,7 +42,7 @@ pub struct DeviceConfig {
     pub offer_mmio: bool,
     /// Fault reports kept while the event queue has no buffer.
     pub max_pending_events: usize,
-    /// Offer `VIRTIO_IOMMU_F_LAZY_UNMAP` (deferrable UNMAPs and FLUSH).
+    /// Offer `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` (deferrable UNMAPs and FLUSH).
     pub lazy_unmap: bool,
     /// Offer `VIRTIO_IOMMU_F_POOL_HINT` with these values (`None`: not offered).
     pub pool_hint: Option<PoolHint>,
@@ -331,7 +331,7 @@ impl ConfigBuilder {
         Self::default()
     }
 
-    /// Offers `VIRTIO_IOMMU_F_LAZY_UNMAP` or not.
+    /// Offers `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` or not.
     pub fn lazy_unmap(mut self, on: bool) -> Self {
         self.cfg.lazy_unmap = on;
         self

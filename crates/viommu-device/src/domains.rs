@@ -18,7 +18,7 @@ use viommu_wire as wire;
 use viommu_wire::status::*;
 use vm_memory::GuestAddressSpace;
 
-use crate::{Counters, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
+use crate::{Counters, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG, VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH};
 
 pub(crate) struct Endpoint {
     pub(crate) mapper: Arc<dyn DmaMapper>,
@@ -27,6 +27,9 @@ pub(crate) struct Endpoint {
 
 pub(crate) struct Domain {
     pub(crate) bypass: bool,
+    /// Attached with `VIRTIO_IOMMU_ATTACH_F_LAZY`: its UNMAPs may stay on
+    /// the host until its IOTLB_FLUSH.
+    pub(crate) lazy: bool,
     pub(crate) endpoints: BTreeSet<u32>,
     /// Distinct mappers of the endpoints (each programmed once per call).
     pub(crate) mappers: Vec<Arc<dyn DmaMapper>>,
@@ -44,11 +47,11 @@ enum HostSync {
 }
 
 impl<S: GuestAddressSpace> VirtioIommu<S> {
-    /// FLUSH (ours): removes the domain's deferred unmaps from the host.
-    pub(crate) fn flush(&mut self, f: &wire::FlushReq) -> u8 {
+    /// IOTLB_FLUSH: removes the domain's deferred unmaps from the host.
+    pub(crate) fn iotlb_flush(&mut self, f: &wire::IotlbFlushReq) -> u8 {
         let domain = f.domain.to_native();
-        // Contract: "the device MUST reject a FLUSH whose reserved bytes are
-        // not zero with S_INVAL".
+        // Contract: "the device MUST reject an IOTLB_FLUSH whose reserved
+        // bytes are not zero with S_INVAL".
         if f.reserved != [0; 4] {
             return VIRTIO_IOMMU_S_INVAL;
         }
@@ -107,17 +110,24 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         if a.reserved != [0; 4] {
             return VIRTIO_IOMMU_S_INVAL;
         }
-        let known = if self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
-            wire::VIRTIO_IOMMU_ATTACH_F_BYPASS
-        } else {
-            0
-        };
+        let mut known = 0;
+        if self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
+            known |= wire::VIRTIO_IOMMU_ATTACH_F_BYPASS;
+        }
+        if self.acked(VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH) {
+            known |= wire::VIRTIO_IOMMU_ATTACH_F_LAZY;
+        }
         // Spec: "If the device does not recognize a flags bit, it MUST reject
         // the request and set status to VIRTIO_IOMMU_S_INVAL."
         if flags & !known != 0 {
             return VIRTIO_IOMMU_S_INVAL;
         }
         let bypass = flags & wire::VIRTIO_IOMMU_ATTACH_F_BYPASS != 0;
+        let lazy = flags & wire::VIRTIO_IOMMU_ATTACH_F_LAZY != 0;
+        // Contract: a bypass domain has no IOTLB to be lazy about.
+        if bypass && lazy {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
         if domain < self.cfg.domain_range.0 || domain > self.cfg.domain_range.1 {
             return VIRTIO_IOMMU_S_RANGE;
         }
@@ -129,7 +139,9 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let mapper = ep.mapper.clone();
         let old = ep.domain;
         match self.domains.get(&domain) {
-            Some(d) if d.bypass != bypass => return VIRTIO_IOMMU_S_INVAL,
+            // Contract: the ATTACH that creates a domain fixes its mode; an
+            // endpoint cannot join it in the other mode.
+            Some(d) if d.bypass != bypass || d.lazy != lazy => return VIRTIO_IOMMU_S_INVAL,
             Some(_) if old == Some(domain) => return VIRTIO_IOMMU_S_OK,
             None if self.domains.len() >= self.cfg.max_domains => return VIRTIO_IOMMU_S_NOMEM,
             _ => {}
@@ -155,6 +167,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let max = self.cfg.max_mappings_per_domain;
         let d = self.domains.entry(domain).or_insert_with(|| Domain {
             bypass,
+            lazy,
             endpoints: BTreeSet::new(),
             mappers: Vec::new(),
             table: MappingTable::new(max),

@@ -40,7 +40,7 @@
 //! # The lazy unmap and pool hints (ours)
 //!
 //! `docs/lazy-unmap-contract.md` is the contract. With
-//! `VIRTIO_IOMMU_F_LAZY_UNMAP` negotiated, an UNMAP with
+//! `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` negotiated, an UNMAP with
 //! `VIRTIO_IOMMU_UNMAP_F_DEFERRED` completes at once in the domain's table
 //! while its host mappings stay until the domain's FLUSH request (or a
 //! forcing event: a MAP over them, DETACH, an ATTACH that adds a mapper to
@@ -329,7 +329,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             f |= 1 << VIRTIO_IOMMU_F_MMIO;
         }
         if self.cfg.lazy_unmap {
-            f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+            f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
         }
         if self.cfg.pool_hint.is_some() {
             f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;

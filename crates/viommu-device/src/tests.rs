@@ -364,8 +364,9 @@ fn attach_errors_and_moves() {
     bad[16] = 1; // reserved
     assert_eq!(h.statuses(&[bad]), vec![s(VIRTIO_IOMMU_S_INVAL)]);
     assert_eq!(
-        h.statuses(&[req::attach(1, 1, 2)]),
-        vec![s(VIRTIO_IOMMU_S_INVAL)]
+        h.statuses(&[req::attach(1, 1, 4)]),
+        vec![s(VIRTIO_IOMMU_S_INVAL)],
+        "an unknown flag"
     );
     assert_eq!(
         h.statuses(&[req::attach(1, 99, 0)]),

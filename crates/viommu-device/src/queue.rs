@@ -12,7 +12,7 @@ use viommu_wire::status::*;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemory};
 
-use crate::chain::{read_chain, write_at, RawRequest};
+use crate::chain::{head_is_indirect, read_chain, write_at, ChainError, RawRequest};
 use crate::{Active, Counters, Error, FaultReport, IommuInterrupt, VirtioIommu};
 
 /// One request chain of a drained batch and the reply it will get.
@@ -45,8 +45,15 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 .map_err(|source| Error::Queue { queue: q, source })?;
             let mut requests = Vec::new();
             let mut progress_unbatched = false;
+            let desc_table = GuestAddress(active.requestq.desc_table());
             while let Some(chain) = active.requestq.pop_descriptor_chain(&*mem) {
-                let request = match read_chain(chain) {
+                let indirect = head_is_indirect(&*mem, desc_table, chain.head_index());
+                let read = if indirect {
+                    Err((chain.head_index(), ChainError::Indirect))
+                } else {
+                    read_chain(chain)
+                };
+                let request = match read {
                     Ok(raw) => DrainedRequest {
                         head: raw.head,
                         raw: Some(raw),

@@ -8,8 +8,10 @@
 //! Input format (little-endian):
 //! - byte 0: bit 0 batching, bit 1 EVENT_IDX, bit 2 BYPASS_CONFIG, bit 3
 //!   MMIO, bit 4 withhold MAP_UNMAP, bit 5 withhold LAZY_IOTLB_FLUSH, bit 6
-//!   withhold POOL_HINT (the bits of the reset record mean the same);
-//!   bits 5-7 also: n > 0 makes every host call touching page `8 * n` fail.
+//!   withhold POOL_HINT (the bits of the reset record mean the same).
+//! - byte 1: host failures: bits 0-2 n > 0 make host maps touching page
+//!   `8 * n` fail, bits 3-5 the same for unmaps (independently), bit 6
+//!   makes unmap-all fail too.
 //! - then records, each a tag byte (`tag & 7` selects) and its operands:
 //!   0 raw request: rlen u8, wlen u16, rlen bytes (readable part)
 //!   1 typed request: kind u8, then 3 u8 fields (domain, endpoint/page...);
@@ -102,15 +104,22 @@ fn run(data: &[u8]) -> Option<()> {
     };
     let mut h = Harness::new(cfg, &[1, 2, 3], 32);
     h.restart(features(setup));
-    let fail_page = u64::from(setup >> 5) * 8;
-    if fail_page != 0 {
+    // Host failures, map and unmap independently: byte 1 bits 0-2 pick a
+    // page (8 n) whose maps fail, bits 3-5 one whose unmaps fail, bit 6
+    // makes unmap-all fail too.
+    let faults = input.u8()?;
+    let map_page = u64::from(faults & 7) * 8 * 0x1000;
+    let unmap_page = u64::from((faults >> 3) & 7) * 8 * 0x1000;
+    let touches = |p: u64, iova: u64, size: u64| p != 0 && iova <= p && p - iova < size;
+    if map_page != 0 || unmap_page != 0 {
         for m in &h.mappers {
             m.fail_when(move |c| match *c {
-                FakeCall::Map { iova, size, .. } | FakeCall::Unmap { iova, size } => {
-                    let p = fail_page * 0x1000;
-                    iova <= p && p - iova < size
-                }
+                FakeCall::Map { iova, size, .. } => touches(map_page, iova, size),
+                FakeCall::Unmap { iova, size } => touches(unmap_page, iova, size),
             });
+            if faults & 64 != 0 {
+                m.fail_unmap_all();
+            }
         }
     }
     let mem = h.mem.clone();

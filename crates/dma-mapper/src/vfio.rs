@@ -550,6 +550,10 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
     fn page_size_mask(&self) -> u64 {
         self.page_size_mask
     }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        VfioMapper::unmap_all(self).map(|_| ())
+    }
 }
 
 impl<C: ContainerOps, M: GuestMemoryBackend> Drop for VfioMapper<C, M> {

@@ -76,6 +76,8 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_failures;
+#[cfg(test)]
 mod tests_lazy;
 #[cfg(test)]
 mod tests_linux;
@@ -217,6 +219,10 @@ pub struct VirtioIommu<S: GuestAddressSpace> {
     acked: u64,
     endpoints: BTreeMap<u32, Endpoint>,
     domains: BTreeMap<u32, Domain>,
+    /// Mappers that may still hold mappings of domains the device forgot
+    /// (a reset whose host unmaps all failed): emptied before they serve a
+    /// domain again, or that ATTACH fails.
+    dirty: Vec<Arc<dyn DmaMapper>>,
     active: Option<Active<S>>,
     events: VecDeque<FaultReport>,
     counters: Counters,
@@ -252,6 +258,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             acked: 0,
             endpoints: BTreeMap::new(),
             domains: BTreeMap::new(),
+            dirty: Vec::new(),
             active: None,
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -407,6 +414,17 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     pub fn system_reset(&mut self) {
         self.reset();
         self.bypass = self.cfg.bypass;
+    }
+
+    /// Whether `endpoint`'s mapper may still hold mappings of a domain the
+    /// device forgot (a reset whose unmap-all failed): it cannot attach
+    /// until they are removed.
+    pub fn mapper_is_dirty(&self, endpoint: u32) -> bool {
+        self.endpoints.get(&endpoint).is_some_and(|e| {
+            self.dirty
+                .iter()
+                .any(|m| domains::same_mapper(m, &e.mapper))
+        })
     }
 
     /// Counters since creation.

@@ -793,7 +793,9 @@ fn backend_failures_stay_per_request() {
     // Failed unmaps leave the mappings in the table and on the host.
     assert_eq!(h.dev.domain_mappings(1).unwrap().len(), 2);
     assert_eq!(host(&h, 0).len(), 2);
-    // Detach fails too and keeps the endpoint attached.
+    // Detach fails too (when even unmap-all fails) and keeps the endpoint
+    // attached.
+    h.mappers[0].fail_unmap_all();
     assert_eq!(
         h.statuses(&[req::detach(1, 1)]),
         vec![s(VIRTIO_IOMMU_S_DEVERR)]

@@ -145,6 +145,12 @@ impl MappingTable {
     }
 
     /// Number of deferred unmaps still on the host.
+    /// Forgets the deferred unmaps (the caller removed them from the host).
+    pub fn forget_deferred(&mut self) {
+        self.deferred.clear();
+    }
+
+    /// Number of deferred unmaps still on the host.
     pub fn deferred_len(&self) -> usize {
         self.deferred.len()
     }

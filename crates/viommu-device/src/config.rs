@@ -2,7 +2,7 @@
 //! [`ConfigBuilder`] that derives it from what the host offers (the IOVA
 //! ranges and page sizes of the endpoints' IOMMUs, the pool options).
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use viommu_wire as wire;
 use vm_memory::{ByteValued, GuestAddressSpace};
 
@@ -32,8 +32,13 @@ pub struct DeviceConfig {
     pub reserved: Vec<(u64, u64)>,
     /// Most domains that may exist at once.
     pub max_domains: usize,
-    /// Most mappings one domain may hold.
+    /// Most mappings one domain may hold (its deferred unmaps may hold as
+    /// many more on the host).
     pub max_mappings_per_domain: usize,
+    /// Most bytes of IOVA space one domain's mappings and deferred unmaps
+    /// may cover on the host: a guest may map a page at several IOVAs, but
+    /// not alias its RAM without bound. Beyond: `S_NOMEM`.
+    pub max_bytes_per_domain: u64,
     /// Drain and execute the request queue as batches (true), or one
     /// request at a time with one completion and interrupt each (false).
     pub batching: bool,
@@ -84,6 +89,7 @@ impl Default for DeviceConfig {
             reserved: Vec::new(),
             max_domains: 1024,
             max_mappings_per_domain: 1 << 16,
+            max_bytes_per_domain: 1 << 40,
             batching: true,
             offer_mmio: false,
             max_pending_events: 64,
@@ -355,6 +361,29 @@ impl ConfigBuilder {
                 self.ranges_unknown = true;
             }
         }
+        self
+    }
+
+    /// Bounds each domain by what the host gives: `avail` is the DMA
+    /// mappings a VFIO container still accepts (its `dma_entry_limit`);
+    /// a domain's mappings plus its deferred unmaps must fit, so each may
+    /// hold half. Unknown (old kernels): the default stays.
+    pub fn host_dma_limit(mut self, avail: Result<u32, std::io::Error>) -> Self {
+        match avail {
+            Ok(n) => {
+                let half = (n as usize / 2).max(1);
+                self.cfg.max_mappings_per_domain = self.cfg.max_mappings_per_domain.min(half);
+            }
+            Err(e) => debug!("host DMA-available count unknown ({e})"),
+        }
+        self
+    }
+
+    /// Bounds the IOVA space a domain may cover to 8 times the guest's RAM
+    /// (at least 1 GiB): room for every page mapped several times over,
+    /// bounce pools included.
+    pub fn guest_memory(mut self, bytes: u64) -> Self {
+        self.cfg.max_bytes_per_domain = bytes.saturating_mul(8).max(1 << 30);
         self
     }
 

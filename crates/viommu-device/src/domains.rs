@@ -182,7 +182,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             lazy,
             endpoints: BTreeSet::new(),
             mappers: Vec::new(),
-            table: MappingTable::new(max),
+            table: MappingTable::new(max).with_byte_limit(self.cfg.max_bytes_per_domain),
         });
         if !d.mappers.iter().any(|m| same_mapper(m, &mapper)) {
             // The new mapper gets the table, not the deferred unmaps: flush

@@ -141,3 +141,46 @@ fn a_failed_move_puts_the_endpoint_back() {
     );
     h.check_consistency().unwrap();
 }
+
+#[test]
+fn domains_are_bounded_by_the_hosts_dma_entries_and_a_byte_budget() {
+    // What the builder takes from the host and the guest's size.
+    let cfg = crate::ConfigBuilder::new()
+        .host_dma_limit(Ok(10))
+        .guest_memory(1 << 20)
+        .build();
+    assert_eq!(
+        cfg.max_mappings_per_domain, 5,
+        "mappings + deferred fit the host's 10"
+    );
+    assert_eq!(cfg.max_bytes_per_domain, 1 << 30, "at least 1 GiB");
+    let cfg = crate::ConfigBuilder::new()
+        .host_dma_limit(Err(std::io::Error::other("old kernel")))
+        .build();
+    assert_eq!(
+        cfg.max_mappings_per_domain,
+        DeviceConfig::default().max_mappings_per_domain
+    );
+
+    // A guest aliasing one page at many IOVAs hits the byte budget: NOMEM,
+    // nothing reaches the host.
+    let mut h = Harness::new(
+        DeviceConfig {
+            max_bytes_per_domain: 4 * PAGE,
+            ..Default::default()
+        },
+        &[1],
+        64,
+    );
+    assert_eq!(h.statuses(&[req::attach(1, 1, req::LAZY)]), vec![OK]);
+    let alias = |iova: u64| req::map(1, iova * PAGE, (iova + 1) * PAGE - 1, DATA_BASE, req::RW);
+    let st = h.statuses(&(0..5).map(alias).collect::<Vec<_>>());
+    assert_eq!(st[..4], vec![OK; 4]);
+    assert_eq!(st[4], Some(VIRTIO_IOMMU_S_NOMEM));
+    assert_eq!(h.mappers[0].mappings().len(), 4);
+    // Deferred unmaps still hold host memory: still over budget until the flush.
+    assert_eq!(h.statuses(&[req::unmap(1, 0, PAGE - 1)]), vec![OK]);
+    assert_eq!(h.statuses(&[alias(9)]), vec![Some(VIRTIO_IOMMU_S_NOMEM)]);
+    assert_eq!(h.statuses(&[req::iotlb_flush(1), alias(9)]), vec![OK, OK]);
+    h.check_consistency().unwrap();
+}

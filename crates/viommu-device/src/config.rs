@@ -25,6 +25,12 @@ pub struct DeviceConfig {
     pub probe_size: u32,
     /// Initial (and system-reset) value of the `bypass` config field.
     pub bypass: bool,
+    /// Offer `VIRTIO_IOMMU_F_BYPASS_CONFIG` (the `bypass` field and
+    /// `VIRTIO_IOMMU_ATTACH_F_BYPASS`). The device only tracks which
+    /// endpoints bypass; the host must then map guest RAM 1:1 for them.
+    /// [`ConfigBuilder`] turns it off: without it Linux builds identity
+    /// domains out of MAP requests, which need nothing more.
+    pub offer_bypass: bool,
     /// The MSI doorbell window reported as RESV_MEM MSI, inclusive; `None`
     /// on platforms without one.
     pub msi_window: Option<(u64, u64)>,
@@ -85,6 +91,7 @@ impl Default for DeviceConfig {
             domain_range: (0, u32::from(u16::MAX)),
             probe_size: 512,
             bypass: false,
+            offer_bypass: true,
             msi_window: Some(X86_MSI_WINDOW),
             reserved: Vec::new(),
             max_domains: 1024,
@@ -332,9 +339,13 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
-    /// Starts from [`DeviceConfig::default`].
+    /// Starts from [`DeviceConfig::default`] without bypass (nothing maps
+    /// guest RAM 1:1 behind a bypassing endpoint; see
+    /// [`DeviceConfig::offer_bypass`]).
     pub fn new() -> Self {
-        Self::default()
+        let mut b = Self::default();
+        b.cfg.offer_bypass = false;
+        b
     }
 
     /// Offers `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` or not.

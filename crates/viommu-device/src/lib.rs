@@ -330,8 +330,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             | (1 << VIRTIO_IOMMU_F_INPUT_RANGE)
             | (1 << VIRTIO_IOMMU_F_DOMAIN_RANGE)
             | (1 << VIRTIO_IOMMU_F_MAP_UNMAP)
-            | (1 << VIRTIO_IOMMU_F_PROBE)
-            | (1 << VIRTIO_IOMMU_F_BYPASS_CONFIG);
+            | (1 << VIRTIO_IOMMU_F_PROBE);
+        if self.cfg.offer_bypass {
+            f |= 1 << VIRTIO_IOMMU_F_BYPASS_CONFIG;
+        }
         if self.cfg.offer_mmio {
             f |= 1 << VIRTIO_IOMMU_F_MMIO;
         }

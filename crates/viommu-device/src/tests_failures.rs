@@ -154,6 +154,10 @@ fn domains_are_bounded_by_the_hosts_dma_entries_and_a_byte_budget() {
         "mappings + deferred fit the host's 10"
     );
     assert_eq!(cfg.max_bytes_per_domain, 1 << 30, "at least 1 GiB");
+    assert!(
+        !cfg.offer_bypass,
+        "nothing would map guest RAM for a bypassing endpoint"
+    );
     let cfg = crate::ConfigBuilder::new()
         .host_dma_limit(Err(std::io::Error::other("old kernel")))
         .build();

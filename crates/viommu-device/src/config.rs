@@ -6,6 +6,7 @@ use tracing::{debug, info, warn};
 use viommu_wire as wire;
 use vm_memory::{ByteValued, GuestAddressSpace};
 
+use crate::ratelimit::guest_warn;
 use crate::{Error, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
 
 /// The x86 MSI doorbell window (0xfee00000-0xfeefffff), the default
@@ -183,13 +184,13 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             return;
         }
         if !self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
-            warn!("driver wrote bypass without negotiating BYPASS_CONFIG");
+            guest_warn!("driver wrote bypass without negotiating BYPASS_CONFIG");
             return;
         }
         // Spec: "The driver MUST NOT write a value different than 0 or 1 to bypass".
         match data[0] {
             0 | 1 => self.bypass = data[0] == 1,
-            v => warn!(value = v, "driver wrote an invalid bypass value; ignored"),
+            v => guest_warn!(value = v, "driver wrote an invalid bypass value; ignored"),
         }
     }
 }

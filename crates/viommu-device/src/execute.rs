@@ -2,8 +2,8 @@
 //! rules (statuses quote the spec), MAP/UNMAP segments between barriers go
 //! to the planner domain by domain, ATTACH/DETACH/PROBE/FLUSH run in place.
 
+use crate::ratelimit::guest_warn;
 use dma_mapper::DmaPerm;
-use tracing::warn;
 use viommu_planner::{run_batch, MapperSet, Mapping, Outcome, PlanOptions, Reject};
 use viommu_wire as wire;
 use viommu_wire::status::*;
@@ -154,7 +154,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                     Outcome::Rejected(Reject::Split) => VIRTIO_IOMMU_S_RANGE,
                     Outcome::Rejected(Reject::Limit) => VIRTIO_IOMMU_S_NOMEM,
                     Outcome::HostFailed(f) => {
-                        warn!(domain = d, failure = ?f, "host DMA call failed");
+                        guest_warn!(domain = d, failure = ?f, "host DMA call failed");
                         VIRTIO_IOMMU_S_DEVERR
                     }
                 };

@@ -70,6 +70,7 @@ mod counters;
 mod domains;
 mod execute;
 mod queue;
+mod ratelimit;
 mod request;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;

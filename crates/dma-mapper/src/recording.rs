@@ -304,6 +304,10 @@ impl<M: DmaMapper> DmaMapper for RecordingMapper<M> {
     fn page_size_mask(&self) -> u64 {
         self.inner.page_size_mask()
     }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        self.inner.unmap_all()
+    }
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@
 //! # The lazy unmap and pool hints (ours)
 //!
 //! `docs/lazy-unmap-contract.md` is the contract. With
-//! `VIRTIO_IOMMU_F_LAZY_UNMAP` negotiated, an UNMAP with
+//! `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` negotiated, an UNMAP with
 //! `VIRTIO_IOMMU_UNMAP_F_DEFERRED` completes at once in the domain's table
 //! while its host mappings stay until the domain's FLUSH request (or a
 //! forcing event: a MAP over them, DETACH, an ATTACH that adds a mapper to
@@ -70,11 +70,14 @@ mod counters;
 mod domains;
 mod execute;
 mod queue;
+mod ratelimit;
 mod request;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_failures;
 #[cfg(test)]
 mod tests_lazy;
 #[cfg(test)]
@@ -217,6 +220,10 @@ pub struct VirtioIommu<S: GuestAddressSpace> {
     acked: u64,
     endpoints: BTreeMap<u32, Endpoint>,
     domains: BTreeMap<u32, Domain>,
+    /// Mappers that may still hold mappings of domains the device forgot
+    /// (a reset whose host unmaps all failed): emptied before they serve a
+    /// domain again, or that ATTACH fails.
+    dirty: Vec<Arc<dyn DmaMapper>>,
     active: Option<Active<S>>,
     events: VecDeque<FaultReport>,
     counters: Counters,
@@ -252,6 +259,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             acked: 0,
             endpoints: BTreeMap::new(),
             domains: BTreeMap::new(),
+            dirty: Vec::new(),
             active: None,
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -323,13 +331,15 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             | (1 << VIRTIO_IOMMU_F_INPUT_RANGE)
             | (1 << VIRTIO_IOMMU_F_DOMAIN_RANGE)
             | (1 << VIRTIO_IOMMU_F_MAP_UNMAP)
-            | (1 << VIRTIO_IOMMU_F_PROBE)
-            | (1 << VIRTIO_IOMMU_F_BYPASS_CONFIG);
+            | (1 << VIRTIO_IOMMU_F_PROBE);
+        if self.cfg.offer_bypass {
+            f |= 1 << VIRTIO_IOMMU_F_BYPASS_CONFIG;
+        }
         if self.cfg.offer_mmio {
             f |= 1 << VIRTIO_IOMMU_F_MMIO;
         }
         if self.cfg.lazy_unmap {
-            f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+            f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
         }
         if self.cfg.pool_hint.is_some() {
             f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;
@@ -407,6 +417,17 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     pub fn system_reset(&mut self) {
         self.reset();
         self.bypass = self.cfg.bypass;
+    }
+
+    /// Whether `endpoint`'s mapper may still hold mappings of a domain the
+    /// device forgot (a reset whose unmap-all failed): it cannot attach
+    /// until they are removed.
+    pub fn mapper_is_dirty(&self, endpoint: u32) -> bool {
+        self.endpoints.get(&endpoint).is_some_and(|e| {
+            self.dirty
+                .iter()
+                .any(|m| domains::same_mapper(m, &e.mapper))
+        })
     }
 
     /// Counters since creation.

@@ -89,8 +89,12 @@ fn viommu_config(cfg: &VmConfig, endpoints: &[Endpoint]) -> DeviceConfig {
             ConfigBuilder::new()
                 .lazy_unmap(cfg.lazy_unmap)
                 .pool(cfg.pool_hint)
-                .avoid(avoid_iovas(cfg)),
-            |b, e| b.host_iommu(e.mapper.page_size_mask(), e.mapper.iova_ranges()),
+                .avoid(avoid_iovas(cfg))
+                .guest_memory(cfg.memory),
+            |b, e| {
+                b.host_iommu(e.mapper.page_size_mask(), e.mapper.iova_ranges())
+                    .host_dma_limit(e.mapper.dma_avail())
+            },
         )
         .build()
 }

@@ -131,6 +131,10 @@ impl Harness {
     /// unattached or in bypass) and that no mapper saw a protocol violation.
     pub fn check_consistency(&self) -> Result<(), String> {
         for (ep, m) in self.endpoints.iter().zip(&self.mappers) {
+            if self.dev.mapper_is_dirty(*ep) {
+                // Leftovers of a failed reset: unknown until removed.
+                continue;
+            }
             let mut want: Vec<(u64, u64, u64, DmaPerm)> = match self.dev.endpoint_state(*ep) {
                 Some(crate::EndpointState::Translated(d)) => self
                     .dev

@@ -37,6 +37,8 @@ struct FakeState {
     log: Vec<FakeCall>,
     violations: Vec<String>,
     fail: Option<FailFn>,
+    /// `unmap_all` fails too (the fault plan covers single calls only).
+    fail_unmap_all: bool,
     record: bool,
     calls: u64,
 }
@@ -106,7 +108,15 @@ impl FakeMapper {
 
     /// Stops injecting failures.
     pub fn fail_never(&self) {
-        self.with(|s| s.fail = None);
+        self.with(|s| {
+            s.fail = None;
+            s.fail_unmap_all = false;
+        });
+    }
+
+    /// Makes `unmap_all` fail as well (until [`Self::fail_never`]).
+    pub fn fail_unmap_all(&self) {
+        self.with(|s| s.fail_unmap_all = true);
     }
 
     /// Current mappings `(iova, size, gpa, perm)` in IOVA order.
@@ -210,5 +220,21 @@ impl DmaMapper for FakeMapper {
 
     fn page_size_mask(&self) -> u64 {
         !0xfff
+    }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        self.with(|s| {
+            s.calls += 1;
+            if s.fail_unmap_all {
+                return Err(DmaError::Host {
+                    op: "unmap all",
+                    iova: 0,
+                    size: u64::MAX,
+                    source: std::io::Error::other("injected"),
+                });
+            }
+            s.maps.clear();
+            Ok(())
+        })
     }
 }

@@ -56,34 +56,16 @@ pub fn unmap(domain: u32, start: u64, end: u64) -> Vec<u8> {
         domain: domain.into(),
         virt_start: start.into(),
         virt_end: end.into(),
-        flags: 0.into(),
+        reserved: [0; 4],
     }
     .as_slice()
     .to_vec()
 }
 
-/// UNMAP of `[start, end]` with `VIRTIO_IOMMU_UNMAP_F_DEFERRED`.
-pub fn unmap_deferred(domain: u32, start: u64, end: u64) -> Vec<u8> {
-    unmap_flags(domain, start, end, wire::VIRTIO_IOMMU_UNMAP_F_DEFERRED)
-}
-
-/// UNMAP of `[start, end]` with these flags.
-pub fn unmap_flags(domain: u32, start: u64, end: u64, flags: u32) -> Vec<u8> {
-    wire::UnmapReq {
-        head: head(wire::req_type::VIRTIO_IOMMU_T_UNMAP),
-        domain: domain.into(),
-        virt_start: start.into(),
-        virt_end: end.into(),
-        flags: flags.into(),
-    }
-    .as_slice()
-    .to_vec()
-}
-
-/// FLUSH (ours) of a domain's deferred unmaps.
-pub fn flush(domain: u32) -> Vec<u8> {
-    wire::FlushReq {
-        head: head(wire::req_type::VIRTIO_IOMMU_T_FLUSH),
+/// IOTLB_FLUSH of a domain (lazy domains' UNMAPs leave the host here).
+pub fn iotlb_flush(domain: u32) -> Vec<u8> {
+    wire::IotlbFlushReq {
+        head: head(wire::req_type::VIRTIO_IOMMU_T_IOTLB_FLUSH),
         domain: domain.into(),
         reserved: [0; 4],
     }
@@ -104,3 +86,5 @@ pub fn probe(endpoint: u32) -> Vec<u8> {
 
 /// READ | WRITE.
 pub const RW: u32 = wire::VIRTIO_IOMMU_MAP_F_READ | wire::VIRTIO_IOMMU_MAP_F_WRITE;
+/// ATTACH flag of a lazy domain.
+pub const LAZY: u32 = wire::VIRTIO_IOMMU_ATTACH_F_LAZY;

@@ -11,6 +11,8 @@
 #
 # baseline: tinyconfig + config-fragment, no patches (stock X.Y).
 # patched:  the same plus config-fragment-patched, with patches/series applied.
+# The fragments in guest-patches/ serve every version; linux-X.Y/ may add its
+# own config-fragment and config-fragment-patched, merged after them.
 #
 # Output is cached under $VIOMMU_LAB_CACHE (default ~/.cache/viommu-lab),
 # keyed by a hash of the source package version, the fragments, the patches
@@ -22,7 +24,8 @@ set -euo pipefail
 
 ver=${1:?usage: build-kernel.sh X.Y [baseline|patched|checkpatch|each]}
 variant=${2:-baseline}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/linux-$ver" && pwd)
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$top/linux-$ver
 cache=${VIOMMU_LAB_CACHE:-$HOME/.cache/viommu-lab}
 jobs=${JOBS:-$(nproc)}
 pkg=linux-source-$ver
@@ -40,9 +43,12 @@ esac
 srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) ||
 	die "cannot read the version of package $pkg"
 
-fragments=("$here/config-fragment")
+[ -d "$here" ] || die "no series directory $here"
+fragments=("$top/config-fragment")
+[ -f "$here/config-fragment" ] && fragments+=("$here/config-fragment")
 patches=()
 if [ "$variant" != baseline ]; then
+	fragments+=("$top/config-fragment-patched")
 	[ -f "$here/config-fragment-patched" ] && fragments+=("$here/config-fragment-patched")
 	if [ -f "$here/patches/series" ]; then
 		while read -r p; do
@@ -82,8 +88,8 @@ fi
 
 key=$({
 	echo "$pkg $srcver"
-	for f in "${BASH_SOURCE[0]}" "$here/build.sh" "${fragments[@]}" "${patches[@]}"; do
-		echo "== $(basename "$f")"
+	for f in "$top/build-kernel.sh" "$here/build.sh" "${fragments[@]}" "${patches[@]}"; do
+		echo "== ${f#"$top"/}"
 		cat "$f"
 	done
 } | sha256sum | cut -c1-16)

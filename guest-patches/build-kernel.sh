@@ -7,7 +7,8 @@
 #   linux-X.Y/build.sh checkpatch          scripts/checkpatch.pl --strict on the
 #                                          cover letter and every patch
 #   linux-X.Y/build.sh each                apply the patches one by one and build
-#                                          after each (every patch must build)
+#                                          after each (every patch must build),
+#                                          then as patched (cached as patched)
 #
 # baseline: tinyconfig + config-fragment, no patches (stock X.Y).
 # patched:  the same plus config-fragment-patched, with patches/series applied.
@@ -93,20 +94,24 @@ key=$({
 		cat "$f"
 	done
 } | sha256sum | cut -c1-16)
-out="$cache/kernels/linux-$ver-$variant-$key"
-if [ -f "$out/bzImage" ]; then
+# 'each' builds the patched kernel in the end, in the patched variant's
+# object directory (the patched build after it is then incremental).
+kind=$variant
+[ "$variant" = each ] && kind=patched
+out="$cache/kernels/linux-$ver-$kind-$key"
+if [ "$variant" != each ] && [ -f "$out/bzImage" ]; then
 	log "cached: $out/bzImage"
 	echo "$out/bzImage"
 	exit 0
 fi
 
-work="$cache/work/linux-$ver-$variant"
+work="$cache/work/linux-$ver-$kind"
 mkdir -p "$work"
 # One build per variant at a time (the lab and developers may race); the
 # loser finds the winner's result in the cache.
 exec 9>"$work.lock"
 flock 9
-if [ -f "$out/bzImage" ]; then
+if [ "$variant" != each ] && [ -f "$out/bzImage" ]; then
 	log "cached (built meanwhile): $out/bzImage"
 	echo "$out/bzImage"
 	exit 0
@@ -169,16 +174,14 @@ if [ "$variant" = each ]; then
 		make -s -C "$tree" O="$obj" olddefconfig >/dev/null
 		build "$(basename "$p")"
 	done
-	configure
 	log "every patch builds"
-	exit 0
+else
+	for p in "${patches[@]}"; do
+		apply "$p"
+	done
 fi
-
-for p in "${patches[@]}"; do
-	apply "$p"
-done
 configure
-build "$variant"
+build "$kind"
 
 mkdir -p "$out.tmp"
 cp "$obj/arch/x86/boot/bzImage" "$obj/.config" "$out.tmp/"

@@ -10,10 +10,10 @@
 //!   reference;
 //! - `fq-strict`: the flush-queue stream, our contract not negotiated (every
 //!   UNMAP is unmapped on the host at once, as with stock QEMU);
-//! - `fq-lazy`: the same stream with `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH`: UNMAPs
-//!   carry `VIRTIO_IOMMU_UNMAP_F_DEFERRED`, and the guest's
-//!   `flush_iotlb_all` adds one FLUSH to the notification that fills the
-//!   queue.
+//! - `fq-lazy`: the same stream with `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` and a
+//!   lazy domain: the device defers its UNMAPs, and the guest's
+//!   `flush_iotlb_all` adds one IOTLB_FLUSH to the notification that fills
+//!   the queue.
 //!
 //! The host backend is the in-memory VFIO-like fake, so backend calls per
 //! 1000 requests (and per I/O) are what a real VFIO backend would pay in
@@ -104,7 +104,7 @@ fn fq_kicks(io_size: u64, lazy: bool) -> Vec<Vec<Vec<u8>>> {
 
 fn harness(lazy: bool) -> Harness {
     let mut h = Harness::with_mappers(DeviceConfig::default(), &[1], 256, FakeMapper::counting);
-    // VERSION_1, MAP_UNMAP, PROBE (+ LAZY_UNMAP); no EVENT_IDX.
+    // VERSION_1, MAP_UNMAP, PROBE (+ LAZY_IOTLB_FLUSH); no EVENT_IDX.
     let mut f = (1 << 32) | (1 << VIRTIO_IOMMU_F_MAP_UNMAP) | (1 << VIRTIO_IOMMU_F_PROBE);
     if lazy {
         f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;

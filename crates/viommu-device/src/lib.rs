@@ -39,16 +39,18 @@
 //!
 //! # The lazy unmap and pool hints (ours)
 //!
-//! `docs/lazy-unmap-contract.md` is the contract. With
-//! `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` negotiated, an UNMAP with
-//! `VIRTIO_IOMMU_UNMAP_F_DEFERRED` completes at once in the domain's table
-//! while its host mappings stay until the domain's FLUSH request (or a
-//! forcing event: a MAP over them, DETACH, an ATTACH that adds a mapper to
-//! the domain, device reset), which removes them with one host call per run
-//! of adjacent whole mappings. Other UNMAP flag bits get `S_INVAL`; FLUSH of
-//! an unknown domain `S_NOENT`, outside `domain_range` `S_RANGE`, nonzero
-//! reserved bytes `S_INVAL`, a host failure `S_DEVERR` (the failed mappings
-//! stay pending); FLUSH without the feature `S_UNSUPP`. With
+//! `docs/lazy-unmap-contract.md` is the contract (the shape of virtio-spec
+//! proposal #204). With `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` negotiated, a
+//! domain created by an ATTACH with `VIRTIO_IOMMU_ATTACH_F_LAZY` is lazy: its
+//! UNMAPs complete at once in the domain's table while their host mappings
+//! stay until the domain's IOTLB_FLUSH request (or a forcing event: a MAP
+//! over them, DETACH, an ATTACH that adds a mapper to the domain, device
+//! reset), which removes them with one host call per run of adjacent whole
+//! mappings. An ATTACH in the other mode than its domain's, or LAZY with
+//! BYPASS, gets `S_INVAL`; IOTLB_FLUSH of an unknown domain `S_NOENT`,
+//! outside `domain_range` `S_RANGE`, nonzero reserved bytes `S_INVAL`, a
+//! host failure `S_DEVERR` (the failed mappings stay pending); IOTLB_FLUSH
+//! without the feature `S_UNSUPP`. With
 //! `VIRTIO_IOMMU_F_POOL_HINT` negotiated, PROBE adds a POOL_HINT property.
 //!
 //! # What the VMM provides

@@ -36,9 +36,10 @@ impl Span for Entry {
 ///
 /// Outside a batch being executed, every entry is also mapped on the host
 /// with exactly the same range (one host mapping per guest mapping), and so
-/// is every deferred unmap: a mapping the guest unmapped with
-/// `VIRTIO_IOMMU_UNMAP_F_DEFERRED` that is gone from the table but stays on
-/// the host until [`crate::flush_deferred`] (or a MAP over it) removes it.
+/// is every deferred unmap: a mapping the guest unmapped in a lazy domain
+/// that is gone from the table but stays on the host until
+/// [`crate::flush_deferred`] (the domain's IOTLB_FLUSH) or a MAP over it
+/// removes it.
 /// Deferred mappings never overlap each other; they may overlap table
 /// entries only transiently inside [`crate::run_batch`].
 #[derive(Clone, Debug)]

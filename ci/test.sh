@@ -43,6 +43,7 @@ if [ $lab = 1 ]; then
 	step "lab lazy-smoke" ci/lab/lab run lazy-smoke --results target/lab-lazy-smoke.json
 	step "lab smp-smoke" ci/lab/lab run smp-smoke --results target/lab-smp-smoke.json
 	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
+	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

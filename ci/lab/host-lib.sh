@@ -148,6 +148,10 @@ retry_reason() {
 	rc=$(sed -n 's/.*@@LAB-VMM-EXIT@@ rc=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
 	if [ -n "$crash" ]; then
 		echo "guest kernel crashed: $crash"
+	elif ! grep -q '"event":"boot"' "$log" && grep -q 'rcu: INFO: rcu_sched detected stalls\|soft lockup' "$log"; then
+		# Seen once in ~40 two-vCPU boots: a vCPU stuck from early boot
+		# (RCU stall, before /init), under either kernel setting.
+		echo "the guest kernel stalled before its init (RCU stall on a vCPU)"
 	elif [ "$2" = qemu ] && grep -q 'terminating on signal 15' "$log"; then
 		echo "stock QEMU guest hit the $(lab_arg guest_timeout 600) s bound"
 	elif [ "$2" = qemu ] && [ "$rc" = 0 ]; then

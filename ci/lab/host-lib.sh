@@ -136,6 +136,12 @@ run_guest() {
 	return 1
 }
 
+# guest_crash LOG: the first line of a guest kernel crash in LOG (a double
+# fault, a panic, a BUG), quote-free for JSON; empty if none.
+guest_crash() {
+	grep -m1 -o 'PANIC: double fault\|Kernel panic[^@]*\|BUG: [^@]*' "$1" | cut -c1-80 | tr '"\\' "''"
+}
+
 # retry_reason TAG VMM: why the failed guest run TAG may be started over
 # (printed), or fails when it may not: the guest kernel crashed or reset
 # itself mid-run (the nested lab's emulation, not the code under test), or
@@ -144,7 +150,7 @@ run_guest() {
 retry_reason() {
 	local log=/tmp/guest-$1.log crash rc
 	grep -q '"event":"error"' "$log" && return 1
-	crash=$(grep -m1 -o 'PANIC: double fault\|Kernel panic[^@]*\|BUG: [^@]*' "$log" | cut -c1-80 | tr '"\\' "''")
+	crash=$(guest_crash "$log")
 	rc=$(sed -n 's/.*@@LAB-VMM-EXIT@@ rc=\([0-9]*\).*/\1/p' "$log" | tail -n 1)
 	if [ -n "$crash" ]; then
 		echo "guest kernel crashed: $crash"

@@ -33,6 +33,7 @@ use crate::cli::VmConfig;
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::SerialDevice;
+use crate::devices::viommu::DeviceThread;
 use crate::error::{io_err, kvm_err, VmmError};
 use crate::layout::*;
 use crate::pci::alloc::BarWindows;
@@ -70,6 +71,11 @@ pub struct DeviceManager<'a> {
     serial: Arc<Mutex<SerialDevice>>,
     viot: Option<ViotConfig>,
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
+    /// The virtio-iommu's device thread: stopped before the DMA mappings
+    /// are removed.
+    viommu_thread: Option<DeviceThread>,
+    /// The seccomp filters of the threads the devices start.
+    seccomp: crate::seccomp::Policy,
     /// False when a vCPU may still run: then nothing is released on drop.
     armed: bool,
 }
@@ -78,7 +84,7 @@ impl<'a> DeviceManager<'a> {
     /// Create every device `cfg` asks for on `vm`; devices report VM exits
     /// (power off, reset) to `exit`.
     pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
-        let mut dm = DeviceManager::new(vm)?;
+        let mut dm = DeviceManager::new(vm, cfg.seccomp)?;
         dm.add_platform_devices(exit)?;
         dm.add_vfio_devices(&cfg.vfio)?;
         if cfg.viommu {
@@ -92,7 +98,7 @@ impl<'a> DeviceManager<'a> {
 
     /// Empty buses and PCI root, the BAR windows of the layout, MSIs
     /// through KVM, and the serial port (not on a bus yet).
-    fn new(vm: &'a Vm) -> Result<Self, VmmError> {
+    fn new(vm: &'a Vm, seccomp: crate::seccomp::Policy) -> Result<Self, VmmError> {
         Ok(DeviceManager {
             vm,
             serial: Arc::new(Mutex::new(serial_port(vm)?)),
@@ -107,6 +113,8 @@ impl<'a> DeviceManager<'a> {
             endpoints: Vec::new(),
             viot: None,
             viommu_counters: None,
+            viommu_thread: None,
+            seccomp,
             armed: true,
         })
     }

@@ -4,6 +4,8 @@
 //! in the one order that leaves nothing behind (no VFIO error, no mapping,
 //! no pinned page), on every way out of [`crate::machine::run`] (and of a
 //! [`DeviceManager::build`] that failed half-way):
+//! 0. stop and join the virtio-iommu's device thread: it makes VFIO map
+//!    calls, and none may run once the mappings are being removed;
 //! 1. reset each passed-through device (`VFIO_DEVICE_RESET`), so it stops
 //!    DMA;
 //! 2. remove every DMA mapping while each device's group is still in its
@@ -29,7 +31,13 @@ impl Drop for DeviceManager<'_> {
             std::mem::forget(std::mem::take(&mut self.pio));
             std::mem::forget(std::mem::take(&mut self.mmio));
             std::mem::forget(std::mem::take(&mut self.endpoints));
+            // A running vCPU may still wait for the device thread (a
+            // reset); it keeps serving until the process exits.
+            std::mem::forget(self.viommu_thread.take());
             return;
+        }
+        if let Some(t) = self.viommu_thread.take() {
+            t.stop();
         }
         for d in &self.vfio {
             d.reset();

@@ -224,8 +224,6 @@ fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
         ThreadKind::Signals => &[(libc::SYS_rt_sigtimedwait, "sigwait for SIGTERM/SIGINT")],
         ThreadKind::Serial => &[
             (libc::SYS_read, "stdin"),
-            (libc::SYS_poll, "waiting for output to write"),
-            (libc::SYS_ppoll, "the same, where libc's poll is ppoll"),
             (libc::SYS_nanosleep, "waiting for room in the guest's FIFO"),
             (
                 libc::SYS_clock_nanosleep,

@@ -30,6 +30,7 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::acpi::ViotConfig;
 use crate::bus::Bus;
 use crate::cli::VmConfig;
+use crate::devices::console::{console, ConsoleFlusher, ConsoleOut, CONSOLE_BUFFER};
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::SerialDevice;
@@ -69,6 +70,8 @@ pub struct DeviceManager<'a> {
     /// Their endpoints, in `--vfio` order: dropping a mapper unmaps its DMA.
     endpoints: Vec<Endpoint>,
     serial: Arc<Mutex<SerialDevice>>,
+    /// The serial console's output thread, flushed last on release.
+    console: ConsoleFlusher,
     viot: Option<ViotConfig>,
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
     /// The virtio-iommu's device thread: stopped before the DMA mappings
@@ -99,9 +102,16 @@ impl<'a> DeviceManager<'a> {
     /// Empty buses and PCI root, the BAR windows of the layout, MSIs
     /// through KVM, and the serial port (not on a bus yet).
     fn new(vm: &'a Vm, seccomp: crate::seccomp::Policy) -> Result<Self, VmmError> {
+        let (out, console) = console(
+            Box::new(std::io::stdout()),
+            CONSOLE_BUFFER,
+            seccomp.filter(crate::seccomp::ThreadKind::Serial)?,
+        )
+        .map_err(io_err("cannot start the serial output thread"))?;
         Ok(DeviceManager {
             vm,
-            serial: Arc::new(Mutex::new(serial_port(vm)?)),
+            serial: Arc::new(Mutex::new(serial_port(vm, out)?)),
+            console,
             pio: Arc::new(Bus::new()),
             mmio: Arc::new(Bus::new()),
             root: PciRoot::new(),
@@ -193,11 +203,12 @@ impl<'a> DeviceManager<'a> {
     }
 }
 
-/// COM1 on the guest's stdout, raising IRQ 4 through an irqfd.
-fn serial_port(vm: &Vm) -> Result<SerialDevice, VmmError> {
+/// COM1 writing to `out` (the guest's stdout, through the console
+/// buffer), raising IRQ 4 through an irqfd.
+fn serial_port(vm: &Vm, out: ConsoleOut) -> Result<SerialDevice, VmmError> {
     let irq = EventFd::new(0).map_err(io_err("cannot create the serial irqfd"))?;
     vm.fd()
         .register_irqfd(&irq, SERIAL_IRQ)
         .map_err(kvm_err("KVM_IRQFD (serial)"))?;
-    Ok(SerialDevice::new(irq, Box::new(std::io::stdout())))
+    Ok(SerialDevice::new(irq, Box::new(out)))
 }

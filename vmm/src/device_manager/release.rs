@@ -15,12 +15,16 @@
 //!    device file open, and `VFIO_GROUP_UNSET_CONTAINER` fails with EBUSY
 //!    while it is;
 //! 4. close the devices (dropping the buses that own them): the group
-//!    leaves its container.
+//!    leaves its container;
+//! 5. write out the guest console output still buffered (at most 2 s).
 //!
 //! Disarmed ([`DeviceManager::disarm`], a vCPU did not stop), it releases
 //! nothing.
 
 use super::DeviceManager;
+
+/// How long the release waits for buffered guest console output.
+const CONSOLE_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for DeviceManager<'_> {
     fn drop(&mut self) {
@@ -34,6 +38,7 @@ impl Drop for DeviceManager<'_> {
             // A running vCPU may still wait for the device thread (a
             // reset); it keeps serving until the process exits.
             std::mem::forget(self.viommu_thread.take());
+            self.console.finish(CONSOLE_FLUSH);
             return;
         }
         if let Some(t) = self.viommu_thread.take() {
@@ -56,5 +61,8 @@ impl Drop for DeviceManager<'_> {
         drop(std::mem::take(&mut self.mmio));
         self.endpoints.clear();
         tracing::debug!("devices released");
+        if !self.console.finish(CONSOLE_FLUSH) {
+            tracing::warn!("the guest console output could not be written out at exit");
+        }
     }
 }

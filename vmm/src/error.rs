@@ -33,6 +33,9 @@ pub enum VmmError {
     /// A device's config space could not be built (a VMM bug).
     #[error("bad PCI configuration space")]
     PciConfig(#[from] pci::config::ConfigError),
+    /// A seccomp filter could not be built or installed.
+    #[error(transparent)]
+    Seccomp(#[from] crate::seccomp::SeccompError),
     /// The virtio-iommu model refused its configuration.
     #[error("cannot create the virtio-iommu")]
     Viommu(#[from] viommu_device::Error),

@@ -32,5 +32,6 @@ pub mod host_pci;
 pub mod layout;
 pub mod machine;
 pub mod pci;
+pub mod seccomp;
 pub mod vcpu;
 pub mod vm;

@@ -14,6 +14,7 @@ use crate::device_manager::DeviceManager;
 use crate::devices::exit::{ExitReason, VmExit};
 use crate::devices::serial::spawn_stdin_forwarder;
 use crate::error::{io_err, kvm_err};
+use crate::seccomp::{Policy, ThreadKind};
 use crate::{acpi, api, boot, cli, vcpu, vm};
 
 pub use crate::error::VmmError;
@@ -29,8 +30,16 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     let mem = vm::create_guest_memory(cfg.memory, cfg.hugepages)?;
     let vm = vm::Vm::new(mem.clone())?;
     let exit = Arc::new(VmExit::new().map_err(io_err("cannot create the exit eventfd"))?);
-    spawn_stop_signal_waiter(stop_signals, exit.clone())
-        .map_err(io_err("cannot spawn the signal thread"))?;
+    let seccomp = cfg.seccomp;
+    if !seccomp.enabled {
+        tracing::warn!("seccomp filters are off (--seccomp=false)");
+    }
+    spawn_stop_signal_waiter(
+        stop_signals,
+        exit.clone(),
+        seccomp.filter(ThreadKind::Signals)?,
+    )
+    .map_err(io_err("cannot spawn the signal thread"))?;
     // From here on, every way out of this function (an error return too)
     // releases the devices in order: dropping the manager does.
     let mut devices = DeviceManager::build(&vm, &exit, &cfg)?;
@@ -54,11 +63,12 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let vcpus = create_vcpus(&vm, &cfg, boot.entry, &devices, &exit, &stop)?;
-    let threads = start_vcpus(vcpus)?;
-    spawn_stdin_forwarder(devices.serial()).map_err(io_err("cannot spawn the stdin thread"))?;
+    let threads = start_vcpus(vcpus, seccomp)?;
+    spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
+        .map_err(io_err("cannot spawn the stdin thread"))?;
     if let Some(path) = &cfg.api_socket {
         let state = api::info::state(&cfg, &exit, devices.viommu_counters(), &devices.vfio_bdfs());
-        api::spawn(path, state)?;
+        api::spawn(path, state, seccomp.filter(ThreadKind::Api)?)?;
         tracing::info!(path = %path.display(), "API socket ready");
     }
 
@@ -112,17 +122,17 @@ fn create_vcpus(
     Ok(vcpus)
 }
 
-/// Install the kick handler and run each vCPU on a thread of its own.
-fn start_vcpus(vcpus: Vec<vcpu::Vcpu>) -> Result<Vec<JoinHandle<()>>, VmmError> {
+/// Install the kick handler and run each vCPU on a thread of its own,
+/// with the vCPU seccomp filter.
+fn start_vcpus(vcpus: Vec<vcpu::Vcpu>, seccomp: Policy) -> Result<Vec<JoinHandle<()>>, VmmError> {
     register_signal_handler(SIGRTMIN(), kick_handler)
         .map_err(|e| io_err("cannot install the vCPU kick handler")(e.into()))?;
     let mut threads = Vec::new();
     for v in vcpus {
         let name = format!("vcpu{}", v.id);
+        let filter = seccomp.filter(ThreadKind::Vcpu)?;
         threads.push(
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(move || v.run())
+            crate::seccomp::spawn(&name, filter, move || v.run())
                 .map_err(io_err("cannot spawn a vCPU thread"))?,
         );
     }
@@ -187,18 +197,20 @@ fn block_stop_signals() -> std::io::Result<libc::sigset_t> {
 
 /// A thread that turns SIGTERM or SIGINT into an orderly VM exit (the
 /// devices are released as after a power-off; exit code 128 + signal).
-fn spawn_stop_signal_waiter(set: libc::sigset_t, exit: Arc<VmExit>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: `set` holds signals blocked in every thread; `sig` is
-            // a valid place for the answer.
-            let r = unsafe { libc::sigwait(&set, &mut sig) };
-            if r == 0 {
-                tracing::info!(signal = sig, "stop signal received; stopping the VM");
-                exit.request(ExitReason::Signal(sig));
-            }
-        })
-        .map(|_| ())
+fn spawn_stop_signal_waiter(
+    set: libc::sigset_t,
+    exit: Arc<VmExit>,
+    seccomp: Option<crate::seccomp::Filter>,
+) -> std::io::Result<()> {
+    crate::seccomp::spawn("signals", seccomp, move || loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: `set` holds signals blocked in every thread; `sig` is
+        // a valid place for the answer.
+        let r = unsafe { libc::sigwait(&set, &mut sig) };
+        if r == 0 {
+            tracing::info!(signal = sig, "stop signal received; stopping the VM");
+            exit.request(ExitReason::Signal(sig));
+        }
+    })
+    .map(|_| ())
 }

@@ -35,6 +35,16 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    if let Some(kind) = args.seccomp_selftest {
+        let policy = vmm::seccomp::Policy {
+            enabled: args.seccomp,
+        };
+        // Returns only if the denied call was not reported.
+        if let Err(e) = vmm::seccomp::selftest(kind, policy) {
+            eprintln!("vmm: {e}");
+        }
+        return ExitCode::from(1);
+    }
     let cfg = match args.validate(Path::new("/dev/vfio")) {
         Ok(cfg) => cfg,
         Err(e) => {

@@ -118,6 +118,23 @@ pub enum DmaError {
         /// The backend's supported page sizes.
         mask: u64,
     },
+    /// A map made of several host calls failed, and undoing the calls
+    /// that had succeeded failed too: `left` bytes of the range stay
+    /// mapped on the host. The backend keeps them as leftovers (retried,
+    /// and removed by `unmap_all`); [`DmaMapper::has_leftovers`] says so
+    /// until they are gone.
+    #[error("host map of {iova:#x}+{size:#x} failed and {left:#x} bytes of it could not be unmapped again")]
+    Leftover {
+        /// Start of the range.
+        iova: u64,
+        /// Length of the range.
+        size: u64,
+        /// Bytes still mapped on the host.
+        left: u64,
+        /// Why the map failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// The host interface failed (an ioctl error, out of memory, ...).
     #[error("host DMA backend failed on {op} {iova:#x}+{size:#x}")]
     Host {
@@ -172,6 +189,15 @@ pub trait DmaMapper: Send + Sync {
             ),
         })
     }
+
+    /// Whether the host holds mappings that no successful `map` made (the
+    /// leftovers of a failed map whose undo failed, see
+    /// [`DmaError::Leftover`]), after one more attempt to remove them.
+    /// Whoever forgets this address space's mappings (a domain's end) must
+    /// then [`unmap_all`](Self::unmap_all).
+    fn has_leftovers(&self) -> bool {
+        false
+    }
 }
 
 impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
@@ -189,6 +215,10 @@ impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
 
     fn unmap_all(&self) -> Result<(), DmaError> {
         (**self).unmap_all()
+    }
+
+    fn has_leftovers(&self) -> bool {
+        (**self).has_leftovers()
     }
 }
 

@@ -308,6 +308,10 @@ impl<M: DmaMapper> DmaMapper for RecordingMapper<M> {
     fn unmap_all(&self) -> Result<(), DmaError> {
         self.inner.unmap_all()
     }
+
+    fn has_leftovers(&self) -> bool {
+        self.inner.has_leftovers()
+    }
 }
 
 #[cfg(test)]

@@ -373,6 +373,12 @@ pub struct VfioMapper<C: ContainerOps = VfioContainer, M: GuestMemoryBackend = G
     container: Arc<C>,
     mem: M,
     table: Mutex<IntervalMap<Mapping>>,
+    /// Host mappings no guest mapping owns: the pieces of a failed
+    /// multi-run map whose rollback failed too, as `(iova, size)`. They are
+    /// retried before every later call, counted by `unmap` and `unmap_all`
+    /// when inside their range, and make [`DmaMapper::has_leftovers`] true
+    /// until removed. Lock order: `table`, then `strays`.
+    strays: Mutex<Vec<(u64, u64)>>,
     page_size_mask: u64,
 }
 
@@ -412,6 +418,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
             container,
             mem,
             table: Mutex::new(IntervalMap::new()),
+            strays: Mutex::new(Vec::new()),
             page_size_mask,
         }
     }
@@ -420,6 +427,35 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
         // Every table update is one insert or one removal pass after the host
         // call returned, so a poisoned lock still holds a consistent table.
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn strays(&self) -> MutexGuard<'_, Vec<(u64, u64)>> {
+        self.strays.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Try again to remove the leftovers of failed rollbacks; keeps those
+    /// the host still refuses. Call with the table locked.
+    fn retry_strays(&self) {
+        self.strays()
+            .retain(|&(iova, size)| match self.container.unmap_dma(iova, size) {
+                Ok(_) => {
+                    tracing::warn!(iova, size, "leftover host mapping of a failed map removed");
+                    false
+                }
+                Err(e) => {
+                    tracing::debug!(
+                        iova,
+                        size,
+                        "leftover host mapping still cannot be removed: {e}"
+                    );
+                    true
+                }
+            });
+    }
+
+    /// The leftovers of failed rollbacks still on the host, `(iova, size)`.
+    pub fn leftovers(&self) -> Vec<(u64, u64)> {
+        self.strays().clone()
     }
 
     /// The container this mapper programs.
@@ -459,7 +495,13 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
     /// Returns the number of bytes unmapped on the host.
     pub fn unmap_all(&self) -> Result<u64, DmaError> {
         let mut table = self.lock();
-        let expected: u64 = table.iter().filter(|e| e.perm.any()).map(|e| e.size).sum();
+        let mut strays = self.strays();
+        let expected: u64 = table
+            .iter()
+            .filter(|e| e.perm.any())
+            .map(|e| e.size)
+            .sum::<u64>()
+            + strays.iter().map(|s| s.1).sum::<u64>();
         if expected == 0 {
             table.take_all();
             return Ok(0);
@@ -474,15 +516,19 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 tracing::debug!("VFIO_DMA_UNMAP_FLAG_ALL unsupported; unmapping run by run");
+                let mut extents: Vec<Extent> = table
+                    .iter()
+                    .filter(|e| e.perm.any())
+                    .map(|e| Extent {
+                        start: e.iova,
+                        size: e.size,
+                    })
+                    .chain(strays.iter().map(|&(start, size)| Extent { start, size }))
+                    .collect();
+                extents.sort_by_key(|e| e.start);
                 let mut runs: Vec<Extent> = Vec::new();
-                for e in table.iter().filter(|e| e.perm.any()) {
-                    push_merged(
-                        &mut runs,
-                        Extent {
-                            start: e.iova,
-                            size: e.size,
-                        },
-                    );
+                for e in extents {
+                    push_merged(&mut runs, e);
                 }
                 let mut total = 0;
                 for run in runs {
@@ -491,6 +537,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
                         Ok(n) => {
                             total += n;
                             table.remove_within(iova, run.last());
+                            strays.retain(|&(i, _)| i < iova || i > run.last());
                         }
                         Err(e) => return Err(host_err(iova, size, e)),
                     }
@@ -500,6 +547,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
             Err(e) => return Err(host_err(0, u64::MAX, e)),
         };
         table.take_all();
+        strays.clear();
         if unmapped != expected {
             return Err(host_err(
                 0,
@@ -520,7 +568,13 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
         check_aligned(iova, gpa, size, self.page_size_mask)?;
         let runs = host_runs(&self.mem, gpa, size)?;
         let mut table = self.lock();
-        if table.overlaps(iova, last) {
+        self.retry_strays();
+        if table.overlaps(iova, last)
+            || self
+                .strays()
+                .iter()
+                .any(|&(i, s)| i <= last && iova <= i + (s - 1))
+        {
             return Err(DmaError::Overlap { iova, size });
         }
         if perm.any() {
@@ -532,7 +586,10 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
                 let res = unsafe { self.container.map_dma(run_iova, run.len, run.vaddr, perm) };
                 if let Err(source) = res {
                     // Roll back the runs already mapped: on error nothing of
-                    // the range stays mapped.
+                    // the range stays mapped. A run the host refuses to
+                    // unmap stays a stray: recorded, retried before every
+                    // later call, and reported to the caller.
+                    let mut left = 0;
                     for done in &runs[..i] {
                         let done_iova = iova + done.offset;
                         if let Err(e) = self.container.unmap_dma(done_iova, done.len) {
@@ -540,7 +597,17 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
                                 "rollback unmap of {done_iova:#x}+{:#x} failed: {e}",
                                 done.len
                             );
+                            self.strays().push((done_iova, done.len));
+                            left += done.len;
                         }
+                    }
+                    if left > 0 {
+                        return Err(DmaError::Leftover {
+                            iova,
+                            size,
+                            left,
+                            source,
+                        });
                     }
                     if source.raw_os_error() == Some(libc::EEXIST) {
                         return Err(DmaError::Overlap { iova, size });
@@ -567,11 +634,20 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
     fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
         let mut table = self.lock();
         let last = check_unmap(&table, iova, size)?;
+        self.retry_strays();
+        // The kernel removes strays inside the range along with the rest.
+        let strays_inside: u64 = self
+            .strays()
+            .iter()
+            .filter(|&&(i, s)| iova <= i && i + (s - 1) <= last)
+            .map(|s| s.1)
+            .sum();
         let expected: u64 = table
             .within(iova, last)
             .filter(|e| e.perm.any())
             .map(|e| e.size)
-            .sum();
+            .sum::<u64>()
+            + strays_inside;
         if expected == 0 {
             // Nothing on the host: holes or no-access mappings only.
             table.remove_within(iova, last);
@@ -587,6 +663,8 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
         // The kernel removed every mapping inside the range (it refuses a
         // bisecting unmap as a whole), so the table follows whatever it said.
         let gone = table.remove_within(iova, last);
+        self.strays()
+            .retain(|&(i, s)| !(iova <= i && i + (s - 1) <= last));
         tracing::trace!(iova, size, mappings = gone.len(), unmapped, "vfio unmap");
         if unmapped != expected {
             return Err(host_err(io::Error::new(
@@ -603,6 +681,12 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
 
     fn unmap_all(&self) -> Result<(), DmaError> {
         VfioMapper::unmap_all(self).map(|_| ())
+    }
+
+    fn has_leftovers(&self) -> bool {
+        let _table = self.lock();
+        self.retry_strays();
+        !self.strays().is_empty()
     }
 }
 

@@ -291,9 +291,16 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             HostSync::Remove,
         );
         // The leaving mapper serves this endpoint alone: if removing the
-        // domain's mappings range by range failed, remove everything.
-        if s != VIRTIO_IOMMU_S_OK && !unmap_everything(domain, &leaving).is_empty() {
-            return s;
+        // domain's mappings range by range failed, or the host holds
+        // leftovers of a failed map no mapping of the domain covers,
+        // remove everything.
+        let leftovers = leaving.iter().any(|m| m.has_leftovers());
+        if (s != VIRTIO_IOMMU_S_OK || leftovers) && !unmap_everything(domain, &leaving).is_empty() {
+            return if s == VIRTIO_IOMMU_S_OK {
+                VIRTIO_IOMMU_S_DEVERR
+            } else {
+                s
+            };
         }
         if !shared {
             d.mappers.retain(|m| !same_mapper(m, &mapper));
@@ -366,7 +373,8 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 &d.mappers,
                 HostSync::Remove,
             );
-            if !flushed || s != VIRTIO_IOMMU_S_OK {
+            let leftovers = d.mappers.iter().any(|m| m.has_leftovers());
+            if !flushed || s != VIRTIO_IOMMU_S_OK || leftovers {
                 // Contract: after a reset nothing of a domain is reachable.
                 // The device forgets the domain, so the host must too.
                 let stuck = unmap_everything(id, &d.mappers);

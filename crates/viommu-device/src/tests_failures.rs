@@ -188,3 +188,33 @@ fn domains_are_bounded_by_the_hosts_dma_entries_and_a_byte_budget() {
     assert_eq!(h.statuses(&[req::iotlb_flush(1), alias(9)]), vec![OK, OK]);
     h.check_consistency().unwrap();
 }
+
+/// The leftovers of a failed map whose undo failed (`DmaError::Leftover`)
+/// are no mapping of the domain: the domain's end removes them with
+/// unmap-all, so nothing the guest was told is unmapped stays reachable.
+#[test]
+fn leftovers_of_a_failed_map_are_removed_when_the_domain_ends() {
+    // DETACH.
+    let mut h = harness();
+    assert_eq!(h.statuses(&[req::attach(1, 1, 0), map(1, 0)]), vec![OK; 2]);
+    h.mappers[0].add_leftover(0x40 * PAGE, PAGE);
+    assert_eq!(h.statuses(&[req::detach(1, 1)]), vec![OK]);
+    assert!(h.mappers[0].mappings().is_empty(), "the leftover is gone");
+    h.check_consistency().unwrap();
+    // Reset.
+    assert_eq!(h.statuses(&[req::attach(1, 1, 0), map(1, 0)]), vec![OK; 2]);
+    h.mappers[0].add_leftover(0x40 * PAGE, PAGE);
+    let f = h.dev.acked_features();
+    h.restart(f);
+    assert!(h.mappers[0].mappings().is_empty(), "the leftover is gone");
+    // A leftover that unmap-all cannot remove either: DETACH fails and the
+    // endpoint stays attached, as reported.
+    assert_eq!(h.statuses(&[req::attach(1, 1, 0), map(1, 0)]), vec![OK; 2]);
+    h.mappers[0].add_leftover(0x40 * PAGE, PAGE);
+    h.mappers[0].fail_unmap_all();
+    assert_eq!(
+        h.statuses(&[req::detach(1, 1)]),
+        vec![Some(VIRTIO_IOMMU_S_DEVERR)]
+    );
+    assert_eq!(h.dev.endpoint_state(1), Some(EndpointState::Translated(1)));
+}

@@ -111,6 +111,7 @@ mod tests {
             pool_hint: Some((4096, 1 << 20)),
             reserve_iova: Vec::new(),
             host_pci_reserve: true,
+            seccomp: Default::default(),
         };
         let exit = Arc::new(VmExit::new().unwrap());
         let s = state(&cfg, &exit, None, &[Bdf::slot(1)]);

@@ -174,8 +174,13 @@ fn prepare_path(path: &Path) -> Result<(), ApiError> {
     }
 }
 
-/// Listen on `path` and serve from a thread of its own.
-pub fn spawn(path: &Path, state: ApiState) -> Result<(), ApiError> {
+/// Listen on `path` and serve from a thread of its own, which installs
+/// `seccomp` first if given.
+pub fn spawn(
+    path: &Path,
+    state: ApiState,
+    seccomp: Option<crate::seccomp::Filter>,
+) -> Result<(), ApiError> {
     prepare_path(path)?;
     let listen_err = |source| ApiError::Listen {
         path: path.to_path_buf(),
@@ -196,9 +201,7 @@ pub fn spawn(path: &Path, state: ApiState) -> Result<(), ApiError> {
             .map_err(listen_err)?;
     }
     let state = Arc::new(state);
-    std::thread::Builder::new()
-        .name("api".into())
-        .spawn(move || rt.block_on(serve(listener, state)))
+    crate::seccomp::spawn("api", seccomp, move || rt.block_on(serve(listener, state)))
         .map_err(listen_err)?;
     Ok(())
 }

@@ -106,7 +106,10 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     let path = dir.join("api.sock");
     std::fs::write(&path, b"").unwrap();
     let (s, exit) = state(Counters::default());
-    assert!(matches!(spawn(&path, s), Err(ApiError::NotASocket(_))));
+    assert!(matches!(
+        spawn(&path, s, None),
+        Err(ApiError::NotASocket(_))
+    ));
     std::fs::remove_file(&path).unwrap();
     let mut c = Counters::default();
     c.requests.map = 3;
@@ -119,7 +122,9 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     c.flush_backend_calls = 2;
     c.merged_ranges = 6;
     let (s, exit2) = state(c);
-    spawn(&path, s).unwrap();
+    // With the API thread's real seccomp filter: a system call it lacks
+    // ends the test process with the SIGSYS report.
+    spawn(&path, s, api_filter()).unwrap();
 
     let (status, text) = request(&path, "GET", "/metrics").unwrap();
     assert_eq!(status, 200);
@@ -167,12 +172,14 @@ fn socket_is_private_a_live_one_is_kept_and_connections_are_bounded() {
     // A stale socket (nobody listening) is replaced.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let (s, _exit) = state(Counters::default());
-    spawn(&path, s).unwrap();
+    // With the API thread's real seccomp filter: a system call it lacks
+    // ends the test process with the SIGSYS report.
+    spawn(&path, s, api_filter()).unwrap();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // A second VMM on the same path must not take the live socket away.
     let (s2, _) = state(Counters::default());
-    assert!(matches!(spawn(&path, s2), Err(ApiError::InUse(_))));
+    assert!(matches!(spawn(&path, s2, None), Err(ApiError::InUse(_))));
     assert_eq!(request(&path, "GET", "/api/v1/vm.info").unwrap().0, 200);
     // MAX_CONNECTIONS idle connections hold every slot: the next one is
     // answered 503 at once instead of queueing.
@@ -191,4 +198,10 @@ fn socket_is_private_a_live_one_is_kept_and_connections_are_bounded() {
     first.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn api_filter() -> Option<crate::seccomp::Filter> {
+    crate::seccomp::Policy::default()
+        .filter(crate::seccomp::ThreadKind::Api)
+        .unwrap()
 }

@@ -30,9 +30,11 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::acpi::ViotConfig;
 use crate::bus::Bus;
 use crate::cli::VmConfig;
+use crate::devices::console::{console, ConsoleFlusher, ConsoleOut, CONSOLE_BUFFER};
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::SerialDevice;
+use crate::devices::viommu::DeviceThread;
 use crate::error::{io_err, kvm_err, VmmError};
 use crate::layout::*;
 use crate::pci::alloc::BarWindows;
@@ -68,8 +70,15 @@ pub struct DeviceManager<'a> {
     /// Their endpoints, in `--vfio` order: dropping a mapper unmaps its DMA.
     endpoints: Vec<Endpoint>,
     serial: Arc<Mutex<SerialDevice>>,
+    /// The serial console's output thread, flushed last on release.
+    console: ConsoleFlusher,
     viot: Option<ViotConfig>,
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
+    /// The virtio-iommu's device thread: stopped before the DMA mappings
+    /// are removed.
+    viommu_thread: Option<DeviceThread>,
+    /// The seccomp filters of the threads the devices start.
+    seccomp: crate::seccomp::Policy,
     /// False when a vCPU may still run: then nothing is released on drop.
     armed: bool,
 }
@@ -78,7 +87,7 @@ impl<'a> DeviceManager<'a> {
     /// Create every device `cfg` asks for on `vm`; devices report VM exits
     /// (power off, reset) to `exit`.
     pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
-        let mut dm = DeviceManager::new(vm)?;
+        let mut dm = DeviceManager::new(vm, cfg.seccomp)?;
         dm.add_platform_devices(exit)?;
         dm.add_vfio_devices(&cfg.vfio)?;
         if cfg.viommu {
@@ -92,10 +101,17 @@ impl<'a> DeviceManager<'a> {
 
     /// Empty buses and PCI root, the BAR windows of the layout, MSIs
     /// through KVM, and the serial port (not on a bus yet).
-    fn new(vm: &'a Vm) -> Result<Self, VmmError> {
+    fn new(vm: &'a Vm, seccomp: crate::seccomp::Policy) -> Result<Self, VmmError> {
+        let (out, console) = console(
+            Box::new(std::io::stdout()),
+            CONSOLE_BUFFER,
+            seccomp.filter(crate::seccomp::ThreadKind::Serial)?,
+        )
+        .map_err(io_err("cannot start the serial output thread"))?;
         Ok(DeviceManager {
             vm,
-            serial: Arc::new(Mutex::new(serial_port(vm)?)),
+            serial: Arc::new(Mutex::new(serial_port(vm, out)?)),
+            console,
             pio: Arc::new(Bus::new()),
             mmio: Arc::new(Bus::new()),
             root: PciRoot::new(),
@@ -107,6 +123,8 @@ impl<'a> DeviceManager<'a> {
             endpoints: Vec::new(),
             viot: None,
             viommu_counters: None,
+            viommu_thread: None,
+            seccomp,
             armed: true,
         })
     }
@@ -185,11 +203,12 @@ impl<'a> DeviceManager<'a> {
     }
 }
 
-/// COM1 on the guest's stdout, raising IRQ 4 through an irqfd.
-fn serial_port(vm: &Vm) -> Result<SerialDevice, VmmError> {
+/// COM1 writing to `out` (the guest's stdout, through the console
+/// buffer), raising IRQ 4 through an irqfd.
+fn serial_port(vm: &Vm, out: ConsoleOut) -> Result<SerialDevice, VmmError> {
     let irq = EventFd::new(0).map_err(io_err("cannot create the serial irqfd"))?;
     vm.fd()
         .register_irqfd(&irq, SERIAL_IRQ)
         .map_err(kvm_err("KVM_IRQFD (serial)"))?;
-    Ok(SerialDevice::new(irq, Box::new(std::io::stdout())))
+    Ok(SerialDevice::new(irq, Box::new(out)))
 }

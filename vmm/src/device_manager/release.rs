@@ -4,6 +4,8 @@
 //! in the one order that leaves nothing behind (no VFIO error, no mapping,
 //! no pinned page), on every way out of [`crate::machine::run`] (and of a
 //! [`DeviceManager::build`] that failed half-way):
+//! 0. stop and join the virtio-iommu's device thread: it makes VFIO map
+//!    calls, and none may run once the mappings are being removed;
 //! 1. reset each passed-through device (`VFIO_DEVICE_RESET`), so it stops
 //!    DMA;
 //! 2. remove every DMA mapping while each device's group is still in its
@@ -13,12 +15,16 @@
 //!    device file open, and `VFIO_GROUP_UNSET_CONTAINER` fails with EBUSY
 //!    while it is;
 //! 4. close the devices (dropping the buses that own them): the group
-//!    leaves its container.
+//!    leaves its container;
+//! 5. write out the guest console output still buffered (at most 2 s).
 //!
 //! Disarmed ([`DeviceManager::disarm`], a vCPU did not stop), it releases
 //! nothing.
 
 use super::DeviceManager;
+
+/// How long the release waits for buffered guest console output.
+const CONSOLE_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Drop for DeviceManager<'_> {
     fn drop(&mut self) {
@@ -29,7 +35,14 @@ impl Drop for DeviceManager<'_> {
             std::mem::forget(std::mem::take(&mut self.pio));
             std::mem::forget(std::mem::take(&mut self.mmio));
             std::mem::forget(std::mem::take(&mut self.endpoints));
+            // A running vCPU may still wait for the device thread (a
+            // reset); it keeps serving until the process exits.
+            std::mem::forget(self.viommu_thread.take());
+            self.console.finish(CONSOLE_FLUSH);
             return;
+        }
+        if let Some(t) = self.viommu_thread.take() {
+            t.stop();
         }
         for d in &self.vfio {
             d.reset();
@@ -48,5 +61,8 @@ impl Drop for DeviceManager<'_> {
         drop(std::mem::take(&mut self.mmio));
         self.endpoints.clear();
         tracing::debug!("devices released");
+        if !self.console.finish(CONSOLE_FLUSH) {
+            tracing::warn!("the guest console output could not be written out at exit");
+        }
     }
 }

@@ -4,30 +4,45 @@
 use std::sync::{Arc, Mutex};
 
 use dma_mapper::{DmaMapper, DmaPerm};
+use kvm_ioctls::{IoEventAddress, NoDatamatch};
 use viommu_device::{ConfigBuilder, DeviceConfig};
 use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
 use super::{DeviceManager, Endpoint};
 use crate::acpi::ViotConfig;
 use crate::cli::VmConfig;
-use crate::devices::viommu::ViommuDevice;
+use crate::devices::viommu::{Model, ViommuDevice};
 use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use crate::devices::virtio::VirtioDevice;
-use crate::error::VmmError;
+use crate::error::{io_err, kvm_err, VmmError};
 use crate::pci::Bdf;
 
 impl DeviceManager<'_> {
     /// Plug the virtio-iommu with the VFIO devices plugged so far behind
     /// it: records its VIOT description and its counters.
+    /// Starts its device thread (stopped and joined on release, before the
+    /// DMA mappings are removed) and makes the queues' notify registers
+    /// ioeventfds of that thread.
     pub(super) fn add_viommu(&mut self, cfg: &VmConfig) -> Result<(), VmmError> {
-        let mut device = ViommuDevice::new(viommu_config(cfg, &self.endpoints))?;
+        let mut model = Model::new(viommu_config(cfg, &self.endpoints))?;
         for e in &self.endpoints {
-            device
-                .model()
-                .add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
+            model.add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
         }
+        let filter = self.seccomp.filter(crate::seccomp::ThreadKind::Device)?;
+        let (device, thread) = ViommuDevice::spawn(model, filter)
+            .map_err(io_err("cannot start the virtio-iommu device thread"))?;
+        self.viommu_thread = Some(thread);
         let counters = device.counters();
-        let (bdf, bar) = self.add_virtio_pci(Box::new(device))?;
+        let kicks = device
+            .kick_eventfds()
+            .map_err(io_err("cannot copy the virtio-iommu kick eventfds"))?;
+        let (bdf, bar, notify) = self.add_virtio_pci(Box::new(device))?;
+        for (evt, addr) in kicks.iter().zip(notify) {
+            self.vm
+                .fd()
+                .register_ioevent(evt, &IoEventAddress::Mmio(addr), NoDatamatch)
+                .map_err(kvm_err("KVM_IOEVENTFD (virtio-iommu notify)"))?;
+        }
         tracing::info!(
             slot = bdf.device,
             bar,
@@ -43,23 +58,21 @@ impl DeviceManager<'_> {
     }
 
     /// Put `device` on a virtio-pci transport of its own: BAR placed, on
-    /// the root bus and the MMIO bus. Returns its BDF and BAR address.
-    fn add_virtio_pci(&mut self, device: Box<dyn VirtioDevice>) -> Result<(Bdf, u64), VmmError> {
+    /// the root bus and the MMIO bus. Returns its BDF, BAR address and the
+    /// notify address of each queue.
+    fn add_virtio_pci(
+        &mut self,
+        device: Box<dyn VirtioDevice>,
+    ) -> Result<(Bdf, u64, Vec<u64>), VmmError> {
         // The transport's one BAR is 64-bit.
         let bar = self.bars.allocate(BAR_SIZE, true)?;
-        let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
-            device,
-            self.vm.memory().clone(),
-            self.msi.clone(),
-            bar,
-        )?));
+        let transport =
+            VirtioPciDevice::new(device, self.vm.memory().clone(), self.msi.clone(), bar)?;
+        let notify = transport.notify_addresses();
+        let transport = Arc::new(Mutex::new(transport));
         let slot = self.root.add_device(transport.clone())?;
-        // Kicks are served on the vCPU that wrote the notify register: the
-        // guest driver waits for each request's completion, and a hop to a
-        // device thread (ioeventfd) made requests several times slower in
-        // the lab.
         self.mmio.insert(transport, bar, BAR_SIZE)?;
-        Ok((Bdf::slot(slot), bar))
+        Ok((Bdf::slot(slot), bar, notify))
     }
 
     /// Without a vIOMMU: each device sees all guest RAM at its

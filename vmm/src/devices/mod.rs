@@ -1,5 +1,6 @@
 //! Emulated platform devices and the buses they sit on.
 
+pub mod console;
 pub mod exit;
 pub mod power;
 pub mod serial;

@@ -60,32 +60,34 @@ impl BusDevice for SerialDevice {
     }
 }
 
-/// Forward host stdin to the UART until EOF, from a thread of its own.
-/// Bytes that do not fit the guest's FIFO are retried after a short wait.
-pub fn spawn_stdin_forwarder(serial: Arc<Mutex<SerialDevice>>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("serial-in".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin();
-            let mut buf = [0u8; 64];
-            loop {
-                let n = match stdin.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                let mut rest = &buf[..n];
-                while !rest.is_empty() {
-                    let taken = serial
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .enqueue_input(rest);
-                    rest = &rest[taken..];
-                    if !rest.is_empty() {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                    }
+/// Forward host stdin to the UART until EOF, from a thread of its own
+/// (with `seccomp` installed first, if given). Bytes that do not fit the
+/// guest's FIFO are retried after a short wait.
+pub fn spawn_stdin_forwarder(
+    serial: Arc<Mutex<SerialDevice>>,
+    seccomp: Option<crate::seccomp::Filter>,
+) -> std::io::Result<()> {
+    crate::seccomp::spawn("serial-in", seccomp, move || {
+        let mut stdin = std::io::stdin();
+        let mut buf = [0u8; 64];
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let mut rest = &buf[..n];
+            while !rest.is_empty() {
+                let taken = serial
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .enqueue_input(rest);
+                rest = &rest[taken..];
+                if !rest.is_empty() {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                 }
             }
-        })?;
+        }
+    })?;
     Ok(())
 }
 

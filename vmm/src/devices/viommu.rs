@@ -1,13 +1,49 @@
-//! The virtio-iommu device model (`viommu-device`) as a [`VirtioDevice`].
+//! The virtio-iommu device model (`viommu-device`) as a [`VirtioDevice`],
+//! served by a thread of its own.
 //!
-//! Notifications are handled on the vCPU thread that wrote the notify
-//! register: the device drains the request queue as one batch there.
+//! # Threads and locks
+//! The model ([`VirtioIommu`]) belongs to the device thread (`viommu`) and
+//! to no one else: no vCPU ever waits for it, so no vCPU waits for a VFIO
+//! call.
+//! - A kick is an ioeventfd per queue (`KVM_IOEVENTFD` on the queue's
+//!   notify address, registered by the device manager): KVM signals the
+//!   eventfd and resumes the guest without leaving the kernel. A notify
+//!   write that reaches the transport anyway (no ioeventfd, tests) signals
+//!   the same eventfd.
+//! - The device thread waits in `poll(2)` on the two kick eventfds and a
+//!   command eventfd. A dedicated OS thread blocking on eventfds is the
+//!   simplest correct shape here: the drain blocks in VFIO ioctls for as
+//!   long as the kernel takes to pin and map, which on the API's tokio
+//!   runtime would stall its other tasks (or need `spawn_blocking`, a
+//!   second hop), and it keeps the thread's seccomp list short.
+//! - What the transport asks of the model (features acked, config
+//!   writes, activation, reset, stop) goes to the thread as a [`Command`]
+//!   through a channel, in order, before the kicks of the same wake-up.
+//!   Activation waits for the thread's answer: the thread is idle then
+//!   (the device was reset and nothing activated it, so no request can be
+//!   in progress). A reset does not wait: the transport keeps showing the
+//!   old device status until the thread has destroyed the domains (their
+//!   host unmaps included), and the driver waits for status 0.
+//! - Config-space reads are served from a snapshot the thread refreshes
+//!   after a config write; features are fixed at creation.
+//! - The used-ring interrupt is raised from the device thread with
+//!   `KVM_SIGNAL_MSI` (the transport's MSI-X path, see
+//!   `crate::devices::virtio::pci`): one ioctl, as an irqfd write would
+//!   be, and masking and pending bits stay in the transport's MSI-X table
+//!   (a mutex held for a table lookup, never across a host call).
+//! - The counters for `GET /metrics` are a snapshot the thread refreshes
+//!   after each notification and reset.
 
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
-use viommu_device::{Counters, DeviceConfig, IommuInterrupt, VirtioIommu};
+use viommu_device::{Counters, IommuInterrupt, VirtioIommu};
 use virtio_queue::Queue;
 use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
 
@@ -15,6 +51,12 @@ use super::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
 pub const REQUEST_QUEUE_SIZE: u16 = 256;
 /// Event queue size.
 pub const EVENT_QUEUE_SIZE: u16 = 64;
+/// Bytes of config space kept in the snapshot (the virtio-iommu config is
+/// smaller; the rest reads 0, as the model reads it).
+const CONFIG_SNAPSHOT: usize = 0x100;
+
+/// The model as the VMM runs it.
+pub type Model = VirtioIommu<Arc<GuestMemoryMmap>>;
 
 struct Irq(Arc<dyn VirtioInterrupt>);
 
@@ -24,35 +66,143 @@ impl IommuInterrupt for Irq {
     }
 }
 
-/// The virtio-iommu on a virtio transport.
-pub struct ViommuDevice {
-    inner: VirtioIommu<Arc<GuestMemoryMmap>>,
-    /// A snapshot of the model's counters, refreshed after every
-    /// notification, for the metrics endpoint.
+/// What the transport asks of the device thread.
+enum Command {
+    AckFeatures(u64),
+    WriteConfig(u64, Vec<u8>),
+    Activate {
+        mem: GuestMemoryMmap,
+        queues: Vec<Queue>,
+        interrupt: Arc<dyn VirtioInterrupt>,
+        reply: SyncSender<Result<(), String>>,
+    },
+    Reset,
+    Stop,
+}
+
+/// What the transport and the device thread share.
+struct Shared {
+    config: Mutex<Vec<u8>>,
     counters: Arc<Mutex<Counters>>,
+    reset_pending: AtomicBool,
+}
+
+impl Shared {
+    fn snapshot_counters(&self, model: &Model) {
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = model.counters();
+    }
+
+    fn snapshot_config(&self, model: &Model) {
+        let mut c = self.config.lock().unwrap_or_else(|e| e.into_inner());
+        model.read_config(0, &mut c[..]);
+    }
+}
+
+/// The virtio-iommu on a virtio transport: the transport's handle on the
+/// device thread.
+pub struct ViommuDevice {
+    features: u64,
+    shared: Arc<Shared>,
+    /// Kick eventfds of the request and event queues.
+    kicks: [EventFd; 2],
+    wake: EventFd,
+    commands: Sender<Command>,
+}
+
+/// The device thread, to stop and join (the device manager does before
+/// it removes the DMA mappings). Dropping it stops it too.
+pub struct DeviceThread {
+    wake: EventFd,
+    commands: Sender<Command>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl DeviceThread {
+    /// Ask the thread to stop after the notification in progress, and wait
+    /// for it. The model (and its references to the mappers) is dropped.
+    pub fn stop(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        let Some(h) = self.handle.take() else {
+            return;
+        };
+        let _ = self.commands.send(Command::Stop);
+        let _ = self.wake.write(1);
+        if h.join().is_err() {
+            tracing::error!("the virtio-iommu device thread panicked");
+        }
+    }
+}
+
+impl Drop for DeviceThread {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
 }
 
 impl ViommuDevice {
-    /// A device with `cfg`.
-    pub fn new(cfg: DeviceConfig) -> Result<Self, viommu_device::Error> {
-        Ok(ViommuDevice {
-            inner: VirtioIommu::new(cfg)?,
+    /// Start the device thread on `model` (its endpoints added). The thread
+    /// installs `seccomp` first, if given.
+    pub fn spawn(
+        model: Model,
+        seccomp: Option<crate::seccomp::Filter>,
+    ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
+        let shared = Arc::new(Shared {
+            config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
             counters: Arc::new(Mutex::new(Counters::default())),
-        })
+            reset_pending: AtomicBool::new(false),
+        });
+        shared.snapshot_config(&model);
+        shared.snapshot_counters(&model);
+        let kicks = [EventFd::new(EFD_NONBLOCK)?, EventFd::new(EFD_NONBLOCK)?];
+        let wake = EventFd::new(EFD_NONBLOCK)?;
+        let (tx, rx) = channel();
+        let worker = Worker {
+            model,
+            kicks: [kicks[0].try_clone()?, kicks[1].try_clone()?],
+            wake: wake.try_clone()?,
+            commands: rx,
+            shared: shared.clone(),
+        };
+        let features = worker.model.device_features();
+        let handle = crate::seccomp::spawn("viommu", seccomp, move || worker.run())?;
+        Ok((
+            ViommuDevice {
+                features,
+                shared,
+                kicks,
+                wake: wake.try_clone()?,
+                commands: tx.clone(),
+            },
+            DeviceThread {
+                wake,
+                commands: tx,
+                handle: Some(handle),
+            },
+        ))
     }
 
     /// The counters snapshot, shared.
     pub fn counters(&self) -> Arc<Mutex<Counters>> {
-        self.counters.clone()
+        self.shared.counters.clone()
     }
 
-    fn snapshot_counters(&self) {
-        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = self.inner.counters();
+    /// Copies of the kick eventfds, in queue order, to register as the
+    /// queues' ioeventfds.
+    pub fn kick_eventfds(&self) -> std::io::Result<Vec<EventFd>> {
+        self.kicks.iter().map(EventFd::try_clone).collect()
     }
 
-    /// The device model (endpoints are added here, counters read here).
-    pub fn model(&mut self) -> &mut VirtioIommu<Arc<GuestMemoryMmap>> {
-        &mut self.inner
+    fn send(&self, c: Command) {
+        if self.commands.send(c).is_err() {
+            tracing::error!("the virtio-iommu device thread is gone");
+            return;
+        }
+        if let Err(e) = self.wake.write(1) {
+            tracing::error!("cannot wake the virtio-iommu device thread: {e}");
+        }
     }
 }
 
@@ -66,19 +216,26 @@ impl VirtioDevice for ViommuDevice {
     }
 
     fn features(&self) -> u64 {
-        self.inner.device_features()
+        self.features
     }
 
     fn ack_features(&mut self, features: u64) {
-        self.inner.set_acked_features(features);
+        self.send(Command::AckFeatures(features));
     }
 
     fn read_config(&self, offset: u64, data: &mut [u8]) {
-        self.inner.read_config(offset, data);
+        let c = self.shared.config.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = usize::try_from(offset)
+                .ok()
+                .and_then(|o| o.checked_add(i))
+                .and_then(|o| c.get(o).copied())
+                .unwrap_or(0);
+        }
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        self.inner.write_config(offset, data);
+        self.send(Command::WriteConfig(offset, data.to_vec()));
     }
 
     fn activate(
@@ -87,45 +244,129 @@ impl VirtioDevice for ViommuDevice {
         queues: Vec<Queue>,
         interrupt: Arc<dyn VirtioInterrupt>,
     ) -> Result<(), ActivateError> {
-        self.inner
-            .activate(Arc::new(mem), queues, Arc::new(Irq(interrupt)))
-            .map_err(|e| ActivateError(e.to_string()))
+        let (reply, answer) = sync_channel(1);
+        self.send(Command::Activate {
+            mem,
+            queues,
+            interrupt,
+            reply,
+        });
+        // The thread is idle: see the module doc.
+        answer
+            .recv()
+            .map_err(|_| ActivateError("the virtio-iommu device thread is gone".into()))?
+            .map_err(ActivateError)
     }
 
     fn queue_notify(&mut self, queue: u16) {
+        if let Some(k) = self.kicks.get(usize::from(queue)) {
+            if let Err(e) = k.write(1) {
+                tracing::error!(queue, "cannot kick the virtio-iommu device thread: {e}");
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.shared.reset_pending.store(true, Ordering::Release);
+        self.send(Command::Reset);
+    }
+
+    fn reset_pending(&self) -> bool {
+        self.shared.reset_pending.load(Ordering::Acquire)
+    }
+}
+
+/// The device thread's state.
+struct Worker {
+    model: Model,
+    kicks: [EventFd; 2],
+    wake: EventFd,
+    commands: Receiver<Command>,
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        let mut fds = [&self.wake, &self.kicks[0], &self.kicks[1]].map(|e| libc::pollfd {
+            fd: e.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        loop {
+            // SAFETY: `fds` is an array of valid pollfds for the duration
+            // of the call.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::error!("virtio-iommu device thread: poll: {e}");
+                return;
+            }
+            // Commands first: a reset or activation ordered before a kick
+            // is applied before the kick is served.
+            let _ = self.wake.read();
+            while let Ok(c) = self.commands.try_recv() {
+                if !self.command(c) {
+                    return;
+                }
+            }
+            for q in 0..2u16 {
+                // Nonblocking: EAGAIN when this queue was not kicked.
+                if self.kicks[usize::from(q)].read().is_ok() {
+                    self.notify(q);
+                }
+            }
+        }
+    }
+
+    /// Apply one command; false on [`Command::Stop`].
+    fn command(&mut self, c: Command) -> bool {
+        match c {
+            Command::AckFeatures(f) => self.model.set_acked_features(f),
+            Command::WriteConfig(offset, data) => {
+                self.model.write_config(offset, &data);
+                self.shared.snapshot_config(&self.model);
+            }
+            Command::Activate {
+                mem,
+                queues,
+                interrupt,
+                reply,
+            } => {
+                let r = self
+                    .model
+                    .activate(Arc::new(mem), queues, Arc::new(Irq(interrupt)))
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(r);
+            }
+            Command::Reset => {
+                self.model.reset();
+                self.shared.snapshot_config(&self.model);
+                self.shared.snapshot_counters(&self.model);
+                self.shared.reset_pending.store(false, Ordering::Release);
+            }
+            Command::Stop => return false,
+        }
+        true
+    }
+
+    fn notify(&mut self, queue: u16) {
+        // A kick before activation or after a reset finds no queue.
+        if !self.model.is_activated() {
+            return;
+        }
         let r = match queue {
-            0 => self.inner.process_request_queue(),
-            _ => self.inner.process_event_queue(),
+            0 => self.model.process_request_queue(),
+            _ => self.model.process_event_queue(),
         };
         if let Err(e) = r {
             tracing::error!(queue, "virtio-iommu: {e}");
         }
-        self.snapshot_counters();
-    }
-
-    fn reset(&mut self) {
-        self.inner.reset();
-        self.snapshot_counters();
+        self.shared.snapshot_counters(&self.model);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exposes_the_model_through_the_virtio_trait() {
-        let mut d = ViommuDevice::new(DeviceConfig::default()).unwrap();
-        assert_eq!(d.device_type(), 23);
-        assert_eq!(d.queue_max_sizes().len(), 2);
-        assert_ne!(d.features() & (1 << 32), 0, "VERSION_1");
-        // page_size_mask is the first config field.
-        let mut b = [0u8; 8];
-        d.read_config(0, &mut b);
-        assert_eq!(u64::from_le_bytes(b), !0xfff);
-        d.ack_features(d.features());
-        assert_eq!(d.model().acked_features(), d.features());
-        d.reset();
-        assert_eq!(d.model().acked_features(), 0);
-    }
-}
+mod tests;

@@ -33,6 +33,8 @@ struct FakeState {
     maps_seen: usize,
     /// Pretend UNMAP_ALL is unsupported (pre-5.12 kernel).
     no_unmap_all: bool,
+    /// Fail this many of the next unmap calls with EIO.
+    fail_unmaps: usize,
     /// Report this many bytes for the next unmap instead of the truth.
     lie_unmapped: Option<u64>,
     pgsizes: Option<u64>,
@@ -87,6 +89,10 @@ impl ContainerOps for FakeContainer {
     fn unmap_dma(&self, iova: u64, size: u64) -> io::Result<u64> {
         let mut st = self.state();
         st.calls.push(Call::Unmap { iova, size });
+        if st.fail_unmaps > 0 {
+            st.fail_unmaps -= 1;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let end = iova + size;
         let bisects = st
             .maps
@@ -274,6 +280,54 @@ fn failed_host_map_rolls_back_earlier_runs() {
             size: 0x2000
         })
     );
+}
+
+/// A failed multi-run map whose undo fails too: the piece left on the
+/// host is reported (`Leftover`), kept as a leftover (no later map can
+/// overlap it), retried before the next call, and removed by unmap-all.
+#[test]
+fn failed_rollback_of_a_multi_run_map_is_reported_and_kept() {
+    let mem = memory();
+    let split = mem.get_host_address(GuestAddress(0xffff)).unwrap() as u64 + 1
+        != mem.get_host_address(GuestAddress(0x10_000)).unwrap() as u64;
+    if !split {
+        return; // the two mmaps happen to be adjacent: one run, no undo
+    }
+    let fake = FakeContainer::default();
+    fake.state().fail_map = Some(1);
+    fake.state().fail_unmaps = 4; // the undo, and three retries
+    let m = mapper(fake);
+    let err = m.map(0x100_000, 0xe000, 0x4000, DmaPerm::RW).unwrap_err();
+    assert!(
+        matches!(err, DmaError::Leftover { left: 0x2000, .. }),
+        "{err:?}"
+    );
+    assert_eq!(m.leftovers(), vec![(0x100_000, 0x2000)]);
+    assert_eq!(m.container().host_maps().len(), 1, "the host kept run 1");
+    assert_eq!(m.mapping_count(), 0, "no guest mapping");
+    // The next call retries it (and fails again): a map over it is refused
+    // before the host sees it.
+    assert!(matches!(
+        m.map(0x100_000, 0, PAGE, DmaPerm::RW),
+        Err(DmaError::Overlap { .. })
+    ));
+    assert!(DmaMapper::has_leftovers(&m));
+    // Unmap-all removes it with the rest.
+    m.map(0x200_000, 0, PAGE, DmaPerm::RW).unwrap();
+    assert_eq!(m.unmap_all().unwrap(), 0x2000 + PAGE);
+    assert!(m.container().host_maps().is_empty());
+    assert!(!DmaMapper::has_leftovers(&m));
+    // A leftover the retry removes frees its range.
+    m.container().state().fail_map = Some(3);
+    m.container().state().maps_seen = 2;
+    m.container().state().fail_unmaps = 1;
+    assert!(matches!(
+        m.map(0x100_000, 0xe000, 0x4000, DmaPerm::RW),
+        Err(DmaError::Leftover { .. })
+    ));
+    m.map(0x100_000, 0, PAGE, DmaPerm::RW).unwrap();
+    assert!(!DmaMapper::has_leftovers(&m));
+    assert_eq!(m.container().host_maps().len(), 1);
 }
 
 #[test]

@@ -39,6 +39,8 @@ struct FakeState {
     fail: Option<FailFn>,
     /// `unmap_all` fails too (the fault plan covers single calls only).
     fail_unmap_all: bool,
+    /// A host mapping no successful map made (a failed map's undo failed).
+    leftover: Option<u64>,
     record: bool,
     calls: u64,
 }
@@ -111,6 +113,16 @@ impl FakeMapper {
         self.with(|s| {
             s.fail = None;
             s.fail_unmap_all = false;
+        });
+    }
+
+    /// Puts a host mapping at `iova` that no successful map made, as a
+    /// failed map whose undo failed leaves (what [`DmaError::Leftover`]
+    /// reports): [`DmaMapper::has_leftovers`] is true until it is removed.
+    pub fn add_leftover(&self, iova: u64, size: u64) {
+        self.with(|s| {
+            s.maps.insert(iova, (size, iova, DmaPerm::RW));
+            s.leftover = Some(iova);
         });
     }
 
@@ -213,6 +225,9 @@ impl DmaMapper for FakeMapper {
             }
             for (st, _) in hit {
                 s.maps.remove(&st);
+                if s.leftover == Some(st) {
+                    s.leftover = None;
+                }
             }
             Ok(())
         })
@@ -234,7 +249,12 @@ impl DmaMapper for FakeMapper {
                 });
             }
             s.maps.clear();
+            s.leftover = None;
             Ok(())
         })
+    }
+
+    fn has_leftovers(&self) -> bool {
+        self.with(|s| s.leftover.is_some())
     }
 }

@@ -29,8 +29,15 @@ pub struct ActivateError(pub String);
 /// Lifecycle: features are negotiated, the driver sets DRIVER_OK and the
 /// transport calls [`activate`](Self::activate) with the queues it
 /// configured; notifications arrive through
-/// [`queue_notify`](Self::queue_notify); a status write of 0 calls
+/// [`queue_notify`](Self::queue_notify) (or, bypassing the transport,
+/// through an ioeventfd the device owns); a status write of 0 calls
 /// [`reset`](Self::reset), after which the cycle starts again.
+///
+/// A device served by a thread of its own may finish a reset later: while
+/// [`reset_pending`](Self::reset_pending) is true the transport keeps
+/// reporting the old device status (the driver waits for a read of 0,
+/// spec 2.4.2) and ignores the driver's other writes to the common
+/// configuration.
 pub trait VirtioDevice: Send {
     /// Virtio device id (23 for the IOMMU).
     fn device_type(&self) -> u32;
@@ -53,6 +60,11 @@ pub trait VirtioDevice: Send {
     ) -> Result<(), ActivateError>;
     /// The driver notified `queue`.
     fn queue_notify(&mut self, queue: u16);
-    /// Return to the initial state (queues and memory dropped).
+    /// Return to the initial state (queues and memory dropped), now or,
+    /// see [`reset_pending`](Self::reset_pending), soon.
     fn reset(&mut self);
+    /// Whether the last [`reset`](Self::reset) is still in progress.
+    fn reset_pending(&self) -> bool {
+        false
+    }
 }

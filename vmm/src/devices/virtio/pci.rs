@@ -149,6 +149,9 @@ pub struct VirtioPciDevice {
     status: u8,
     config_generation: u8,
     active: bool,
+    /// The device status before a reset the device has not finished yet
+    /// (see [`VirtioDevice::reset_pending`]).
+    resetting: Option<u8>,
 }
 
 impl VirtioPciDevice {
@@ -216,6 +219,7 @@ impl VirtioPciDevice {
             status: 0,
             config_generation: 0,
             active: false,
+            resetting: None,
         })
     }
 
@@ -232,9 +236,10 @@ impl VirtioPciDevice {
             .collect()
     }
 
-    /// The driver notified queue `q` (through the register or its ioeventfd).
+    /// The driver wrote the notify register of queue `q` (when no ioeventfd
+    /// took the write first).
     pub fn notify(&mut self, q: u16) {
-        if self.active && usize::from(q) < self.queues.len() {
+        if self.active && self.resetting.is_none() && usize::from(q) < self.queues.len() {
             self.device.queue_notify(q);
         }
     }
@@ -266,7 +271,7 @@ impl VirtioPciDevice {
         b[0x0c..0x10].copy_from_slice(&drv_features.to_le_bytes());
         b[0x10..0x12].copy_from_slice(&self.vectors.config.load(Ordering::Acquire).to_le_bytes());
         b[0x12..0x14].copy_from_slice(&(self.queues.len() as u16).to_le_bytes());
-        b[0x14] = self.status;
+        b[0x14] = self.visible_status();
         b[0x15] = self.config_generation;
         b[0x16..0x18].copy_from_slice(&self.queue_select.to_le_bytes());
         if let Some(q) = self.selected() {
@@ -286,6 +291,24 @@ impl VirtioPciDevice {
         b
     }
 
+    /// The status a driver reads: the old one while the device finishes a
+    /// reset, so that the driver waits for it (spec 2.4.2).
+    fn visible_status(&self) -> u8 {
+        match self.resetting {
+            Some(old) if self.device.reset_pending() => old,
+            _ => self.status,
+        }
+    }
+
+    /// Whether a reset is still in progress (the driver's writes to the
+    /// common configuration are then ignored: it must wait for status 0).
+    fn still_resetting(&mut self) -> bool {
+        if self.resetting.is_some() && !self.device.reset_pending() {
+            self.resetting = None;
+        }
+        self.resetting.is_some()
+    }
+
     fn valid_vector(&self, v: u16) -> u16 {
         if usize::from(v) < self.msix().len() {
             v
@@ -295,6 +318,10 @@ impl VirtioPciDevice {
     }
 
     fn write_common(&mut self, offset: u64, data: &[u8]) {
+        if self.still_resetting() {
+            tracing::debug!(offset, "virtio common cfg write during a reset ignored");
+            return;
+        }
         let mut raw = [0u8; 8];
         let n = data.len().min(8);
         raw[..n].copy_from_slice(&data[..n]);
@@ -345,7 +372,9 @@ impl VirtioPciDevice {
     }
 
     fn reset(&mut self) {
+        let old = self.status;
         self.device.reset();
+        self.resetting = self.device.reset_pending().then_some(old);
         for q in &mut self.queues {
             *q = QueueState::new(q.max);
         }

@@ -12,6 +12,8 @@ struct DummyState {
     activated: Vec<(u16, u64, u64, u64, bool)>, // size, desc, avail, used, ready
     notified: Vec<u16>,
     resets: usize,
+    /// A reset the device has not finished (a device thread's).
+    reset_pending: bool,
     config: [u8; 8],
     interrupt: Option<Arc<dyn VirtioInterrupt>>,
 }
@@ -77,6 +79,9 @@ impl VirtioDevice for Dummy {
         s.resets += 1;
         s.interrupt = None;
         s.activated.clear();
+    }
+    fn reset_pending(&self) -> bool {
+        self.0.lock().unwrap().reset_pending
     }
 }
 
@@ -315,4 +320,28 @@ fn status_bits_stick_until_reset_so_features_cannot_change_while_active() {
     // A reset clears everything; negotiation starts over.
     r.w(STATUS, 0, 1);
     assert_eq!(r.r(STATUS, 1), 0);
+}
+
+#[test]
+fn a_reset_the_device_finishes_later_shows_the_old_status_until_done() {
+    let mut r = rig();
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    // The device thread is busy: its reset is pending.
+    r.state.lock().unwrap().reset_pending = true;
+    r.w(STATUS, 0, 1);
+    assert_eq!(r.r(STATUS, 1), 15, "the driver waits for 0");
+    // Writes before the reset is done are ignored; notifications too.
+    r.w(0x16, 1, 2);
+    assert_eq!(r.r(0x16, 2), 0);
+    r.w(STATUS, 1, 1);
+    r.w(NOTIFY_OFFSET, 0, 2);
+    assert!(r.state.lock().unwrap().notified.is_empty());
+    r.state.lock().unwrap().reset_pending = false;
+    assert_eq!(r.r(STATUS, 1), 0);
+    r.w(STATUS, 1, 1);
+    assert_eq!(r.r(STATUS, 1), 1, "a new negotiation starts");
 }

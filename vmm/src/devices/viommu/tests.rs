@@ -1,0 +1,277 @@
+//! The device thread: kick -> drain -> interrupt through eventfds, a reset
+//! while a host call is in progress, and stopping.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use dma_mapper::{DmaError, DmaMapper, DmaPerm};
+use viommu_device::testing::{req, FakeMapper, GuestDriver, DATA_BASE, MEM_SIZE};
+use viommu_device::DeviceConfig;
+use vm_memory::GuestAddress;
+
+use super::*;
+
+const EP: u32 = 8;
+
+/// A mapper whose maps wait at a gate while it is closed.
+#[derive(Default)]
+struct GateMapper {
+    inner: FakeMapper,
+    gate: Mutex<(bool, bool)>, // (closed, a map is waiting)
+    cv: Condvar,
+}
+
+impl GateMapper {
+    fn close(&self) {
+        self.gate.lock().unwrap().0 = true;
+    }
+    fn open(&self) {
+        self.gate.lock().unwrap().0 = false;
+        self.cv.notify_all();
+    }
+    fn wait_for_waiter(&self) {
+        let g = self.gate.lock().unwrap();
+        let (g, t) = self
+            .cv
+            .wait_timeout_while(g, Duration::from_secs(10), |g| !g.1)
+            .unwrap();
+        assert!(!t.timed_out() && g.1, "no map reached the mapper");
+    }
+}
+
+impl DmaMapper for GateMapper {
+    fn map(&self, iova: u64, gpa: u64, size: u64, perm: DmaPerm) -> Result<(), DmaError> {
+        let mut g = self.gate.lock().unwrap();
+        if g.0 {
+            g.1 = true;
+            self.cv.notify_all();
+            drop(self.cv.wait_while(g, |g| g.0).unwrap());
+        } else {
+            drop(g);
+        }
+        self.inner.map(iova, gpa, size, perm)
+    }
+    fn unmap(&self, iova: u64, size: u64) -> Result<(), DmaError> {
+        self.inner.unmap(iova, size)
+    }
+    fn page_size_mask(&self) -> u64 {
+        self.inner.page_size_mask()
+    }
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        self.inner.unmap_all()
+    }
+}
+
+/// The interrupt as KVM would see it through an irqfd: an eventfd signal.
+struct EventIrq {
+    fd: EventFd,
+    count: AtomicU64,
+}
+
+impl VirtioInterrupt for EventIrq {
+    fn trigger_queue(&self, _queue: u16) -> std::io::Result<()> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.fd.write(1)
+    }
+    fn trigger_config(&self) -> std::io::Result<()> {
+        self.fd.write(1)
+    }
+}
+
+fn wait_readable(fd: &EventFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let r = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+    r == 1
+}
+
+fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+struct Rig {
+    mem: GuestMemoryMmap,
+    dev: ViommuDevice,
+    thread: Option<DeviceThread>,
+    mapper: Arc<GateMapper>,
+    irq: Arc<EventIrq>,
+    reqq: GuestDriver,
+    evq: GuestDriver,
+}
+
+fn rig() -> Rig {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
+    let mut model = Model::new(DeviceConfig::default()).unwrap();
+    let mapper = Arc::new(GateMapper::default());
+    model.add_endpoint(EP, mapper.clone()).unwrap();
+    let (dev, thread) = ViommuDevice::spawn(model, None).unwrap();
+    let irq = Arc::new(EventIrq {
+        fd: EventFd::new(EFD_NONBLOCK).unwrap(),
+        count: AtomicU64::new(0),
+    });
+    let reqq = GuestDriver::new(&mem, 0, 64, 0x10_0000);
+    let evq = GuestDriver::new(&mem, 0x1_0000, 64, 0x80_0000);
+    let mut r = Rig {
+        mem,
+        dev,
+        thread: Some(thread),
+        mapper,
+        irq,
+        reqq,
+        evq,
+    };
+    r.activate();
+    r
+}
+
+impl Rig {
+    fn activate(&mut self) {
+        self.reqq = GuestDriver::new(&self.mem, 0, 64, 0x10_0000);
+        self.evq = GuestDriver::new(&self.mem, 0x1_0000, 64, 0x80_0000);
+        let f = self.dev.features();
+        self.dev.ack_features(f);
+        self.dev
+            .activate(
+                self.mem.clone(),
+                vec![self.reqq.queue(), self.evq.queue()],
+                self.irq.clone(),
+            )
+            .unwrap();
+    }
+
+    /// Queue requests and kick the way KVM does: a write to the ioeventfd.
+    fn kick(&mut self, reqs: &[Vec<u8>]) {
+        for r in reqs {
+            self.reqq.push(&self.mem, r, 4).unwrap();
+        }
+        let kicks = self.dev.kick_eventfds().unwrap();
+        kicks[0].write(1).unwrap();
+    }
+
+    fn statuses(&mut self) -> Vec<Option<u8>> {
+        self.reqq.poll(&self.mem).iter().map(|u| u.status).collect()
+    }
+}
+
+#[test]
+fn kick_drains_on_the_device_thread_and_raises_the_interrupt() {
+    let mut r = rig();
+    r.kick(&[
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ]);
+    assert!(
+        wait_readable(&r.irq.fd, Duration::from_secs(10)),
+        "no interrupt"
+    );
+    assert_eq!(r.statuses(), vec![Some(0), Some(0)]);
+    assert_eq!(
+        r.irq.count.load(Ordering::Relaxed),
+        1,
+        "one interrupt a batch"
+    );
+    assert_eq!(r.mapper.inner.mappings().len(), 1);
+    // The metrics snapshot follows (refreshed before the next wait).
+    until("the counters snapshot", || {
+        let c = *r.dev.counters().lock().unwrap();
+        c.requests.attach == 1 && c.requests.map == 1 && c.busy_ns > 0
+    });
+    // A notify write that reaches the transport kicks the same thread.
+    r.reqq
+        .push(&r.mem, &req::unmap(1, 0x10_0000, 0x10_ffff), 4)
+        .unwrap();
+    r.dev.queue_notify(0);
+    until("the unmap", || r.mapper.inner.mappings().is_empty());
+}
+
+#[test]
+fn reset_while_a_host_map_is_in_progress_does_not_wait_for_it() {
+    let mut r = rig();
+    r.mapper.close();
+    r.kick(&[
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ]);
+    r.mapper.wait_for_waiter();
+    // The device thread is inside a host map. The transport's calls return
+    // at once: config reads, the reset request.
+    let mut cfg = [0u8; 8];
+    r.dev.read_config(0, &mut cfg);
+    assert_eq!(u64::from_le_bytes(cfg), !0xfff, "page_size_mask");
+    r.dev.reset();
+    assert!(r.dev.reset_pending(), "the reset waits behind the map");
+    r.mapper.open();
+    until("the reset", || !r.dev.reset_pending());
+    // The batch completed before the reset, then the reset removed its
+    // domain: nothing is left on the host.
+    assert!(r.mapper.inner.mappings().is_empty());
+    assert_eq!(r.statuses(), vec![Some(0), Some(0)]);
+    // The queues were handed back; a new activation serves new ones.
+    let before = r.irq.count.load(Ordering::Relaxed);
+    r.activate();
+    r.kick(&[req::attach(2, EP, 0)]);
+    until("the interrupt", || {
+        r.irq.count.load(Ordering::Relaxed) > before
+    });
+    assert_eq!(r.statuses(), vec![Some(0)]);
+}
+
+#[test]
+fn kicks_before_activation_or_after_reset_are_ignored() {
+    let mut r = rig();
+    r.dev.reset();
+    until("the reset", || !r.dev.reset_pending());
+    r.kick(&[req::attach(1, EP, 0)]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(r.irq.count.load(Ordering::Relaxed), 0);
+    assert!(r.statuses().is_empty());
+}
+
+#[test]
+fn stop_joins_the_thread_and_releases_the_model() {
+    let mut r = rig();
+    r.kick(&[req::attach(1, EP, 0)]);
+    until("the attach", || r.irq.count.load(Ordering::Relaxed) == 1);
+    assert!(
+        Arc::strong_count(&r.mapper) > 1,
+        "the model holds the mapper"
+    );
+    r.thread.take().unwrap().stop();
+    assert_eq!(Arc::strong_count(&r.mapper), 1, "the model is gone");
+    // The transport's handle survives its thread: nothing blocks or panics.
+    r.dev.queue_notify(0);
+    r.dev.reset();
+    let err = r
+        .dev
+        .activate(
+            r.mem.clone(),
+            vec![r.reqq.queue(), r.evq.queue()],
+            r.irq.clone(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("gone"), "{err}");
+}
+
+#[test]
+fn dropping_the_thread_handle_stops_it() {
+    let mut r = rig();
+    drop(r.thread.take());
+    assert_eq!(Arc::strong_count(&r.mapper), 1);
+}
+
+#[test]
+fn exposes_the_model_through_the_virtio_trait() {
+    let r = rig();
+    assert_eq!(r.dev.device_type(), 23);
+    assert_eq!(r.dev.queue_max_sizes().len(), 2);
+    assert_ne!(r.dev.features() & (1 << 32), 0, "VERSION_1");
+}

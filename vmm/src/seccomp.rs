@@ -1,0 +1,455 @@
+//! seccomp filters, one per kind of thread, and the report of a denied
+//! system call.
+//!
+//! Every thread the VMM starts after setup installs the filter of its
+//! kind before it runs ([`spawn`]): vCPUs, the virtio-iommu device thread,
+//! the API server, the signal waiter and the serial threads. The main
+//! thread is not filtered: it opens /dev/kvm and the VFIO devices, maps
+//! memory, and releases everything at exit, and does nothing a guest
+//! drives in between (it waits on the exit eventfd).
+//!
+//! A system call outside its thread's list (or an `ioctl` outside the
+//! listed requests) is not run: the kernel sends `SIGSYS`
+//! (`SECCOMP_RET_TRAP`), and the handler installed by [`install_handler`]
+//! writes one line to stderr, with the thread's name and the syscall
+//! number, then ends the process with exit code 159 (128 + SIGSYS):
+//!
+//! ```text
+//! vmm: seccomp: thread viommu made a denied system call (number 110); exiting
+//! ```
+//!
+//! `--seccomp=false` installs no filter (for debugging with strace, gdb or
+//! extra logging). The lists are below, one line each with why.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::mpsc::sync_channel;
+use std::thread::JoinHandle;
+
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+};
+
+/// A compiled filter, ready to install on a thread.
+pub type Filter = seccompiler::BpfProgram;
+
+/// Exit code of the process after a denied system call: 128 + SIGSYS.
+pub const DENIED_EXIT_CODE: i32 = 128 + libc::SIGSYS;
+
+/// Why a filter could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// seccompiler refused the rules (a bug in the lists below).
+    #[error("cannot build the seccomp filter of the {kind} threads")]
+    Build {
+        /// The kind of thread.
+        kind: &'static str,
+        /// The error.
+        #[source]
+        source: seccompiler::BackendError,
+    },
+    /// The SIGSYS handler could not be installed.
+    #[error("cannot install the SIGSYS handler")]
+    Handler(#[source] std::io::Error),
+}
+
+/// The kinds of threads, each with its own list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ThreadKind {
+    /// A vCPU: KVM_RUN and the device emulation its exits reach.
+    Vcpu,
+    /// The virtio-iommu device thread: VFIO DMA map/unmap.
+    Device,
+    /// The API server (tokio, Unix socket).
+    Api,
+    /// The SIGTERM/SIGINT waiter.
+    Signals,
+    /// The serial console's threads (stdin to the guest, guest to stdout).
+    Serial,
+}
+
+impl ThreadKind {
+    fn name(self) -> &'static str {
+        match self {
+            ThreadKind::Vcpu => "vcpu",
+            ThreadKind::Device => "device",
+            ThreadKind::Api => "api",
+            ThreadKind::Signals => "signals",
+            ThreadKind::Serial => "serial",
+        }
+    }
+}
+
+/// Whether threads get filters (`--seccomp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Install the filters (the default).
+    pub enabled: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { enabled: true }
+    }
+}
+
+impl Policy {
+    /// The filter for a thread of `kind`, or `None` with seccomp off.
+    /// Installs the SIGSYS handler the first time.
+    pub fn filter(&self, kind: ThreadKind) -> Result<Option<Filter>, SeccompError> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        install_handler()?;
+        build(kind).map(Some)
+    }
+}
+
+// ---- the lists --------------------------------------------------------------
+
+/// ioctl request numbers (the second argument), from the kernel's uapi
+/// headers: KVM's `_IO*(KVMIO = 0xae, nr, type)` and VFIO's
+/// `_IO(VFIO_TYPE = ';', VFIO_BASE = 100 + n)`.
+mod ioctl {
+    const KVMIO: u32 = 0xae;
+    const VFIO_TYPE: u32 = b';' as u32;
+    const VFIO_BASE: u32 = 100;
+    vmm_sys_util::ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
+    vmm_sys_util::ioctl_iow_nr!(KVM_SIGNAL_MSI, KVMIO, 0xa5, kvm_bindings::kvm_msi);
+    vmm_sys_util::ioctl_iow_nr!(
+        KVM_SET_GSI_ROUTING,
+        KVMIO,
+        0x6a,
+        kvm_bindings::kvm_irq_routing
+    );
+    vmm_sys_util::ioctl_iow_nr!(KVM_IRQFD, KVMIO, 0x76, kvm_bindings::kvm_irqfd);
+    vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_SET_IRQS, VFIO_TYPE, VFIO_BASE + 10);
+    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_GET_INFO, VFIO_TYPE, VFIO_BASE + 12);
+    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_MAP_DMA, VFIO_TYPE, VFIO_BASE + 13);
+    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_UNMAP_DMA, VFIO_TYPE, VFIO_BASE + 14);
+}
+
+/// Syscalls every thread makes, with why.
+const COMMON: &[(libc::c_long, &str)] = &[
+    (
+        libc::SYS_futex,
+        "mutexes, condition variables, channels, join",
+    ),
+    (
+        libc::SYS_write,
+        "log lines to stderr, eventfd signals, the SIGSYS report",
+    ),
+    (libc::SYS_brk, "the allocator"),
+    (libc::SYS_mmap, "the allocator (large blocks)"),
+    (
+        libc::SYS_munmap,
+        "the allocator; thread exit frees its signal stack",
+    ),
+    (libc::SYS_mremap, "the allocator (growing large blocks)"),
+    (
+        libc::SYS_mprotect,
+        "the allocator (glibc grows a thread's arena)",
+    ),
+    (
+        libc::SYS_madvise,
+        "the allocator; glibc frees a finished thread's stack",
+    ),
+    (
+        libc::SYS_close,
+        "dropping an fd (eventfd copies, a vCPU fd at exit)",
+    ),
+    (
+        libc::SYS_clock_gettime,
+        "Instant::now when the vDSO is not used",
+    ),
+    (libc::SYS_sched_yield, "spinning locks"),
+    (libc::SYS_getrandom, "hash map seeds, drawn once per thread"),
+    (
+        libc::SYS_rt_sigreturn,
+        "return from a signal handler (the vCPU kick)",
+    ),
+    (
+        libc::SYS_rt_sigprocmask,
+        "glibc blocks signals while a thread exits",
+    ),
+    (
+        libc::SYS_sigaltstack,
+        "std removes the thread's signal stack at exit",
+    ),
+    (libc::SYS_exit, "thread exit"),
+    (
+        libc::SYS_exit_group,
+        "process exit (the SIGSYS report ends with it)",
+    ),
+];
+
+/// Syscalls of one kind of thread beyond [`COMMON`], with why.
+fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
+    match kind {
+        ThreadKind::Vcpu => &[
+            (
+                libc::SYS_pread64,
+                "VFIO config space and BAR reads the guest makes",
+            ),
+            (
+                libc::SYS_pwrite64,
+                "VFIO config space and BAR writes the guest makes",
+            ),
+        ],
+        ThreadKind::Device => &[
+            (libc::SYS_poll, "waiting for a kick or a command"),
+            (libc::SYS_ppoll, "the same, where libc's poll is ppoll"),
+            (libc::SYS_read, "reading the kick and command eventfds"),
+        ],
+        ThreadKind::Api => &[
+            (libc::SYS_epoll_wait, "the tokio reactor"),
+            (libc::SYS_epoll_pwait, "the tokio reactor"),
+            (
+                libc::SYS_epoll_ctl,
+                "the tokio reactor registers connections",
+            ),
+            (libc::SYS_accept4, "accepting a connection"),
+            (libc::SYS_read, "requests, the reactor's wake-up eventfd"),
+            (libc::SYS_recvfrom, "requests"),
+            (libc::SYS_writev, "answers"),
+            (libc::SYS_sendto, "answers"),
+            (libc::SYS_getsockopt, "SO_PEERCRED: the client's uid"),
+            (
+                libc::SYS_geteuid,
+                "the VMM's own uid, which a client may have",
+            ),
+            (libc::SYS_shutdown, "closing a connection's write side"),
+            (libc::SYS_fcntl, "non-blocking mode of a connection"),
+        ],
+        ThreadKind::Signals => &[(libc::SYS_rt_sigtimedwait, "sigwait for SIGTERM/SIGINT")],
+        ThreadKind::Serial => &[
+            (libc::SYS_read, "stdin"),
+            (libc::SYS_nanosleep, "waiting for room in the guest's FIFO"),
+            (
+                libc::SYS_clock_nanosleep,
+                "the same, where sleep is clock_nanosleep",
+            ),
+        ],
+    }
+}
+
+/// The ioctls of one kind of thread, with why. Any other ioctl is denied.
+fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
+    use ioctl::*;
+    let v: Vec<(u64, &str)> = match kind {
+        ThreadKind::Vcpu => vec![
+            (KVM_RUN(), "run the vCPU"),
+            (
+                KVM_SIGNAL_MSI(),
+                "virtio-pci MSI-X: a pending vector the guest unmasks",
+            ),
+            (
+                KVM_SET_GSI_ROUTING(),
+                "VFIO MSI-X: the guest programs a vector",
+            ),
+            (
+                KVM_IRQFD(),
+                "VFIO MSI-X: a vector's irqfd attached or detached on (un)mask",
+            ),
+            (
+                VFIO_DEVICE_SET_IRQS(),
+                "VFIO MSI-X enabled or disabled by the guest",
+            ),
+        ],
+        ThreadKind::Device => vec![
+            (VFIO_IOMMU_MAP_DMA(), "a guest MAP"),
+            (
+                VFIO_IOMMU_UNMAP_DMA(),
+                "a guest UNMAP, DETACH, FLUSH or reset (and unmap-all)",
+            ),
+            (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
+            (KVM_SIGNAL_MSI(), "the used-ring interrupt"),
+        ],
+        ThreadKind::Api => vec![(libc::FIONBIO, "non-blocking mode of a connection")],
+        ThreadKind::Signals | ThreadKind::Serial => vec![],
+    };
+    v
+}
+
+/// The filter of `kind`: the lists above allowed, anything else trapped.
+pub fn build(kind: ThreadKind) -> Result<Filter, SeccompError> {
+    let err = |source| SeccompError::Build {
+        kind: kind.name(),
+        source,
+    };
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (nr, _why) in COMMON.iter().chain(extra(kind)) {
+        rules.insert(*nr, Vec::new());
+    }
+    let ioctl_rules = ioctls(kind)
+        .into_iter()
+        .map(|(req, _why)| {
+            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)
+                .and_then(|c| SeccompRule::new(vec![c]))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    // An ioctl allowed only for some requests; `extra` may not allow all.
+    if !ioctl_rules.is_empty() {
+        rules.insert(libc::SYS_ioctl, ioctl_rules);
+    }
+    let arch = std::env::consts::ARCH.try_into().map_err(err)?;
+    let filter =
+        SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch).map_err(err)?;
+    filter.try_into().map_err(err)
+}
+
+// ---- threads and the report -----------------------------------------------
+
+thread_local! {
+    /// The thread's name, for the SIGSYS report: const-initialised, no
+    /// destructor, so a signal handler may read it.
+    static NAME: Cell<[u8; 16]> = const { Cell::new([0; 16]) };
+}
+
+/// Spawn a thread named `name` that installs `filter` (if any) before it
+/// runs `f`. Returns once the filter is in place, or the error that kept
+/// it out (then `f` never ran).
+pub fn spawn<F>(name: &str, filter: Option<Filter>, f: F) -> std::io::Result<JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    let (tx, rx) = sync_channel::<Result<(), String>>(1);
+    let owned = name.to_owned();
+    let handle = std::thread::Builder::new()
+        .name(owned.clone())
+        .spawn(move || {
+            let mut n = [0u8; 16];
+            let len = owned.len().min(15);
+            n[..len].copy_from_slice(&owned.as_bytes()[..len]);
+            NAME.with(|c| c.set(n));
+            if let Some(p) = filter {
+                if let Err(e) = seccompiler::apply_filter(&p) {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            }
+            let _ = tx.send(Ok(()));
+            drop(tx);
+            f();
+        })?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(std::io::Error::other(format!(
+                "cannot install the seccomp filter of thread {name}: {e}"
+            )))
+        }
+        Err(_) => {
+            let _ = handle.join();
+            Err(std::io::Error::other(format!(
+                "thread {name} died at start"
+            )))
+        }
+    }
+}
+
+/// Where the syscall number is in a `siginfo_t` for SIGSYS on x86_64:
+/// after `si_signo`, `si_errno`, `si_code` and padding (16 bytes) comes
+/// `_sigsys { void *_call_addr; int _syscall; unsigned _arch; }`.
+const SI_SYSCALL_OFFSET: usize = 24;
+
+extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Only async-signal-safe work: stack buffers, write(2), _exit(2).
+    let nr = if info.is_null() {
+        -1
+    } else {
+        // SAFETY: the kernel passes a valid siginfo_t of SIGSYS, in which
+        // `_sigsys._syscall` is an int at this offset.
+        unsafe { std::ptr::read_unaligned(info.cast::<u8>().add(SI_SYSCALL_OFFSET).cast::<i32>()) }
+    };
+    let name = NAME.try_with(Cell::get).unwrap_or([0; 16]);
+    let name_len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let mut line = [0u8; 160];
+    let mut n = 0;
+    let mut put = |s: &[u8]| {
+        for &b in s {
+            if n < line.len() {
+                line[n] = b;
+                n += 1;
+            }
+        }
+    };
+    put(b"vmm: seccomp: thread ");
+    put(if name_len == 0 {
+        b"(unnamed)"
+    } else {
+        &name[..name_len]
+    });
+    put(b" made a denied system call (number ");
+    let mut digits = [0u8; 12];
+    let mut d = digits.len();
+    let mut v = i64::from(nr).unsigned_abs();
+    loop {
+        d -= 1;
+        digits[d] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if nr < 0 {
+        put(b"-");
+    }
+    put(&digits[d..]);
+    put(b"); exiting; --seccomp=false turns the filters off\n");
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; `line[..n]` is
+    // initialised. Both are allowed in every filter.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), n);
+        libc::_exit(DENIED_EXIT_CODE);
+    }
+}
+
+/// Install the SIGSYS handler that reports a denied system call (once per
+/// process; later calls do nothing).
+pub fn install_handler() -> Result<(), SeccompError> {
+    static INSTALLED: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
+    let r = INSTALLED.get_or_init(|| {
+        // SAFETY: a zeroed sigaction is valid; the handler only does
+        // async-signal-safe work; `sa` lives across the call.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = sigsys_handler as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(libc::SIGSYS, &sa, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+            }
+        }
+        Ok(())
+    });
+    r.map_err(|e| SeccompError::Handler(std::io::Error::from_raw_os_error(e)))
+}
+
+/// The `--seccomp-selftest` hook: a thread of `kind`, with its filter,
+/// makes a system call no list allows (getppid), so that the report can
+/// be seen. Does not return: the handler ends the process (or, with
+/// seccomp off, this returns an error saying nothing was denied).
+pub fn selftest(kind: ThreadKind, policy: Policy) -> Result<(), std::io::Error> {
+    let filter = policy.filter(kind).map_err(std::io::Error::other)?;
+    let name = match kind {
+        ThreadKind::Vcpu => "vcpu0",
+        ThreadKind::Device => "viommu",
+        ThreadKind::Api => "api",
+        ThreadKind::Signals => "signals",
+        ThreadKind::Serial => "serial-in",
+    };
+    let h = spawn(name, filter, || {
+        // SAFETY: getppid has no arguments and no side effect.
+        unsafe { libc::syscall(libc::SYS_getppid) };
+    })?;
+    let _ = h.join();
+    Err(std::io::Error::other(
+        "seccomp self-test: the denied call ran (seccomp off?)",
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,18 +1,18 @@
 //! The device counters of a VMM, read at each fio phase's begin and end.
 //!
-//! Our VMM answers on its API socket. Today that is one JSON line
-//! (`metrics\n` → `{"ok":true,"metrics":{...}}`, what `vmmctl SOCKET
-//! metrics` prints); the API is moving to HTTP with Prometheus text at
-//! `GET /metrics`. Only [`MetricsEndpoint`] and [`OursEndpoint`] know which:
-//! switching means one more impl and changing the alias. Stock QEMU's
-//! counters come from its trace file ([`crate::trace`]).
+//! Our VMM answers HTTP on its API socket (`vmm --api-socket`): `GET
+//! /metrics` is Prometheus text (what `vmmctl SOCKET metrics` prints),
+//! e.g. `viommu_requests_total{type="map"} 30240`. Only [`MetricsEndpoint`]
+//! and [`OursEndpoint`] know the protocol. Stock QEMU's counters come from
+//! its trace file ([`crate::trace`]).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::trace::TraceCounter;
 
@@ -85,19 +85,22 @@ pub trait MetricsEndpoint {
     fn fetch(&self) -> impl Future<Output = Result<DeviceCounters, MetricsError>>;
 }
 
-/// Today's API: one JSON line per request on a Unix socket.
+/// The VMM's API: HTTP/1.1 over a Unix socket, `GET /metrics`.
 #[derive(Debug, Clone)]
-pub struct JsonSocket {
+pub struct HttpSocket {
     path: PathBuf,
 }
 
-/// The endpoint this build talks to (switch here for the HTTP API).
-pub type OursEndpoint = JsonSocket;
+/// The endpoint this build talks to.
+pub type OursEndpoint = HttpSocket;
 
-impl JsonSocket {
+/// Longest answer read (the VMM's metrics are a few KiB).
+const MAX_ANSWER: u64 = 1 << 20;
+
+impl HttpSocket {
     /// The API socket at `path` (`vmm --api-socket`).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        JsonSocket { path: path.into() }
+        HttpSocket { path: path.into() }
     }
 
     async fn ask(&self) -> Result<String, MetricsError> {
@@ -108,44 +111,67 @@ impl JsonSocket {
         let mut s = tokio::net::UnixStream::connect(&self.path)
             .await
             .map_err(io)?;
-        s.write_all(b"metrics\n").await.map_err(io)?;
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).await.map_err(io)?;
-        Ok(line)
+        s.write_all(
+            b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .map_err(io)?;
+        let mut raw = Vec::new();
+        s.take(MAX_ANSWER).read_to_end(&mut raw).await.map_err(io)?;
+        Ok(String::from_utf8_lossy(&raw).into_owned())
     }
 }
 
-impl MetricsEndpoint for JsonSocket {
+impl MetricsEndpoint for HttpSocket {
     async fn fetch(&self) -> Result<DeviceCounters, MetricsError> {
-        let line = tokio::time::timeout(Duration::from_secs(5), self.ask())
+        let answer = tokio::time::timeout(Duration::from_secs(5), self.ask())
             .await
             .map_err(|_| MetricsError::Timeout(self.path.clone()))??;
-        parse_metrics_json(&line)
+        parse_http_metrics(&answer)
     }
 }
 
-/// The counters in one answer of today's API (see vmm/src/api.rs
-/// `counters_json`).
-pub fn parse_metrics_json(line: &str) -> Result<DeviceCounters, MetricsError> {
-    let bad = || MetricsError::BadAnswer(line.chars().take(200).collect());
-    let v: serde_json::Value = serde_json::from_str(line).map_err(|_| bad())?;
-    if v.get("ok").and_then(|o| o.as_bool()) != Some(true) {
+/// The counters in one HTTP answer to `GET /metrics`: status 200 and a
+/// Prometheus text body.
+pub fn parse_http_metrics(answer: &str) -> Result<DeviceCounters, MetricsError> {
+    let bad = || MetricsError::BadAnswer(answer.chars().take(200).collect());
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head.lines().next().and_then(|l| l.split(' ').nth(1));
+    if status != Some("200") {
         return Err(bad());
     }
-    let m = v.pointer("/metrics/viommu").ok_or_else(bad)?;
-    if m.is_null() {
-        // No virtio-iommu (plain passthrough): nothing to count.
-        return Ok(DeviceCounters::default());
+    parse_prometheus(body)
+}
+
+/// Our VMM's counters in Prometheus text (vmm/src/api, rendered by
+/// crates/counters): sample lines `name{labels} value`, `#` comments. An
+/// empty text is a VMM without a virtio-iommu: nothing to count. Unknown
+/// samples are ignored; a line that is not a sample is an error.
+pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
+    let mut v: BTreeMap<&str, u64> = BTreeMap::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let value = line
+            .rsplit_once(' ')
+            .and_then(|(series, value)| Some((series.trim(), value.parse::<f64>().ok()?)));
+        match value {
+            Some((series, x)) if x >= 0.0 => {
+                v.insert(series, x as u64);
+            }
+            _ => return Err(MetricsError::BadAnswer(line.chars().take(200).collect())),
+        }
     }
-    let n = |p: &str| m.pointer(p).and_then(|x| x.as_u64()).unwrap_or(0);
+    let n = |k: &str| v.get(k).copied().unwrap_or(0);
     Ok(DeviceCounters {
-        map_requests: n("/requests/map"),
-        unmap_requests: n("/requests/unmap"),
-        flush_requests: n("/requests/flush"),
-        vfio_calls: n("/backend_map_calls") + n("/backend_unmap_calls"),
-        deferred_unmaps: n("/lazy_unmap/deferred_unmaps"),
-        flush_vfio_calls: n("/lazy_unmap/flush_backend_calls"),
-        merged_ranges: n("/lazy_unmap/merged_ranges"),
+        map_requests: n("viommu_requests_total{type=\"map\"}"),
+        unmap_requests: n("viommu_requests_total{type=\"unmap\"}"),
+        flush_requests: n("viommu_requests_total{type=\"flush\"}"),
+        vfio_calls: n("viommu_backend_map_calls_total") + n("viommu_backend_unmap_calls_total"),
+        deferred_unmaps: n("viommu_deferred_unmaps_total"),
+        flush_vfio_calls: n("viommu_flush_backend_calls_total"),
+        merged_ranges: n("viommu_merged_ranges_total"),
     })
 }
 
@@ -194,22 +220,57 @@ impl CounterSource {
 mod tests {
     use super::*;
 
-    const ANSWER: &str = r#"{"ok":true,"metrics":{"viommu":{"requests":{"attach":1,"detach":0,"map":30240,"unmap":26877,"probe":1,"flush":1245,"malformed":0,"total":58364},"failed_requests":0,"batches":9,"backend_map_calls":30240,"backend_unmap_calls":9751,"lazy_unmap":{"deferred_unmaps":26877,"flushes":1245,"flush_backend_calls":9751,"merged_ranges":20000,"average_merged_run":2.0,"forced_unmaps":0}},"endpoints":[]}}"#;
+    /// What the VMM serves at `GET /metrics`: the real rendering
+    /// (vmm/src/machine.rs: `prometheus_text("viommu", &counters)`).
+    fn real_text() -> String {
+        let mut c = viommu_device::Counters::default();
+        c.requests.map = 30240;
+        c.requests.unmap = 26877;
+        c.requests.flush = 1245;
+        c.requests.attach = 1;
+        c.batch_sizes[3] = 9;
+        c.backend.map_calls = 30240;
+        c.backend.unmap_calls = 9751;
+        c.deferred_unmaps = 26877;
+        c.flushes = 1245;
+        c.flush_backend_calls = 9751;
+        c.merged_ranges = 20000;
+        viommu_counters::prometheus_text("viommu", &c)
+    }
 
     #[test]
-    fn parses_todays_json() {
-        let c = parse_metrics_json(ANSWER).unwrap();
+    fn parses_the_vmms_prometheus_text() {
+        let text = real_text();
+        assert!(
+            text.contains("viommu_requests_total{type=\"map\"} 30240"),
+            "{text}"
+        );
+        let c = parse_prometheus(&text).unwrap();
         assert_eq!(c.map_requests, 30240);
+        assert_eq!(c.unmap_requests, 26877);
         assert_eq!(c.flush_requests, 1245);
         assert_eq!(c.vfio_calls, 39991);
         assert_eq!(c.deferred_unmaps, 26877);
+        assert_eq!(c.flush_vfio_calls, 9751);
         assert_eq!(c.merged_ranges, 20000);
         assert_eq!(c.requests(), 30240 + 26877 + 1245);
-        let none =
-            parse_metrics_json(r#"{"ok":true,"metrics":{"viommu":null,"endpoints":[]}}"#).unwrap();
-        assert_eq!(none, DeviceCounters::default());
-        assert!(parse_metrics_json(r#"{"ok":false,"error":"x"}"#).is_err());
-        assert!(parse_metrics_json("garbage").is_err());
+        // No virtio-iommu: the VMM serves an empty text.
+        assert_eq!(parse_prometheus("").unwrap(), DeviceCounters::default());
+        assert!(parse_prometheus("garbage").is_err());
+        assert!(parse_prometheus("viommu_merged_ranges_total -1").is_err());
+    }
+
+    #[test]
+    fn parses_http_answers() {
+        let ok = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: 9\r\n\r\n{}",
+            real_text()
+        );
+        assert_eq!(parse_http_metrics(&ok).unwrap().map_requests, 30240);
+        let e =
+            parse_http_metrics("HTTP/1.1 404 Not Found\r\n\r\n{\"error\":\"x\"}\n").unwrap_err();
+        assert!(e.to_string().contains("404"), "{e}");
+        assert!(parse_http_metrics("{\"ok\":true}").is_err());
     }
 
     #[test]
@@ -236,10 +297,29 @@ mod tests {
         tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let (r, mut w) = s.into_split();
-            let mut line = String::new();
-            BufReader::new(r).read_line(&mut line).await.unwrap();
-            assert_eq!(line, "metrics\n");
-            w.write_all(format!("{ANSWER}\n").as_bytes()).await.unwrap();
+            let mut head = String::new();
+            let mut r = tokio::io::BufReader::new(r);
+            loop {
+                let mut line = String::new();
+                tokio::io::AsyncBufReadExt::read_line(&mut r, &mut line)
+                    .await
+                    .unwrap();
+                head.push_str(&line);
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+            }
+            assert!(head.starts_with("GET /metrics HTTP/1.1\r\n"), "{head}");
+            let body = real_text();
+            w.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
         });
         let mut src = CounterSource::new(None, Some(&p));
         assert!(!src.lower_bound());

@@ -91,6 +91,35 @@ pub struct Args {
     /// Print the plan (checks, columns, commands) and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// What each guest runs: fio = write+verify at every block size and
+    /// mixed sizes, then the measured runs; mixed = one mixed-size
+    /// write+verify (4k-256k), then the measured runs; smoke = write+verify
+    /// only, plus a 2 s 4k read.
+    #[arg(long, value_enum, default_value_t = Mode::Fio)]
+    pub mode: Mode,
+    /// Run a cell whose guest kernel crashed or reset itself again, up to
+    /// N times (a flaky host or nested emulation); the first attempt stays
+    /// in the results as a warning. Never for a failed verify or a hung guest.
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// Number the rounds from R (round R starts at column R-1 mod n): one
+    /// run split over several boots of a host, as the lab does, one round each.
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub first_round: u32,
+    /// Bound on one VM in seconds, whatever its progress [default: four
+    /// times the estimate plus --stall-seconds].
+    #[arg(long, value_name = "S")]
+    pub cell_timeout: Option<u64>,
+    /// For a caller that reads only stdout (the lab's serial console): one
+    /// `@@LAB-CELL@@ {json}` line per finished VM, and the console log of
+    /// every VM that did not finish well, between `---- guest ... ----` lines.
+    #[arg(long)]
+    pub serial_report: bool,
+    /// Start nothing: read cells (a results.json, or `@@LAB-CELL@@` / JSON
+    /// lines of cells) and write the table, results.json and chart for the
+    /// columns, block sizes, jobs and rounds given, as a run would.
+    #[arg(long, value_name = "FILE")]
+    pub report_from: Option<PathBuf>,
     /// Root of the sysfs/procfs tree to read (for tests).
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -118,6 +147,29 @@ impl Rw {
             Rw::Read => "read",
             Rw::Randwrite => "randwrite",
             Rw::Randrw => "randrw",
+        }
+    }
+}
+
+/// What each guest runs (`lab.mode` of the guest's init).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Write+verify at every block size and mixed, then the measured runs.
+    Fio,
+    /// One mixed-size write+verify, then the measured runs.
+    Mixed,
+    /// Write+verify only, plus a 2 s 4k read.
+    Smoke,
+}
+
+impl Mode {
+    /// The guest's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Fio => "fio",
+            Mode::Mixed => "mixed",
+            Mode::Smoke => "smoke",
         }
     }
 }
@@ -221,7 +273,7 @@ impl Args {
     pub fn validate(self) -> Result<Config, CliError> {
         let bdf =
             normalize_bdf(&self.device).ok_or_else(|| CliError::BadBdf(self.device.clone()))?;
-        if self.destroy_data.is_none() && !self.dry_run {
+        if self.destroy_data.is_none() && !self.dry_run && self.report_from.is_none() {
             return Err(CliError::NoConsent(bdf));
         }
         let columns = columns::parse_columns(&self.columns)?;
@@ -323,7 +375,10 @@ impl Args {
                     "a size of at least 1M, e.g. 8M",
                 )
             })?;
-        if !self.dry_run {
+        if self.first_round == 0 {
+            return Err(bad("--first-round", 0, "rounds are numbered from 1"));
+        }
+        if !self.dry_run && self.report_from.is_none() {
             for c in &columns {
                 let (given, kernel, flag, variant) = match c.kernel {
                     Kernel::Stock => (&self.kernel_stock, "stock", "--kernel-stock", "baseline"),

@@ -23,6 +23,10 @@ pub struct BootInfo {
     /// The guest's /proc/cmdline.
     #[serde(default)]
     pub cmdline: String,
+    /// The reserved IOVA regions of the NVMe's IOMMU group, `start end
+    /// type` lines joined by `;` (absent: the guest did not report them).
+    #[serde(default)]
+    pub resv: Option<String>,
 }
 
 /// One fio run's result, as the guest reports it (fio terse v3 fields).

@@ -10,6 +10,7 @@
 
 pub mod bind;
 pub mod chart;
+pub mod checks;
 pub mod cli;
 pub mod columns;
 pub mod guest;

@@ -10,13 +10,14 @@ use tracing::{error, info, warn};
 
 use viommu_bench::bind::BindGuard;
 use viommu_bench::chart;
+use viommu_bench::checks::{apply_bar0, retry_reason};
 use viommu_bench::cli::{Args, Config};
 use viommu_bench::columns::{launch, Kernel, LaunchInputs};
 use viommu_bench::image::{self, ImageInputs};
-use viommu_bench::plan::{self, rotation};
+use viommu_bench::plan::{self, rotation_from};
 use viommu_bench::preflight::{Checks, Outcome};
 use viommu_bench::report::{render_markdown, render_text, summarize};
-use viommu_bench::results::{utc_timestamp, CellStatus, Results};
+use viommu_bench::results::{utc_timestamp, CellResult, CellStatus, Results};
 use viommu_bench::runner::{run_cell, CellCtx, Progress, RunError};
 use viommu_bench::sysfs::Root;
 use viommu_bench::units::human_duration;
@@ -149,6 +150,9 @@ fn guest_image(cfg: &Config, pre: &Outcome, dry: bool) -> Result<PathBuf, String
 }
 
 async fn run(cfg: Config) -> u8 {
+    if let Some(f) = &cfg.args.report_from {
+        return report_only(&cfg, f);
+    }
     let cancel = watch_signals();
     let a = &cfg.args;
     let dry = a.dry_run;
@@ -201,7 +205,7 @@ async fn run(cfg: Config) -> u8 {
         memory_mib: cfg.memory_mib,
     };
     let cmdline = plan::guest_cmdline(&cfg);
-    let cells = rotation(cfg.columns.len(), a.rounds);
+    let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
     let phases = plan::phases(&cfg);
     let estimate = plan::estimate_cell(&cfg);
 
@@ -252,7 +256,7 @@ async fn run(cfg: Config) -> u8 {
             println!("  {}:\n    {}", c.tag, l.display());
         }
         println!("\norder:");
-        for r in 0..a.rounds {
+        for r in a.first_round - 1..a.first_round - 1 + a.rounds {
             let order: Vec<&str> = cells
                 .iter()
                 .filter(|c| c.round == r)
@@ -324,8 +328,55 @@ async fn run(cfg: Config) -> u8 {
             &run_dir,
             &format!("{}-r{}", col.tag, cell.round + 1),
         );
-        match run_cell(&l, &col.tag, cell.round, &mut ctx, &progress).await {
+        let mut earlier: Vec<String> = Vec::new();
+        let outcome = loop {
+            let mut r = match run_cell(&l, &col.tag, cell.round, &mut ctx, &progress).await {
+                Ok(r) => r,
+                Err(e) => break Err(e),
+            };
+            apply_bar0(&mut r, col, facts.bar0.as_deref());
+            let retry = (earlier.len() < a.retries as usize)
+                .then(|| retry_reason(&r, col.vmm))
+                .flatten();
+            let Some(why) = retry else {
+                r.warnings.append(&mut earlier);
+                break Ok(r);
+            };
+            // Keep the first attempt's log next to the new one.
+            let kept = r.log.with_file_name(format!(
+                "{}-r{}-attempt{}.log",
+                col.tag,
+                cell.round + 1,
+                earlier.len() + 1
+            ));
+            let _ = std::fs::rename(&r.log, &kept);
+            warn!(
+                "{} round {}: {why}; running it again (log of this attempt: {})",
+                col.tag,
+                cell.round + 1,
+                kept.display()
+            );
+            if a.serial_report {
+                print_log(
+                    &format!(
+                        "{}-r{} attempt {}",
+                        col.tag,
+                        cell.round + 1,
+                        earlier.len() + 1
+                    ),
+                    &kept,
+                );
+            }
+            earlier.push(format!(
+                "first attempt failed ({why}); ran it again (log {})",
+                kept.display()
+            ));
+        };
+        match outcome {
             Ok(r) => {
+                if a.serial_report {
+                    serial_cell(&r);
+                }
                 match &r.status {
                     CellStatus::Ok => info!(
                         "{} round {}: done in {:.0} s",
@@ -368,58 +419,107 @@ async fn run(cfg: Config) -> u8 {
     }
 
     // 6. Report.
-    let summary = summarize(&cfg.columns, &phases, &results, cfg.baseline, a.rounds);
-    let mut settings = std::collections::BTreeMap::new();
-    for (k, v) in [
+    conclude(
+        &cfg,
+        &out,
+        facts.clone(),
+        results,
+        cells.len(),
+        started,
+        t0.elapsed().as_secs_f64(),
+        interrupted,
+    )
+}
+
+/// `@@LAB-CELL@@ {json}` for a caller reading stdout, and the log of a cell
+/// that did not end well.
+fn serial_cell(r: &CellResult) {
+    match serde_json::to_string(r) {
+        Ok(j) => println!("@@LAB-CELL@@ {j}"),
+        Err(e) => eprintln!("viommu-bench: cell {} as JSON: {e}", r.column),
+    }
+    if r.status != CellStatus::Ok {
+        print_log(&format!("{}-r{}", r.column, r.round + 1), &r.log);
+    }
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+}
+
+fn print_log(name: &str, log: &Path) {
+    println!("---- guest {name} failed; its serial log and VMM output follow ----");
+    match std::fs::read(log) {
+        Ok(b) => print!("{}", String::from_utf8_lossy(&b)),
+        Err(e) => println!("({}: {e})", log.display()),
+    }
+    println!("---- end of guest {name} log ----");
+}
+
+/// The run's settings, for results.json.
+fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
+    let a = &cfg.args;
+    let join = |v: Vec<String>| v.join(",");
+    [
+        ("mode", a.mode.as_str().to_string()),
         ("rw", a.rw.as_str().to_string()),
-        (
-            "bs",
-            cfg.bs
-                .iter()
-                .map(|b| b.label.clone())
-                .collect::<Vec<_>>()
-                .join(","),
-        ),
+        ("bs", join(cfg.bs.iter().map(|b| b.label.clone()).collect())),
         ("iodepth", a.iodepth.to_string()),
         (
             "numjobs",
-            cfg.numjobs
-                .iter()
-                .map(|n| n.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
+            join(cfg.numjobs.iter().map(|n| n.to_string()).collect()),
         ),
         ("runtime_s", a.runtime.to_string()),
         ("rounds", a.rounds.to_string()),
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),
         ("stall_seconds", a.stall_seconds.to_string()),
-        ("guest_cmdline", cmdline.clone()),
-    ] {
-        settings.insert(k.to_string(), v);
-    }
+        ("guest_cmdline", plan::guest_cmdline(cfg)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Summary, files and table of `cells`; the exit status (0: `expected`
+/// cells, all fine; 1: some hung or failed; 130: interrupted).
+#[allow(clippy::too_many_arguments)]
+fn conclude(
+    cfg: &Config,
+    out: &Path,
+    facts: viommu_bench::preflight::DeviceFacts,
+    cells: Vec<CellResult>,
+    expected: usize,
+    started: u64,
+    elapsed_s: f64,
+    interrupted: bool,
+) -> u8 {
+    let a = &cfg.args;
+    let phases = plan::phases(cfg);
+    let summary = summarize(&cfg.columns, &phases, &cells, cfg.baseline, a.rounds);
     let doc = Results {
         tool: format!("viommu-bench {}", env!("CARGO_PKG_VERSION")),
         command: std::env::args().collect(),
         started: utc_timestamp(started),
-        host_kernel: root
+        host_kernel: Root::new(&a.root)
             .read_trim("/proc/sys/kernel/osrelease")
             .unwrap_or_default(),
         device: cfg.bdf.clone(),
-        device_facts: facts.clone(),
-        settings,
+        device_facts: facts,
+        settings: settings(cfg),
         columns: cfg.columns.clone(),
-        cells: results,
+        cells,
         summary,
-        elapsed_s: t0.elapsed().as_secs_f64(),
+        elapsed_s,
         interrupted,
     };
-    let code = match write_outputs(&doc, &out) {
+    let code = match std::fs::create_dir_all(out)
+        .map_err(|e| format!("cannot create {}: {e}; pick another --out", out.display()))
+        .and_then(|()| write_outputs(&doc, out))
+    {
         Ok(()) => {
             if interrupted {
                 130
             } else if doc.cells.iter().all(|c| c.status == CellStatus::Ok)
-                && doc.cells.len() == cells.len()
+                && doc.cells.len() == expected
             {
                 0
             } else {
@@ -433,6 +533,69 @@ async fn run(cfg: Config) -> u8 {
     };
     print!("{}", render_text(&doc.summary));
     code
+}
+
+/// `--report-from`: the cells of FILE (a results.json, or lines holding one
+/// cell's JSON each, `@@LAB-CELL@@ ` prefixes allowed; a later cell of the
+/// same column and round replaces an earlier one) as a finished run.
+fn report_only(cfg: &Config, file: &Path) -> u8 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("viommu-bench: --report-from {}: {e}", file.display());
+            return 2;
+        }
+    };
+    let cells = match parse_cells(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("viommu-bench: --report-from {}: {e}", file.display());
+            return 2;
+        }
+    };
+    let elapsed = cells.iter().map(|c| c.wall_s).sum();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = out_dir(cfg, now);
+    let expected = cfg.columns.len() * cfg.args.rounds as usize;
+    conclude(
+        cfg,
+        &out,
+        Default::default(),
+        cells,
+        expected,
+        now,
+        elapsed,
+        false,
+    )
+}
+
+/// The cells in a results.json or in cell lines.
+fn parse_cells(text: &str) -> Result<Vec<CellResult>, String> {
+    if let Ok(doc) = serde_json::from_str::<Results>(text) {
+        return Ok(doc.cells);
+    }
+    // Marked lines among other output (a console), else one cell a line.
+    let marked = text.contains("@@LAB-CELL@@");
+    let mut cells: Vec<CellResult> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        let json = match line.split_once("@@LAB-CELL@@") {
+            Some((_, j)) => j.trim(),
+            None if marked => continue,
+            None => line,
+        };
+        if json.is_empty() {
+            continue;
+        }
+        let c: CellResult =
+            serde_json::from_str(json).map_err(|e| format!("line {}: not a cell: {e}", i + 1))?;
+        cells.retain(|x| (x.column.as_str(), x.round) != (c.column.as_str(), c.round));
+        cells.push(c);
+    }
+    Ok(cells)
 }
 
 fn write_outputs(doc: &Results, out: &Path) -> Result<(), String> {

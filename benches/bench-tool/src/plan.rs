@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::cli::Config;
+use crate::cli::{Config, Mode};
 use crate::guest::run_phase_name;
 
 /// Guest debugfs counters reported per phase (the patched guest has them).
@@ -21,8 +21,13 @@ pub struct Cell {
 /// Every cell, round by round; round `r` starts at column `r mod n`, so
 /// slow drift of the host (heat, background work) hits every column alike.
 pub fn rotation(columns: usize, rounds: u32) -> Vec<Cell> {
+    rotation_from(columns, 0, rounds)
+}
+
+/// [`rotation`] of the rounds `first..first + rounds` (from 0).
+pub fn rotation_from(columns: usize, first: u32, rounds: u32) -> Vec<Cell> {
     let mut v = Vec::with_capacity(columns * rounds as usize);
-    for round in 0..rounds {
+    for round in first..first + rounds {
         for i in 0..columns {
             v.push(Cell {
                 round,
@@ -48,6 +53,14 @@ pub struct Phase {
 
 /// The measured phases, in the order the guest runs them.
 pub fn phases(cfg: &Config) -> Vec<Phase> {
+    if cfg.args.mode == Mode::Smoke {
+        return vec![Phase {
+            name: run_phase_name("randread", "4k", 1),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 1,
+        }];
+    }
     let rw = cfg.args.rw.as_str();
     cfg.numjobs
         .iter()
@@ -68,7 +81,8 @@ pub fn guest_cmdline(cfg: &Config) -> String {
     let bs: Vec<&str> = cfg.bs.iter().map(|b| b.label.as_str()).collect();
     let nj: Vec<String> = cfg.numjobs.iter().map(|n| n.to_string()).collect();
     format!(
-        "console=ttyS0 quiet panic=-1 lab.mode=fio lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}",
+        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}",
+        a.mode.as_str(),
         a.rw.as_str(),
         bs.join(","),
         a.runtime,
@@ -80,14 +94,24 @@ pub fn guest_cmdline(cfg: &Config) -> String {
 
 /// A rough duration of one cell: boot, the verify passes, the measured runs.
 pub fn estimate_cell(cfg: &Config) -> Duration {
-    let verifies = cfg.bs.len() as u64 + 1;
+    let verifies = match cfg.args.mode {
+        Mode::Mixed => 1,
+        _ => cfg.bs.len() as u64 + 1,
+    };
     let runs = phases(cfg).len() as u64;
-    Duration::from_secs(15 + verifies * 3 + runs * (cfg.args.runtime as u64 + 2))
+    let runtime = match cfg.args.mode {
+        Mode::Smoke => 2,
+        _ => cfg.args.runtime as u64,
+    };
+    Duration::from_secs(15 + verifies * 3 + runs * (runtime + 2))
 }
 
 /// The bound on one cell, whatever the progress: four times the estimate
 /// plus the stall window.
 pub fn cell_bound(cfg: &Config) -> Duration {
+    if let Some(s) = cfg.args.cell_timeout {
+        return Duration::from_secs(s);
+    }
     estimate_cell(cfg) * 4 + Duration::from_secs(cfg.args.stall_seconds)
 }
 
@@ -127,6 +151,14 @@ mod tests {
             assert_eq!(cols, (0..6).collect::<Vec<_>>());
         }
         assert_eq!(rotation(4, 7).len(), 28);
+        // Round 3 alone (as the lab runs it, one host boot per round).
+        assert_eq!(
+            rotation_from(3, 2, 1)
+                .iter()
+                .map(|c| (c.round, c.column))
+                .collect::<Vec<_>>(),
+            [(2, 2), (2, 0), (2, 1)]
+        );
         assert_eq!(
             rotation(1, 2).iter().map(|c| c.column).collect::<Vec<_>>(),
             [0, 0]

@@ -52,6 +52,9 @@ pub struct DeviceFacts {
     pub model: Option<String>,
     /// Its block devices (namespaces), e.g. `nvme0n1`.
     pub namespaces: Vec<String>,
+    /// BAR0 in the host's physical space, `0xSTART-0xEND` (sysfs `resource`).
+    #[serde(default)]
+    pub bar0: Option<String>,
 }
 
 /// What to check.
@@ -116,6 +119,14 @@ pub fn find_program(prog: &Path, path_env: Option<&OsStr>) -> Option<PathBuf> {
     std::env::split_paths(path_env?)
         .map(|d| d.join(prog))
         .find(|p| executable(p))
+}
+
+/// BAR0 from a sysfs `resource` file (first line: `start end flags`, hex).
+pub fn bar0_of(resource: &str) -> Option<String> {
+    let mut f = resource.lines().next()?.split_whitespace();
+    let (start, end) = (f.next()?, f.next()?);
+    let n = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok();
+    (n(start)? != 0 || n(end)? != 0).then(|| format!("{start}-{end}"))
 }
 
 impl Checks {
@@ -195,6 +206,10 @@ impl Checks {
         let f = &mut out.facts;
         f.driver = r.link_name(dev.join("driver"));
         f.iommu_group = r.link_name(dev.join("iommu_group"));
+        f.bar0 = r
+            .read_trim(dev.join("resource"))
+            .ok()
+            .and_then(|t| bar0_of(&t));
         for ctrl in r.list(dev.join("nvme")) {
             let c = dev.join("nvme").join(&ctrl);
             f.serial = f

@@ -93,6 +93,10 @@ pub struct Summary {
     pub groups: Vec<Group>,
     /// Lazy-unmap rows.
     pub lazy: Vec<LazyRow>,
+    /// Per column, what else the cells showed: the drive's BAR0 left
+    /// usable as an IOVA, retried guest crashes.
+    #[serde(default)]
+    pub findings: Vec<String>,
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -232,7 +236,38 @@ pub fn summarize(
             verdict,
         });
     }
+    let mut findings = Vec::new();
+    for col in columns {
+        let mine: Vec<&CellResult> = cells.iter().filter(|c| c.column == col.tag).collect();
+        let open = mine
+            .iter()
+            .filter(|c| c.bar0_reserved == Some(false))
+            .count();
+        if open > 0 {
+            findings.push(format!(
+                "{}: the guest's reserved IOVA regions left the drive's host BAR0 usable as a DMA address in {open} of {} VM(s){}",
+                col.tag,
+                mine.len(),
+                if col.vmm == crate::columns::Vmm::Ours { " (a failure: our VMM must reserve it)" } else { "" }
+            ));
+        }
+        let retried: Vec<&str> = mine
+            .iter()
+            .flat_map(|c| c.warnings.iter())
+            .filter(|w| w.starts_with("first attempt failed"))
+            .map(String::as_str)
+            .collect();
+        if !retried.is_empty() {
+            findings.push(format!(
+                "{}: {} VM(s) ran again after a guest crash or reset ({})",
+                col.tag,
+                retried.len(),
+                retried.join("; ")
+            ));
+        }
+    }
     Summary {
+        findings,
         baseline: columns
             .get(baseline)
             .map(|c| c.tag.clone())
@@ -407,6 +442,9 @@ fn notes(s: &Summary) -> String {
         None => n += " No no-viommu column ran, so there is no ceiling ratio.",
     }
     n += " >= marks stock QEMU's trace counts (lower bounds: its log drops lines). hung: the guest stopped completing I/O and was killed.";
+    for f in &s.findings {
+        n += &format!("\n- {f}");
+    }
     n
 }
 
@@ -517,6 +555,8 @@ pub(crate) mod tests {
             warnings: vec![],
             guest_rc: Some(0),
             vmm_rc: Some(0),
+            guest_crash: None,
+            bar0_reserved: None,
             lower_bound: lower,
             wall_s: 1.0,
             command: String::new(),

@@ -64,6 +64,13 @@ pub struct CellResult {
     pub guest_rc: Option<i32>,
     /// The VMM's exit status (None: killed by a signal).
     pub vmm_rc: Option<i32>,
+    /// The first crash message on the guest's console (panic, BUG, double fault).
+    #[serde(default)]
+    pub guest_crash: Option<String>,
+    /// Behind a virtio-iommu: whether the guest's reserved IOVA regions
+    /// cover the drive's host BAR0 (see [`crate::checks::bar0_problem`]).
+    #[serde(default)]
+    pub bar0_reserved: Option<bool>,
     /// Whether the device counts are lower bounds (QEMU's trace).
     pub lower_bound: bool,
     /// Wall-clock seconds.

@@ -142,6 +142,7 @@ struct Cell {
     errors: Vec<String>,
     warnings: Vec<String>,
     guest_rc: Option<i32>,
+    crash: Option<String>,
     phase: String,
     begin: HashMap<String, DeviceCounters>,
     io_seen: u64,
@@ -223,6 +224,9 @@ pub async fn run_cell(
                 Some((is_err, line)) => {
                     let _ = writeln!(log, "{}{line}", if is_err { "[vmm] " } else { "" });
                     if !is_err {
+                        if st.crash.is_none() {
+                            st.crash = crate::checks::crash_in(&line);
+                        }
                         if on_line(&line, &mut st, &mut src, column, round, progress, start).await {
                             last_progress = Instant::now();
                         }
@@ -271,6 +275,8 @@ pub async fn run_cell(
         warnings: st.warnings,
         guest_rc: st.guest_rc,
         vmm_rc,
+        guest_crash: st.crash,
+        bar0_reserved: None,
         lower_bound: src.lower_bound(),
         wall_s: start.elapsed().as_secs_f64(),
         command: launch.display(),

@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
-echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1-fake","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'
+echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1-fake","nvme":true,"iommu_groups":"DMA:1","resv":"0x00000000fee00000 0x00000000feefffff msi;","cmdline":"x"}'
 case "$kernel" in *patched*) echo 'Kernel panic - not syncing: fake'; exit 1 ;; esac
 fio() {
 	echo "@@LAB-GUEST@@ {\"event\":\"fio\",\"phase\":\"$1\",\"error\":0,\"read_kib\":$2,\"read_bw_kib\":1,\"read_iops\":$3,\"read_ms\":1,\"write_kib\":0,\"write_bw_kib\":0,\"write_iops\":0,\"write_ms\":0,\"counters\":{}}"
@@ -64,20 +64,9 @@ fio randread-4k 16 $iops
 echo '@@LAB-GUEST-DONE@@ rc=0'
 "#;
 
-#[test]
-fn a_whole_run_on_a_fake_host() {
-    // E2E_KEEP=1 keeps the directory (printed) for a look after a failure.
-    let tmp = tempfile::tempdir().unwrap();
-    let (_guard, d) = if std::env::var_os("E2E_KEEP").is_some() {
-        let kept = tmp.keep();
-        eprintln!("keeping {}", kept.display());
-        (None, kept)
-    } else {
-        let p = tmp.path().to_path_buf();
-        (Some(tmp), p)
-    };
-    let d = Dir(d);
-    let root = d.path().join("root");
+/// A fake host under `d`: sysfs/procfs tree, fake QEMU, kernels, image.
+fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let root = d.join("root");
     std::fs::create_dir_all(root.join("sys/bus/pci/drivers/vfio-pci")).unwrap();
     std::fs::create_dir_all(root.join(format!("sys/kernel/iommu_groups/3/devices/{BDF}"))).unwrap();
     file(&root, "dev/kvm", "");
@@ -105,12 +94,34 @@ fn a_whole_run_on_a_fake_host() {
     );
     file(&root, "proc/mounts", "");
     file(&root, "proc/sys/kernel/osrelease", "6.1.0-fake\n");
-    let qemu = d.path().join("qemu");
+    let qemu = d.join("qemu");
     std::fs::write(&qemu, FAKE_QEMU).unwrap();
     std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
     for f in ["stock.bzImage", "patched.bzImage", "initramfs.cpio"] {
-        file(d.path(), f, "x");
+        file(d, f, "x");
     }
+    file(
+        &root,
+        &format!("{dev}/resource"),
+        "0x00000000febf0000 0x00000000febf3fff 0x0000000000140204\n0x0 0x0 0x0\n",
+    );
+    (root, qemu)
+}
+
+#[test]
+fn a_whole_run_on_a_fake_host() {
+    // E2E_KEEP=1 keeps the directory (printed) for a look after a failure.
+    let tmp = tempfile::tempdir().unwrap();
+    let (_guard, d) = if std::env::var_os("E2E_KEEP").is_some() {
+        let kept = tmp.keep();
+        eprintln!("keeping {}", kept.display());
+        (None, kept)
+    } else {
+        let p = tmp.path().to_path_buf();
+        (Some(tmp), p)
+    };
+    let d = Dir(d);
+    let (root, qemu) = fake_host(d.path());
     let out = d.path().join("out");
     let p = |n: &str| d.path().join(n).to_string_lossy().into_owned();
     let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
@@ -205,4 +216,125 @@ fn a_whole_run_on_a_fake_host() {
         .unwrap()
         .starts_with(b"\x89PNG"));
     assert!(out.join("logs/qemu+patched-r1.log").is_file());
+}
+
+/// The lab's way: a crashed guest runs again (`--retries`), a round of its
+/// own (`--first-round`), cells and failed logs on stdout
+/// (`--serial-report`), then the table from those lines (`--report-from`).
+#[test]
+fn retries_serial_report_and_report_from() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    let common = [
+        "--device",
+        BDF,
+        "--columns",
+        "qemu+stock,qemu+patched,no-viommu",
+        "--bs",
+        "4k",
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .args(common)
+        .args(["--destroy-data", BDF, "--no-bind", "--root"])
+        .arg(&root)
+        .arg("--qemu")
+        .arg(&qemu)
+        .args(["--kernel-stock", &p("stock.bzImage"), "--kernel-patched"])
+        .args([&p("patched.bzImage"), "--initramfs", &p("initramfs.cpio")])
+        .args(["--out", &p("out"), "--rounds", "1", "--first-round", "2"])
+        .args(["--retries", "1", "--serial-report"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("@@LAB-CELL@@ "))
+        .collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    let cells: Vec<viommu_bench::results::CellResult> = lines
+        .iter()
+        .map(|l| serde_json::from_str(&l[13..]).unwrap())
+        .collect();
+    // Round 2 alone starts at column 2.
+    assert_eq!(
+        cells
+            .iter()
+            .map(|c| (c.column.as_str(), c.round))
+            .collect::<Vec<_>>(),
+        [("qemu+patched", 1), ("no-viommu", 1), ("qemu+stock", 1)]
+    );
+    let patched = &cells[0];
+    assert_eq!(
+        patched.guest_crash.as_deref(),
+        Some("Kernel panic - not syncing: fake")
+    );
+    assert!(
+        patched
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("first attempt failed (guest kernel crashed: Kernel panic")),
+        "{:?}",
+        patched.warnings
+    );
+    assert!(
+        stdout.contains("---- guest qemu+patched-r2 attempt 1 failed;"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("---- end of guest qemu+patched-r2 log ----"),
+        "{stdout}"
+    );
+    assert!(d.join("out/logs/qemu+patched-r2-attempt1.log").is_file());
+    // Behind stock QEMU's virtio-iommu the fake guest reserves only the
+    // MSI window: the drive's BAR0 is usable, a warning for stock QEMU.
+    let stock = &cells[2];
+    assert_eq!(stock.status, CellStatus::Ok);
+    assert_eq!(stock.bar0_reserved, Some(false));
+    assert!(
+        stock.warnings[0].contains("0x00000000febf0000-0x00000000febf3fff"),
+        "{:?}",
+        stock.warnings
+    );
+
+    // The same cells, read back as a report: no host needed.
+    std::fs::write(d.join("serial.txt"), stdout.as_bytes()).unwrap();
+    let r = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .args(common)
+        .args([
+            "--rounds",
+            "1",
+            "--report-from",
+            &p("serial.txt"),
+            "--out",
+            &p("report"),
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{table}\n{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let q = table.lines().find(|l| l.starts_with("qemu+stock")).unwrap();
+    assert!(q.contains("1000") && q.contains("0.25"), "{q}");
+    assert!(
+        table.contains(
+            "qemu+stock: the guest's reserved IOVA regions left the drive's host BAR0 usable"
+        ),
+        "{table}"
+    );
+    assert!(
+        table.contains("qemu+patched: 1 VM(s) ran again after a guest crash"),
+        "{table}"
+    );
+    let doc: Results =
+        serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(doc.cells.len(), 3);
 }

@@ -1,0 +1,234 @@
+//! Judgements on a finished cell that need more than its marker lines:
+//! whether the guest's reserved IOVA regions keep it off the drive's own
+//! BAR0 on the host, and whether a failed cell may be run again (a guest
+//! kernel that crashed or reset itself, not a failed verify).
+
+use crate::columns::{Column, Iommu, Vmm};
+use crate::results::{CellResult, CellStatus};
+
+/// Console text that means the guest kernel crashed.
+const CRASH_PATTERNS: [&str; 4] = [
+    "PANIC: double fault",
+    "Kernel panic",
+    "BUG: ",
+    "general protection fault",
+];
+
+/// The crash message in a guest console line, if it is one (at most 100
+/// characters).
+pub fn crash_in(line: &str) -> Option<String> {
+    CRASH_PATTERNS.iter().find_map(|p| {
+        line.find(p)
+            .map(|at| line[at..].chars().take(100).collect())
+    })
+}
+
+/// `first-last` (hex, as `0xfebf8000-0xfebfbfff`) → the two addresses.
+fn range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('-')?;
+    let hex = |x: &str| u64::from_str_radix(x.trim().trim_start_matches("0x"), 16).ok();
+    Some((hex(a)?, hex(b)?))
+}
+
+/// The drive's BAR0 in the host's physical space must lie inside one of
+/// the guest's reserved IOVA regions (`resv`: the IOMMU group's
+/// `reserved_regions`, lines `start end type` joined by `;`). Otherwise the
+/// guest may hand the device a DMA address equal to the device's own
+/// registers: on real hardware such a request can be routed peer-to-peer
+/// instead of through the IOMMU, and QEMU's emulated NVMe refuses it
+/// ("Data Transfer Error"). Returns the problem, or `None` when covered.
+pub fn bar0_problem(bar0: &str, resv: &str) -> Option<String> {
+    let (first, last) = range(bar0)?;
+    let covered = resv.split(';').any(|line| {
+        let mut f = line.split_whitespace();
+        let hex = |x: Option<&str>| {
+            x.and_then(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok())
+        };
+        matches!((hex(f.next()), hex(f.next())), (Some(s), Some(e)) if s <= first && last <= e)
+    });
+    (!covered).then(|| {
+        format!(
+            "the guest may use IOVAs {bar0}, the drive's own BAR0 on the host (its reserved regions: {})",
+            if resv.trim().is_empty() { "none" } else { resv.trim_end_matches(';') }
+        )
+    })
+}
+
+/// Applies the BAR0 check to a cell behind a virtio-iommu whose guest
+/// reported its reserved regions: behind our VMM an uncovered BAR0 fails
+/// the cell (our VMM reserves the host's PCI windows and BARs); behind
+/// stock QEMU it is a warning (QEMU 7.2 reserves only the MSI window).
+pub fn apply_bar0(cell: &mut CellResult, col: &Column, bar0: Option<&str>) {
+    let (Some(bar0), Some(boot)) = (bar0, cell.boot.as_ref()) else {
+        return;
+    };
+    if col.iommu != Iommu::Viommu || !boot.nvme {
+        return;
+    }
+    let Some(resv) = boot.resv.as_deref() else {
+        return;
+    };
+    let problem = bar0_problem(bar0, resv);
+    cell.bar0_reserved = Some(problem.is_none());
+    let Some(p) = problem else { return };
+    match col.vmm {
+        Vmm::Ours => {
+            let verify_failed = matches!(
+                cell.status,
+                CellStatus::Failed {
+                    verify_failed: true,
+                    ..
+                }
+            );
+            cell.status = CellStatus::Failed {
+                reason: match &cell.status {
+                    CellStatus::Failed { reason, .. } => format!("{p}; {reason}"),
+                    _ => p,
+                },
+                verify_failed,
+            };
+        }
+        Vmm::Qemu => cell.warnings.push(p),
+    }
+}
+
+/// Why the failed `cell` of a `vmm` column may be run again, or `None`:
+/// the guest kernel crashed, or reset itself mid-run (stock QEMU exits 0
+/// with -no-reboot, ours exits 3 on a reset and 4 on a triple fault).
+/// Never after an error the guest reported (a failed verify), never for a
+/// hung guest (a result), never when our VMM failed on its own.
+pub fn retry_reason(cell: &CellResult, vmm: Vmm) -> Option<String> {
+    if !matches!(cell.status, CellStatus::Failed { .. }) || !cell.errors.is_empty() {
+        return None;
+    }
+    if let Some(c) = &cell.guest_crash {
+        return Some(format!("guest kernel crashed: {c}"));
+    }
+    if cell.guest_rc.is_some() {
+        return None;
+    }
+    match (vmm, cell.vmm_rc) {
+        (Vmm::Qemu, Some(0)) => Some(
+            "the guest reset itself mid-run (stock QEMU exited 0 before the guest finished)".into(),
+        ),
+        (Vmm::Ours, Some(3)) => {
+            Some("the guest reset itself mid-run (our VMM exited 3: reset)".into())
+        }
+        (Vmm::Ours, Some(4)) => {
+            Some("the guest reset itself mid-run (our VMM exited 4: triple fault)".into())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::columns::builtin;
+    use crate::guest::BootInfo;
+
+    fn cell(status: CellStatus, resv: Option<&str>) -> CellResult {
+        CellResult {
+            column: "c".into(),
+            round: 0,
+            status,
+            boot: Some(BootInfo {
+                nvme: true,
+                resv: resv.map(String::from),
+                ..Default::default()
+            }),
+            phases: Default::default(),
+            errors: vec![],
+            warnings: vec![],
+            guest_rc: None,
+            vmm_rc: None,
+            guest_crash: None,
+            bar0_reserved: None,
+            lower_bound: false,
+            wall_s: 1.0,
+            command: String::new(),
+            log: "l".into(),
+        }
+    }
+
+    const BAR0: &str = "0xfebf8000-0xfebfbfff";
+
+    #[test]
+    fn bar0_must_be_inside_a_reserved_region() {
+        let msi = "0x00000000fee00000 0x00000000feefffff msi\n".replace('\n', ";");
+        assert!(bar0_problem(BAR0, &msi).unwrap().contains("BAR0"));
+        assert!(bar0_problem(BAR0, "").unwrap().contains("none"));
+        let both = format!("{msi}0x00000000c0000000 0x00000000febfffff reserved;");
+        assert_eq!(bar0_problem(BAR0, &both), None);
+        // Partly covered is not covered.
+        assert!(bar0_problem(BAR0, "0xfebf8000 0xfebf8fff reserved;").is_some());
+    }
+
+    #[test]
+    fn bar0_fails_ours_and_warns_for_stock_qemu() {
+        let ours = builtin("ours+stock").unwrap();
+        let mut c = cell(CellStatus::Ok, Some("0xfee00000 0xfeefffff msi;"));
+        apply_bar0(&mut c, &ours, Some(BAR0));
+        assert!(
+            matches!(&c.status, CellStatus::Failed { reason, verify_failed: false } if reason.contains("BAR0"))
+        );
+        assert_eq!(c.bar0_reserved, Some(false));
+        let mut c = cell(CellStatus::Ok, Some("0xfee00000 0xfeefffff msi;"));
+        apply_bar0(&mut c, &builtin("qemu+stock").unwrap(), Some(BAR0));
+        assert_eq!(c.status, CellStatus::Ok);
+        assert_eq!(c.warnings.len(), 1);
+        // Covered, no report, no BAR0 known, no vIOMMU: nothing happens.
+        let mut c = cell(CellStatus::Ok, Some("0xc0000000 0xfebfffff reserved;"));
+        apply_bar0(&mut c, &ours, Some(BAR0));
+        assert_eq!(
+            (c.status.clone(), c.bar0_reserved),
+            (CellStatus::Ok, Some(true))
+        );
+        for (resv, bar0, col) in [
+            (None, Some(BAR0), "ours+stock"),
+            (Some(""), None, "ours+stock"),
+            (Some(""), Some(BAR0), "no-viommu"),
+        ] {
+            let mut c = cell(CellStatus::Ok, resv);
+            apply_bar0(&mut c, &builtin(col).unwrap(), bar0);
+            assert_eq!((c.status, c.bar0_reserved), (CellStatus::Ok, None));
+        }
+    }
+
+    #[test]
+    fn crashes_and_resets_are_retried_verify_failures_never() {
+        let failed = |verify_failed| CellStatus::Failed {
+            reason: "x".into(),
+            verify_failed,
+        };
+        assert_eq!(
+            crash_in("[  42.6] traps: PANIC: double fault, error_code: 0x0").as_deref(),
+            Some("PANIC: double fault, error_code: 0x0")
+        );
+        assert_eq!(crash_in("fio: 4k ok"), None);
+        let mut c = cell(failed(false), None);
+        c.guest_crash = Some("PANIC: double fault".into());
+        assert!(retry_reason(&c, Vmm::Ours).unwrap().contains("crashed"));
+        c.errors.push("fio verify-4k exited 1".into());
+        assert_eq!(retry_reason(&c, Vmm::Ours), None);
+        let mut c = cell(failed(false), None);
+        c.vmm_rc = Some(0);
+        assert!(retry_reason(&c, Vmm::Qemu).unwrap().contains("reset"));
+        assert_eq!(retry_reason(&c, Vmm::Ours), None);
+        c.vmm_rc = Some(4);
+        assert!(retry_reason(&c, Vmm::Ours)
+            .unwrap()
+            .contains("triple fault"));
+        c.vmm_rc = Some(2);
+        assert_eq!(retry_reason(&c, Vmm::Ours), None);
+        let hung = cell(
+            CellStatus::Hung {
+                phase: "randread-64k".into(),
+                after_s: 60,
+            },
+            None,
+        );
+        assert_eq!(retry_reason(&hung, Vmm::Qemu), None);
+        assert_eq!(retry_reason(&cell(CellStatus::Ok, None), Vmm::Qemu), None);
+    }
+}

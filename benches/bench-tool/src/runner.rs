@@ -21,6 +21,13 @@ use crate::units::human_duration;
 /// How long the VMM may take to exit after the guest said it is done.
 const EXIT_GRACE: Duration = Duration::from_secs(60);
 
+/// The least stall window before the guest's boot record (tests: none).
+const BOOT_STALL: Duration = if cfg!(test) {
+    Duration::ZERO
+} else {
+    Duration::from_secs(120)
+};
+
 /// A cell could not be run at all, or the user stopped the run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -210,7 +217,14 @@ pub async fn run_cell(
         } else if let Some(t) = done_at {
             (t + EXIT_GRACE, "exit")
         } else {
-            let stall = last_progress + ctx.stall;
+            // Until the guest reports its boot, give it at least BOOT_STALL:
+            // firmware and kernel boot print no progress lines.
+            let window = if st.boot.is_none() {
+                ctx.stall.max(BOOT_STALL)
+            } else {
+                ctx.stall
+            };
+            let stall = last_progress + window;
             let bound = start + ctx.bound;
             if stall < bound {
                 (stall, "stall")
@@ -248,7 +262,7 @@ pub async fn run_cell(
                         kill(&mut child).await;
                     }
                     _ => {
-                        let after_s = if why == "stall" { ctx.stall.as_secs() } else { start.elapsed().as_secs() };
+                        let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
                         warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
                         progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
                         hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s });

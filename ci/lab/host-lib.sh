@@ -19,7 +19,7 @@ lab_arg() {
 	echo "$v"
 }
 
-# bench_args: the viommu-bench flags of this lab host's guests, from the
+# bench_args: (with the default IFS) the viommu-bench flags of this lab host's guests, from the
 # lab.* knobs the runner put on the command line (one flag or value a line).
 # The tool runs here as on any host: the NVMe is on vfio-pci already
 # (host-init bound it: --no-bind), the guest kernels and image are the lab's.

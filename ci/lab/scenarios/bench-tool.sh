@@ -25,10 +25,11 @@ before=$(driver)
 check starts-on-nvme "$([ "$before" = nvme ] && echo true || echo false)" "driver before: ${before:-none}" || status=1
 
 # 3. The run: the tool binds vfio-pci itself (no --no-bind) and restores.
+bench_args | grep -vx -- --no-bind >/tmp/bench.args
 IFS='
 '
 # shellcheck disable=SC2046
-viommu-bench $(bench_args | grep -vx -- --no-bind) 2>&1
+viommu-bench $(cat /tmp/bench.args) 2>&1
 rc=$?
 unset IFS
 check bench-run "$([ $rc -eq 0 ] && echo true || echo false)" "viommu-bench exit $rc" || status=1

@@ -1,7 +1,7 @@
 //! The columns of the comparison: which VMM, with or without a virtio-iommu,
 //! which guest kernel, and which guest parameters and VMM flags; and the
-//! command line that starts each (the lab's `vmm_command` in
-//! ci/lab/host-lib.sh, so results stay comparable).
+//! command line that starts each (the lab runs this tool too, so its
+//! guests and a user's start the same way).
 
 use std::path::{Path, PathBuf};
 

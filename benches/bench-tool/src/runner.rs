@@ -63,6 +63,9 @@ pub struct Progress {
     pub done: usize,
     /// Rounds in the run.
     pub rounds: u32,
+    /// The first round's number (`--first-round`): above 1, the run is a
+    /// part of a longer one, whose total this run does not know.
+    pub first_round: u32,
     /// Estimated duration of one cell (replaced by the measured mean).
     pub estimate: Duration,
     started: Instant,
@@ -75,6 +78,7 @@ impl Progress {
             total,
             done: 0,
             rounds,
+            first_round: 1,
             estimate,
             started: Instant::now(),
         }
@@ -93,11 +97,15 @@ impl Progress {
     /// Say where the run is.
     pub fn line(&self, column: &str, round: u32, what: &str, into_current: Duration) {
         eprintln!(
-            "[viommu-bench] cell {}/{} round {}/{} {column}: {what} (ETA {})",
+            "[viommu-bench] cell {}/{} round {}{} {column}: {what} (ETA {})",
             self.done + 1,
             self.total,
             round + 1,
-            self.rounds,
+            if self.first_round > 1 {
+                String::new()
+            } else {
+                format!("/{}", self.rounds)
+            },
             human_duration(self.eta(into_current)),
         );
     }

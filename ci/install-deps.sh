@@ -6,7 +6,7 @@ set -euo pipefail
 # Everything comes from Debian's packages: the lab host's QEMU and firmware,
 # busybox and fio for the images, the kernel source and its build tools, a
 # TrueType font for the bench tool's chart labels.
-pkgs=(qemu-system-x86 busybox-static cpio linux-source-6.1 fio flex bison bc
+pkgs=(qemu-system-x86 busybox-static cpio linux-source-6.1 linux-source-6.12 fio flex bison bc
 	libelf-dev libssl-dev rsync kmod xz-utils build-essential python3
 	fonts-dejavu-core)
 

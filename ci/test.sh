@@ -31,8 +31,9 @@ step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test" cargo test --workspace --locked
 [ -x fuzz/run.sh ] && step "fuzz" fuzz/run.sh "${FUZZ_SECONDS:-60}"
-step "guest patches checkpatch --strict" guest-patches/linux-6.1/build.sh checkpatch
-step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/linux-6.1/build.sh; do bash -n "$f" || exit 1; done; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
+step "guest patches 6.1 checkpatch --strict" guest-patches/linux-6.1/build.sh checkpatch
+step "guest patches 6.12 checkpatch --strict" guest-patches/linux-6.12/build.sh checkpatch
+step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
 if [ $lab = 1 ]; then
 	mkdir -p target
 	step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
@@ -42,6 +43,8 @@ if [ $lab = 1 ]; then
 	step "lab vmm-errors" ci/lab/lab run vmm-errors --results target/lab-vmm-errors.json
 	step "lab lazy-smoke" ci/lab/lab run lazy-smoke --results target/lab-lazy-smoke.json
 	step "lab smp-smoke" ci/lab/lab run smp-smoke --results target/lab-smp-smoke.json
+	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
+	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json
 	step "lab bench-tool" ci/lab/lab run bench-tool --results target/lab-bench-tool.json
 fi
 

@@ -10,10 +10,10 @@
 //!   reference;
 //! - `fq-strict`: the flush-queue stream, our contract not negotiated (every
 //!   UNMAP is unmapped on the host at once, as with stock QEMU);
-//! - `fq-lazy`: the same stream with `VIRTIO_IOMMU_F_LAZY_UNMAP`: UNMAPs
-//!   carry `VIRTIO_IOMMU_UNMAP_F_DEFERRED`, and the guest's
-//!   `flush_iotlb_all` adds one FLUSH to the notification that fills the
-//!   queue.
+//! - `fq-lazy`: the same stream with `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` and a
+//!   lazy domain: the device defers its UNMAPs, and the guest's
+//!   `flush_iotlb_all` adds one IOTLB_FLUSH to the notification that fills
+//!   the queue.
 //!
 //! The host backend is the in-memory VFIO-like fake, so backend calls per
 //! 1000 requests (and per I/O) are what a real VFIO backend would pay in
@@ -26,7 +26,7 @@ use viommu_benches::{bench_timed, play};
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness, DATA_BASE};
 use viommu_device::{
-    DeviceConfig, VIRTIO_IOMMU_F_LAZY_UNMAP, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_PROBE,
+    DeviceConfig, VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_PROBE,
 };
 
 const KIB: u64 = 1024;
@@ -62,20 +62,15 @@ fn fq_kicks(io_size: u64, lazy: bool) -> Vec<Vec<Vec<u8>>> {
     let mut free: Vec<u64> = Vec::new();
     let mut fq: Vec<u64> = Vec::new();
     let slots = (DEPTH * 2) as u64;
-    let unmap = |iova: u64| {
-        if lazy {
-            req::unmap_deferred(d, iova, iova + io_size - 1)
-        } else {
-            req::unmap(d, iova, iova + io_size - 1)
-        }
-    };
+    // In a lazy domain the device defers every UNMAP until IOTLB_FLUSH.
+    let unmap = |iova: u64| req::unmap(d, iova, iova + io_size - 1);
     let mut out = Vec::new();
     let mut inflight = std::collections::VecDeque::new();
     let flush_if_full =
         |kick: &mut Vec<Vec<u8>>, fq: &mut Vec<u64>, free: &mut Vec<u64>, all: bool| {
             if fq.len() >= FQ_SIZE || (all && !fq.is_empty()) {
                 if lazy {
-                    kick.push(req::flush(d));
+                    kick.push(req::iotlb_flush(d));
                 }
                 free.append(fq);
             }
@@ -109,13 +104,14 @@ fn fq_kicks(io_size: u64, lazy: bool) -> Vec<Vec<Vec<u8>>> {
 
 fn harness(lazy: bool) -> Harness {
     let mut h = Harness::with_mappers(DeviceConfig::default(), &[1], 256, FakeMapper::counting);
-    // VERSION_1, MAP_UNMAP, PROBE (+ LAZY_UNMAP); no EVENT_IDX.
+    // VERSION_1, MAP_UNMAP, PROBE (+ LAZY_IOTLB_FLUSH); no EVENT_IDX.
     let mut f = (1 << 32) | (1 << VIRTIO_IOMMU_F_MAP_UNMAP) | (1 << VIRTIO_IOMMU_F_PROBE);
     if lazy {
-        f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+        f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
     }
     h.restart(f);
-    assert_eq!(h.statuses(&[req::attach(1, 1, 0)]), vec![Some(0)]);
+    let mode = if lazy { req::LAZY } else { 0 };
+    assert_eq!(h.statuses(&[req::attach(1, 1, mode)]), vec![Some(0)]);
     h
 }
 

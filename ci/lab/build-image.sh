@@ -103,8 +103,15 @@ rm -rf "$run/guest-overlay" "$run/host-overlay" && mkdir -p "$run/guest-overlay"
 install -m 755 "$REPO_DIR/benches/bench-tool/guest/init" "$run/guest-overlay/init"
 make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
 cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"
+# Guest kernels are VARIANT or VARIANT-VERSION (baseline, patched-6.12...);
+# without a version, 6.1.
 for v in $(echo "$guest_kernels" | tr ',' ' '); do
-	k=$("$REPO_DIR/guest-patches/linux-6.1/build.sh" "$v")
+	case "$v" in
+	*-*) variant=${v%-*} version=${v##*-} ;;
+	*) variant=$v version=6.1 ;;
+	esac
+	[ -x "$REPO_DIR/guest-patches/linux-$version/build.sh" ] || { log "no guest kernel series for '$v' (guest-patches/linux-$version)"; exit 1; }
+	k=$("$REPO_DIR/guest-patches/linux-$version/build.sh" "$variant")
 	cp "$k" "$run/host-overlay/lab/guest/$v.bzImage"
 done
 install -m 755 "$LAB_DIR/host-init" "$run/host-overlay/init"

@@ -33,3 +33,11 @@ bench_args() {
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache
 }
+
+# guest_crash LOG: the first line of a guest kernel crash in LOG (a double
+# fault, a panic, a BUG), quote-free for JSON; empty if none. (The bench
+# tool has its own for the guests it runs; this one is for the scenario
+# scripts that start a VMM themselves, e.g. vmm-exits.)
+guest_crash() {
+	grep -m1 -o 'PANIC: double fault\|Kernel panic[^@]*\|BUG: [^@]*' "$1" | cut -c1-80 | tr '"\\' "''"
+}

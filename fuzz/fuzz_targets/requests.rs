@@ -7,15 +7,17 @@
 //!
 //! Input format (little-endian):
 //! - byte 0: bit 0 batching, bit 1 EVENT_IDX, bit 2 BYPASS_CONFIG, bit 3
-//!   MMIO, bit 4 withhold MAP_UNMAP, bit 5 withhold LAZY_UNMAP, bit 6
-//!   withhold POOL_HINT (the bits of the reset record mean the same);
-//!   bits 5-7 also: n > 0 makes every host call touching page `8 * n` fail.
+//!   MMIO, bit 4 withhold MAP_UNMAP, bit 5 withhold LAZY_IOTLB_FLUSH, bit 6
+//!   withhold POOL_HINT (the bits of the reset record mean the same).
+//! - byte 1: host failures: bits 0-2 n > 0 make host maps touching page
+//!   `8 * n` fail, bits 3-5 the same for unmaps (independently), bit 6
+//!   makes unmap-all fail too.
 //! - then records, each a tag byte (`tag & 7` selects) and its operands:
 //!   0 raw request: rlen u8, wlen u16, rlen bytes (readable part)
 //!   1 typed request: kind u8, then 3 u8 fields (domain, endpoint/page...);
-//!     with tag bit 3 set, a lazy-unmap request (ours): kind % 4 is
-//!     deferred UNMAP, UNMAP with flags `kind >> 2`, FLUSH, FLUSH with
-//!     nonzero reserved bytes
+//!     with tag bit 3 set, a lazy-domain request: kind % 4 is ATTACH
+//!     with the LAZY flag (and `kind >> 2` as more flags), UNMAP with junk
+//!     reserved bytes, IOTLB_FLUSH, IOTLB_FLUSH with nonzero reserved bytes
 //!   2 hand-made chain: n u8 (1-4 descriptors) of (addr u32, len u16, flags u8)
 //!   3 notify the request queue and check consistency
 //!   4 event queue: what u8, value u8
@@ -30,7 +32,7 @@ use viommu_device::testing::{req, FakeCall, Harness, DATA_BASE};
 use viommu_device::{DeviceConfig, FaultReport};
 use viommu_device::{
     VIRTIO_IOMMU_F_BYPASS_CONFIG, VIRTIO_IOMMU_F_DOMAIN_RANGE, VIRTIO_IOMMU_F_INPUT_RANGE,
-    VIRTIO_IOMMU_F_LAZY_UNMAP, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
+    VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
     VIRTIO_IOMMU_F_POOL_HINT, VIRTIO_IOMMU_F_PROBE,
 };
 
@@ -81,7 +83,7 @@ fn features(setup: u8) -> u64 {
         f |= 1 << VIRTIO_IOMMU_F_MAP_UNMAP;
     }
     if setup & 32 == 0 {
-        f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+        f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
     }
     if setup & 64 == 0 {
         f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;
@@ -102,15 +104,22 @@ fn run(data: &[u8]) -> Option<()> {
     };
     let mut h = Harness::new(cfg, &[1, 2, 3], 32);
     h.restart(features(setup));
-    let fail_page = u64::from(setup >> 5) * 8;
-    if fail_page != 0 {
+    // Host failures, map and unmap independently: byte 1 bits 0-2 pick a
+    // page (8 n) whose maps fail, bits 3-5 one whose unmaps fail, bit 6
+    // makes unmap-all fail too.
+    let faults = input.u8()?;
+    let map_page = u64::from(faults & 7) * 8 * 0x1000;
+    let unmap_page = u64::from((faults >> 3) & 7) * 8 * 0x1000;
+    let touches = |p: u64, iova: u64, size: u64| p != 0 && iova <= p && p - iova < size;
+    if map_page != 0 || unmap_page != 0 {
         for m in &h.mappers {
             m.fail_when(move |c| match *c {
-                FakeCall::Map { iova, size, .. } | FakeCall::Unmap { iova, size } => {
-                    let p = fail_page * 0x1000;
-                    iova <= p && p - iova < size
-                }
+                FakeCall::Map { iova, size, .. } => touches(map_page, iova, size),
+                FakeCall::Unmap { iova, size } => touches(unmap_page, iova, size),
             });
+            if faults & 64 != 0 {
+                m.fail_unmap_all();
+            }
         }
     }
     let mem = h.mem.clone();
@@ -129,11 +138,15 @@ fn run(data: &[u8]) -> Option<()> {
                 let page = 0x1000u64;
                 let (first, last) = (p * page, (p + n + 1) * page - 1);
                 let r = match kind % 4 {
-                    0 => req::unmap_deferred(d, first, last),
-                    1 => req::unmap_flags(d, first, last, u32::from(kind >> 2)),
-                    2 => req::flush(d),
+                    0 => req::attach(d, u32::from(b % 5), req::LAZY | u32::from(kind >> 2)),
+                    1 => {
+                        let mut u = req::unmap(d, first, last);
+                        u[24] = kind;
+                        u
+                    }
+                    2 => req::iotlb_flush(d),
                     _ => {
-                        let mut f = req::flush(d);
+                        let mut f = req::iotlb_flush(d);
                         f[8] = b;
                         f[11] = c;
                         f

@@ -64,7 +64,8 @@ pub fn function_bars(resource: &str) -> Vec<Range> {
 
 /// The host ranges the guest's IOVAs must avoid for the functions at
 /// `sysfs` (their BARs) on a host whose `/proc/iomem` reads `iomem` (its
-/// PCI bus windows; `None` or an unprivileged read: BARs only).
+/// PCI bus windows; `None` or an unprivileged read: BARs only), as read:
+/// they may overlap (`ConfigBuilder::avoid` merges and cuts them).
 pub fn p2p_ranges(sysfs: &[&Path], iomem: Option<&str>) -> Vec<Range> {
     let mut all = iomem.map(pci_bus_windows).unwrap_or_default();
     for dir in sysfs {
@@ -73,7 +74,7 @@ pub fn p2p_ranges(sysfs: &[&Path], iomem: Option<&str>) -> Vec<Range> {
             Err(e) => tracing::warn!(device = %dir.display(), "cannot read its BARs: {e}"),
         }
     }
-    viommu_device::merge_ranges(all)
+    all
 }
 
 #[cfg(test)]
@@ -140,6 +141,10 @@ fee00000-fee00fff : Local APIC
         let got = p2p_ranges(&[dir.as_path()], Some(IOMEM));
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(got.contains(&(0xc000_0000, 0xfebf_ffff)), "{got:x?}");
+        assert!(
+            got.contains(&(0xfebf_0000, 0xfebf_3fff)),
+            "the BAR itself: {got:x?}"
+        );
         assert_eq!(p2p_ranges(&[], None), vec![]);
     }
 }

@@ -11,7 +11,12 @@
 //! - [`devices`]: buses, serial console, power control, VM exit, virtio
 //!   (PCI transport, virtio-iommu), VFIO passthrough
 //! - [`api`]: the control plane socket (info, metrics, shutdown)
-//! - [`machine`]: builds, runs and tears down the VM from the pieces above
+//! - [`device_manager`]: creates the devices, plugs them (VFIO
+//!   passthrough, the virtio-iommu on virtio-pci, BAR placement) and
+//!   releases them in order
+//! - [`error`]: why the VM could not be built or run
+//! - [`machine`]: wires the VM from the pieces above, runs it and tears it
+//!   down
 
 #![deny(missing_docs)]
 
@@ -20,7 +25,9 @@ pub mod api;
 pub mod boot;
 pub mod bus;
 pub mod cli;
+pub mod device_manager;
 pub mod devices;
+pub mod error;
 pub mod host_pci;
 pub mod layout;
 pub mod machine;

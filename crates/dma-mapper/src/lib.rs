@@ -18,7 +18,7 @@ pub mod recording;
 pub mod soft;
 pub mod vfio;
 
-pub use fanout::{HostBackend, MapperSet};
+pub use fanout::{elapsed_ns, HostBackend, MapperSet};
 pub use interval::IntervalMap;
 pub use mapping::{adjacent_runs, Mapping, Run};
 pub use recording::{DmaCall, DmaOp, FaultPlan, LoggedCall, RecordingMapper};
@@ -155,6 +155,23 @@ pub trait DmaMapper: Send + Sync {
     /// Page sizes the backend can map, as a bitmask (bit n set = 2^n bytes),
     /// the same encoding as virtio-iommu's `page_size_mask`.
     fn page_size_mask(&self) -> u64;
+
+    /// Remove every mapping of this address space, whatever the caller
+    /// believes is there: the last resort of a device reset or a detach
+    /// when unmapping range by range failed, so that nothing the device
+    /// forgets stays reachable. Backends that cannot say "everything" keep
+    /// this default, which fails.
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        Err(DmaError::Host {
+            op: "unmap all",
+            iova: 0,
+            size: u64::MAX,
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "not supported by this backend",
+            ),
+        })
+    }
 }
 
 impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
@@ -168,6 +185,10 @@ impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
 
     fn page_size_mask(&self) -> u64 {
         (**self).page_size_mask()
+    }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        (**self).unmap_all()
     }
 }
 
@@ -189,6 +210,10 @@ viommu_counters::counters! {
         pub unmap_failures: u64,
         /// Calls failed on purpose by a test's fault plan rather than the backend.
         pub injected_failures: u64,
+        /// Nanoseconds spent in host map calls (where the caller times them).
+        pub map_ns: u64,
+        /// Nanoseconds spent in host unmap calls (where the caller times them).
+        pub unmap_ns: u64,
     }
 }
 

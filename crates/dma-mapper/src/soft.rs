@@ -233,6 +233,11 @@ impl DmaMapper for SoftAddressSpace {
     fn page_size_mask(&self) -> u64 {
         self.page_size_mask
     }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        SoftAddressSpace::unmap_all(self);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

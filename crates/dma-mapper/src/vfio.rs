@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_iommu_type1_info,
     VFIO_DMA_MAP_FLAG_READ, VFIO_DMA_MAP_FLAG_WRITE, VFIO_DMA_UNMAP_FLAG_ALL, VFIO_IOMMU_INFO_CAPS,
-    VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE,
+    VFIO_IOMMU_INFO_PGSIZES, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE, VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL,
 };
 use vfio_ioctls::{VfioContainer, VfioError};
 use vm_memory::{
@@ -93,13 +93,47 @@ pub trait ContainerOps: Send + Sync {
             "IOVA ranges not available",
         ))
     }
+
+    /// `VFIO_IOMMU_GET_INFO`'s DMA-available capability: how many more
+    /// mappings the container accepts (the kernel's `dma_entry_limit`,
+    /// 65535 by default, minus those in use). Kernels before 5.10 lack it.
+    fn dma_avail(&self) -> io::Result<u32> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "DMA-available count not reported",
+        ))
+    }
+}
+
+/// Offset of the capability `id` in a `VFIO_IOMMU_GET_INFO` answer `buf`
+/// whose first capability is at `first_cap`.
+fn find_cap(buf: &[u8], first_cap: u32, id: u32) -> Option<usize> {
+    let mut off = first_cap as usize;
+    // Capability chains are short; a loop in a corrupt chain must end.
+    for _ in 0..16 {
+        if off == 0 {
+            return None;
+        }
+        let hdr = buf.get(off..off + 8)?;
+        if u32::from(u16::from_le_bytes([hdr[0], hdr[1]])) == id {
+            return Some(off);
+        }
+        off = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+    }
+    None
+}
+
+/// The DMA-available count of a `VFIO_IOMMU_GET_INFO` answer, if reported.
+pub fn parse_dma_avail(buf: &[u8], first_cap: u32) -> Option<u32> {
+    let off = find_cap(buf, first_cap, VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL)?;
+    let b = buf.get(off + 8..off + 12)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// The IOVA ranges of a `VFIO_IOMMU_GET_INFO` answer `buf` whose first
 /// capability is at `first_cap`; `None` without a well-formed
 /// `VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE`.
 pub fn parse_iova_ranges(buf: &[u8], first_cap: u32) -> Option<Vec<(u64, u64)>> {
-    let u16_at = |o: usize| buf.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
     let u32_at = |o: usize| {
         buf.get(o..o + 4)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -108,28 +142,18 @@ pub fn parse_iova_ranges(buf: &[u8], first_cap: u32) -> Option<Vec<(u64, u64)>> 
         buf.get(o..o + 8)
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     };
-    let mut off = first_cap as usize;
-    // Capability chains are short; a loop in a corrupt chain must end.
-    for _ in 0..16 {
-        if off == 0 {
+    let off = find_cap(buf, first_cap, VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE)?;
+    let n = u32_at(off + 8)? as usize;
+    let mut ranges = Vec::with_capacity(n.min(64));
+    for i in 0..n {
+        let r = off.checked_add(16)?.checked_add(i.checked_mul(16)?)?;
+        let (start, end) = (u64_at(r)?, u64_at(r + 8)?);
+        if start > end {
             return None;
         }
-        if u32::from(u16_at(off)?) == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE {
-            let n = u32_at(off + 8)? as usize;
-            let mut ranges = Vec::with_capacity(n.min(64));
-            for i in 0..n {
-                let r = off.checked_add(16)?.checked_add(i.checked_mul(16)?)?;
-                let (start, end) = (u64_at(r)?, u64_at(r + 8)?);
-                if start > end {
-                    return None;
-                }
-                ranges.push((start, end));
-            }
-            return Some(ranges);
-        }
-        off = u32_at(off + 4)? as usize;
+        ranges.push((start, end));
     }
-    None
+    Some(ranges)
 }
 
 mod ioctls {
@@ -231,6 +255,22 @@ impl ContainerOps for VfioContainer {
     }
 
     fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
+        let (bytes, first_cap) = info_with_caps(self)?;
+        parse_iova_ranges(&bytes, first_cap)
+            .ok_or_else(|| io::Error::other("no IOVA-range capability"))
+    }
+
+    fn dma_avail(&self) -> io::Result<u32> {
+        let (bytes, first_cap) = info_with_caps(self)?;
+        parse_dma_avail(&bytes, first_cap)
+            .ok_or_else(|| io::Error::other("no DMA-available capability"))
+    }
+}
+
+/// `VFIO_IOMMU_GET_INFO` with its capability chain: the answer's bytes and
+/// the offset of its first capability.
+fn info_with_caps(container: &VfioContainer) -> io::Result<(Vec<u8>, u32)> {
+    {
         let base = std::mem::size_of::<vfio_iommu_type1_info>();
         let mut info = vfio_iommu_type1_info {
             argsz: base as u32,
@@ -239,7 +279,11 @@ impl ContainerOps for VfioContainer {
         // SAFETY: as in iova_pgsizes: the kernel writes at most `argsz`
         // bytes and reports the size it needs for the capabilities there.
         let ret = unsafe {
-            vmm_sys_util::ioctl::ioctl_with_mut_ref(self, ioctls::VFIO_IOMMU_GET_INFO(), &mut info)
+            vmm_sys_util::ioctl::ioctl_with_mut_ref(
+                container,
+                ioctls::VFIO_IOMMU_GET_INFO(),
+                &mut info,
+            )
         };
         if ret < 0 {
             return Err(io::Error::last_os_error());
@@ -256,7 +300,7 @@ impl ContainerOps for VfioContainer {
         // writes at most that many bytes into it.
         let ret = unsafe {
             vmm_sys_util::ioctl::ioctl_with_mut_ptr(
-                self,
+                container,
                 ioctls::VFIO_IOMMU_GET_INFO(),
                 buf.as_mut_ptr().cast::<vfio_iommu_type1_info>(),
             )
@@ -264,10 +308,10 @@ impl ContainerOps for VfioContainer {
         if ret < 0 {
             return Err(io::Error::last_os_error());
         }
-        let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_le_bytes()).collect();
         let cap_offset = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
-        parse_iova_ranges(&bytes[..need], cap_offset)
-            .ok_or_else(|| io::Error::other("no IOVA-range capability"))
+        bytes.truncate(need);
+        Ok((bytes, cap_offset))
     }
 }
 
@@ -386,6 +430,12 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
     /// The IOVA ranges the container's IOMMU can map, inclusive.
     pub fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
         self.container.iova_ranges()
+    }
+
+    /// How many more mappings the container accepts (VFIO's DMA-available
+    /// count), where the kernel reports it.
+    pub fn dma_avail(&self) -> io::Result<u32> {
+        self.container.dma_avail()
     }
 
     /// Number of live mappings (including no-access ones).
@@ -549,6 +599,10 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
 
     fn page_size_mask(&self) -> u64 {
         self.page_size_mask
+    }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        VfioMapper::unmap_all(self).map(|_| ())
     }
 }
 

@@ -17,6 +17,16 @@ use vm_memory::{Bytes, GuestAddress, GuestMemory, Permissions};
 /// parts are measured, not copied.
 pub(crate) const MAX_READABLE: usize = 128;
 
+/// Most descriptors one request chain may have. A request is a readable
+/// and a writable part (Linux uses one descriptor each); a few more allow a
+/// driver to split them. A longer chain is unanswerable: this bounds what a
+/// guest can make the device walk and keep per notification (queue size x
+/// this many descriptors) whatever the chain, an indirect table included.
+pub(crate) const MAX_CHAIN_DESCRIPTORS: usize = 16;
+
+/// `VRING_DESC_F_INDIRECT`: the descriptor points to a table of them.
+const VRING_DESC_F_INDIRECT: u16 = 4;
+
 /// A request as read from guest memory.
 #[derive(Debug)]
 pub(crate) struct RawRequest {
@@ -51,6 +61,27 @@ pub(crate) enum ChainError {
     OutsideMemory,
     /// The lengths overflow.
     TooLong,
+    /// More than [`MAX_CHAIN_DESCRIPTORS`] descriptors.
+    TooManyDescriptors,
+    /// An indirect descriptor, though `VIRTIO_F_INDIRECT_DESC` is never
+    /// offered (spec: the driver MUST NOT set the flag without it).
+    Indirect,
+}
+
+/// Whether descriptor `head` of the table at `desc_table` has the indirect
+/// flag (unreadable counts as not: the chain walk reports that itself).
+pub(crate) fn head_is_indirect<M: GuestMemory + ?Sized>(
+    mem: &M,
+    desc_table: GuestAddress,
+    head: u16,
+) -> bool {
+    let flags_at = desc_table
+        .0
+        .checked_add(16 * u64::from(head) + 12)
+        .map(GuestAddress);
+    flags_at
+        .and_then(|a| mem.read_obj::<u16>(a).ok())
+        .is_some_and(|f| u16::from_le(f) & VRING_DESC_F_INDIRECT != 0)
 }
 
 /// Reads the chain: copies the start of the readable part and records the
@@ -69,7 +100,10 @@ where
         writable: Vec::new(),
         writable_len: 0,
     };
-    for desc in chain.clone() {
+    for (n, desc) in chain.clone().enumerate() {
+        if n >= MAX_CHAIN_DESCRIPTORS {
+            return Err((head, ChainError::TooManyDescriptors));
+        }
         let len = desc.len();
         if desc.is_write_only() {
             if !mem.check_range(desc.addr(), len as usize, Permissions::Write) {

@@ -2,10 +2,11 @@
 //! [`ConfigBuilder`] that derives it from what the host offers (the IOVA
 //! ranges and page sizes of the endpoints' IOMMUs, the pool options).
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use viommu_wire as wire;
 use vm_memory::{ByteValued, GuestAddressSpace};
 
+use crate::ratelimit::guest_warn;
 use crate::{Error, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
 
 /// The x86 MSI doorbell window (0xfee00000-0xfeefffff), the default
@@ -25,6 +26,12 @@ pub struct DeviceConfig {
     pub probe_size: u32,
     /// Initial (and system-reset) value of the `bypass` config field.
     pub bypass: bool,
+    /// Offer `VIRTIO_IOMMU_F_BYPASS_CONFIG` (the `bypass` field and
+    /// `VIRTIO_IOMMU_ATTACH_F_BYPASS`). The device only tracks which
+    /// endpoints bypass; the host must then map guest RAM 1:1 for them.
+    /// [`ConfigBuilder`] turns it off: without it Linux builds identity
+    /// domains out of MAP requests, which need nothing more.
+    pub offer_bypass: bool,
     /// The MSI doorbell window reported as RESV_MEM MSI, inclusive; `None`
     /// on platforms without one.
     pub msi_window: Option<(u64, u64)>,
@@ -32,8 +39,13 @@ pub struct DeviceConfig {
     pub reserved: Vec<(u64, u64)>,
     /// Most domains that may exist at once.
     pub max_domains: usize,
-    /// Most mappings one domain may hold.
+    /// Most mappings one domain may hold (its deferred unmaps may hold as
+    /// many more on the host).
     pub max_mappings_per_domain: usize,
+    /// Most bytes of IOVA space one domain's mappings and deferred unmaps
+    /// may cover on the host: a guest may map a page at several IOVAs, but
+    /// not alias its RAM without bound. Beyond: `S_NOMEM`.
+    pub max_bytes_per_domain: u64,
     /// Drain and execute the request queue as batches (true), or one
     /// request at a time with one completion and interrupt each (false).
     pub batching: bool,
@@ -42,7 +54,7 @@ pub struct DeviceConfig {
     pub offer_mmio: bool,
     /// Fault reports kept while the event queue has no buffer.
     pub max_pending_events: usize,
-    /// Offer `VIRTIO_IOMMU_F_LAZY_UNMAP` (deferrable UNMAPs and FLUSH).
+    /// Offer `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` (deferrable UNMAPs and FLUSH).
     pub lazy_unmap: bool,
     /// Offer `VIRTIO_IOMMU_F_POOL_HINT` with these values (`None`: not offered).
     pub pool_hint: Option<PoolHint>,
@@ -80,10 +92,12 @@ impl Default for DeviceConfig {
             domain_range: (0, u32::from(u16::MAX)),
             probe_size: 512,
             bypass: false,
+            offer_bypass: true,
             msi_window: Some(X86_MSI_WINDOW),
             reserved: Vec::new(),
             max_domains: 1024,
             max_mappings_per_domain: 1 << 16,
+            max_bytes_per_domain: 1 << 40,
             batching: true,
             offer_mmio: false,
             max_pending_events: 64,
@@ -170,13 +184,13 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             return;
         }
         if !self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
-            warn!("driver wrote bypass without negotiating BYPASS_CONFIG");
+            guest_warn!("driver wrote bypass without negotiating BYPASS_CONFIG");
             return;
         }
         // Spec: "The driver MUST NOT write a value different than 0 or 1 to bypass".
         match data[0] {
             0 | 1 => self.bypass = data[0] == 1,
-            v => warn!(value = v, "driver wrote an invalid bypass value; ignored"),
+            v => guest_warn!(value = v, "driver wrote an invalid bypass value; ignored"),
         }
     }
 }
@@ -326,12 +340,16 @@ pub struct ConfigBuilder {
 }
 
 impl ConfigBuilder {
-    /// Starts from [`DeviceConfig::default`].
+    /// Starts from [`DeviceConfig::default`] without bypass (nothing maps
+    /// guest RAM 1:1 behind a bypassing endpoint; see
+    /// [`DeviceConfig::offer_bypass`]).
     pub fn new() -> Self {
-        Self::default()
+        let mut b = Self::default();
+        b.cfg.offer_bypass = false;
+        b
     }
 
-    /// Offers `VIRTIO_IOMMU_F_LAZY_UNMAP` or not.
+    /// Offers `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` or not.
     pub fn lazy_unmap(mut self, on: bool) -> Self {
         self.cfg.lazy_unmap = on;
         self
@@ -355,6 +373,29 @@ impl ConfigBuilder {
                 self.ranges_unknown = true;
             }
         }
+        self
+    }
+
+    /// Bounds each domain by what the host gives: `avail` is the DMA
+    /// mappings a VFIO container still accepts (its `dma_entry_limit`);
+    /// a domain's mappings plus its deferred unmaps must fit, so each may
+    /// hold half. Unknown (old kernels): the default stays.
+    pub fn host_dma_limit(mut self, avail: Result<u32, std::io::Error>) -> Self {
+        match avail {
+            Ok(n) => {
+                let half = (n as usize / 2).max(1);
+                self.cfg.max_mappings_per_domain = self.cfg.max_mappings_per_domain.min(half);
+            }
+            Err(e) => debug!("host DMA-available count unknown ({e})"),
+        }
+        self
+    }
+
+    /// Bounds the IOVA space a domain may cover to 8 times the guest's RAM
+    /// (at least 1 GiB): room for every page mapped several times over,
+    /// bounce pools included.
+    pub fn guest_memory(mut self, bytes: u64) -> Self {
+        self.cfg.max_bytes_per_domain = bytes.saturating_mul(8).max(1 << 30);
         self
     }
 

@@ -69,6 +69,11 @@ counters! {
         pub merged_ranges: u64,
         /// Deferred mappings a MAP forced off the host before its FLUSH.
         pub forced_unmaps: u64,
+        /// Nanoseconds spent serving request-queue notifications (draining,
+        /// host calls, completion): the time the notifying thread was held
+        /// in the device. Against wall time it is how busy the one
+        /// serialised virtio-iommu path is.
+        pub busy_ns: u64,
     }
 }
 

@@ -18,15 +18,19 @@ use viommu_wire as wire;
 use viommu_wire::status::*;
 use vm_memory::GuestAddressSpace;
 
-use crate::{Counters, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
+use crate::{Counters, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG, VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH};
 
 pub(crate) struct Endpoint {
     pub(crate) mapper: Arc<dyn DmaMapper>,
     pub(crate) domain: Option<u32>,
 }
 
+#[derive(Clone)]
 pub(crate) struct Domain {
     pub(crate) bypass: bool,
+    /// Attached with `VIRTIO_IOMMU_ATTACH_F_LAZY`: its UNMAPs may stay on
+    /// the host until its IOTLB_FLUSH.
+    pub(crate) lazy: bool,
     pub(crate) endpoints: BTreeSet<u32>,
     /// Distinct mappers of the endpoints (each programmed once per call).
     pub(crate) mappers: Vec<Arc<dyn DmaMapper>>,
@@ -44,11 +48,11 @@ enum HostSync {
 }
 
 impl<S: GuestAddressSpace> VirtioIommu<S> {
-    /// FLUSH (ours): removes the domain's deferred unmaps from the host.
-    pub(crate) fn flush(&mut self, f: &wire::FlushReq) -> u8 {
+    /// IOTLB_FLUSH: removes the domain's deferred unmaps from the host.
+    pub(crate) fn iotlb_flush(&mut self, f: &wire::IotlbFlushReq) -> u8 {
         let domain = f.domain.to_native();
-        // Contract: "the device MUST reject a FLUSH whose reserved bytes are
-        // not zero with S_INVAL".
+        // Contract: "the device MUST reject an IOTLB_FLUSH whose reserved
+        // bytes are not zero with S_INVAL".
         if f.reserved != [0; 4] {
             return VIRTIO_IOMMU_S_INVAL;
         }
@@ -107,17 +111,24 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         if a.reserved != [0; 4] {
             return VIRTIO_IOMMU_S_INVAL;
         }
-        let known = if self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
-            wire::VIRTIO_IOMMU_ATTACH_F_BYPASS
-        } else {
-            0
-        };
+        let mut known = 0;
+        if self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
+            known |= wire::VIRTIO_IOMMU_ATTACH_F_BYPASS;
+        }
+        if self.acked(VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH) {
+            known |= wire::VIRTIO_IOMMU_ATTACH_F_LAZY;
+        }
         // Spec: "If the device does not recognize a flags bit, it MUST reject
         // the request and set status to VIRTIO_IOMMU_S_INVAL."
         if flags & !known != 0 {
             return VIRTIO_IOMMU_S_INVAL;
         }
         let bypass = flags & wire::VIRTIO_IOMMU_ATTACH_F_BYPASS != 0;
+        let lazy = flags & wire::VIRTIO_IOMMU_ATTACH_F_LAZY != 0;
+        // Contract: a bypass domain has no IOTLB to be lazy about.
+        if bypass && lazy {
+            return VIRTIO_IOMMU_S_INVAL;
+        }
         if domain < self.cfg.domain_range.0 || domain > self.cfg.domain_range.1 {
             return VIRTIO_IOMMU_S_RANGE;
         }
@@ -129,7 +140,9 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let mapper = ep.mapper.clone();
         let old = ep.domain;
         match self.domains.get(&domain) {
-            Some(d) if d.bypass != bypass => return VIRTIO_IOMMU_S_INVAL,
+            // Contract: the ATTACH that creates a domain fixes its mode; an
+            // endpoint cannot join it in the other mode.
+            Some(d) if d.bypass != bypass || d.lazy != lazy => return VIRTIO_IOMMU_S_INVAL,
             Some(_) if old == Some(domain) => return VIRTIO_IOMMU_S_OK,
             None if self.domains.len() >= self.cfg.max_domains => return VIRTIO_IOMMU_S_NOMEM,
             _ => {}
@@ -144,6 +157,17 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         if conflict {
             return VIRTIO_IOMMU_S_UNSUPP;
         }
+        // A mapper the device forgot mappings on (failed reset) is emptied
+        // first; if that fails the ATTACH fails and nothing changed.
+        if let Some(pos) = self.dirty.iter().position(|m| same_mapper(m, &mapper)) {
+            if let Err(e) = mapper.unmap_all() {
+                warn!(endpoint, error = %e, "host mappings left by a reset still cannot be removed");
+                return VIRTIO_IOMMU_S_DEVERR;
+            }
+            self.dirty.remove(pos);
+        }
+        // The old domain as it is, to put the endpoint back if the move fails.
+        let before = old.and_then(|o| self.domains.get(&o).cloned().map(|d| (o, d)));
         if let Some(old) = old {
             // Spec: "the device SHOULD behave as if the driver issued a DETACH
             // request with this endpoint, followed by the ATTACH request."
@@ -155,9 +179,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let max = self.cfg.max_mappings_per_domain;
         let d = self.domains.entry(domain).or_insert_with(|| Domain {
             bypass,
+            lazy,
             endpoints: BTreeSet::new(),
             mappers: Vec::new(),
-            table: MappingTable::new(max),
+            table: MappingTable::new(max).with_byte_limit(self.cfg.max_bytes_per_domain),
         });
         if !d.mappers.iter().any(|m| same_mapper(m, &mapper)) {
             // The new mapper gets the table, not the deferred unmaps: flush
@@ -169,6 +194,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 if d.endpoints.is_empty() {
                     self.domains.remove(&domain);
                 }
+                self.undo_move(before, endpoint, &mapper);
                 return VIRTIO_IOMMU_S_DEVERR;
             }
             d.mappers.push(mapper);
@@ -179,6 +205,47 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         }
         debug!(domain, endpoint, bypass, "attached");
         VIRTIO_IOMMU_S_OK
+    }
+
+    /// An ATTACH that moved `endpoint` out of its domain failed on the
+    /// target: put it back (contract: a failed ATTACH changes nothing). The
+    /// detach removed the old domain's deferred unmaps from the host and its
+    /// mappings from `mapper` (never shared in a move); they go back on it.
+    fn undo_move(
+        &mut self,
+        before: Option<(u32, Domain)>,
+        endpoint: u32,
+        mapper: &Arc<dyn DmaMapper>,
+    ) {
+        let Some((old, mut snapshot)) = before else {
+            return;
+        };
+        // If the endpoint was its last one, the domain comes back as it was,
+        // minus the deferred unmaps the detach flushed off the host.
+        let d = self.domains.entry(old).or_insert_with(|| {
+            snapshot.table.forget_deferred();
+            snapshot.endpoints.clear();
+            snapshot.mappers.clear();
+            snapshot
+        });
+        let one = [mapper.clone()];
+        if Self::sync_mappers(&mut self.counters, old, &d.table, &one, HostSync::Replay)
+            != VIRTIO_IOMMU_S_OK
+        {
+            error!(
+                domain = old,
+                endpoint, "cannot put the endpoint back after a failed move; it stays detached"
+            );
+            if d.endpoints.is_empty() {
+                self.domains.remove(&old);
+            }
+            return;
+        }
+        d.mappers.push(mapper.clone());
+        d.endpoints.insert(endpoint);
+        if let Some(ep) = self.endpoints.get_mut(&endpoint) {
+            ep.domain = Some(old);
+        }
     }
 
     pub(crate) fn detach(&mut self, dreq: &wire::DetachReq) -> u8 {
@@ -212,8 +279,20 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         // domain, the endpoint cannot access any mapping from that domain."
         // (A mapper another endpoint of the domain still uses keeps them.)
         let leaving = if shared { vec![] } else { vec![mapper.clone()] };
-        let s = Self::force_and_sync(&mut self.counters, domain, d, &leaving, HostSync::Remove);
-        if s != VIRTIO_IOMMU_S_OK {
+        match Self::flush_domain(&mut self.counters, domain, d) {
+            VIRTIO_IOMMU_S_OK => {}
+            s => return s,
+        }
+        let s = Self::sync_mappers(
+            &mut self.counters,
+            domain,
+            &d.table,
+            &leaving,
+            HostSync::Remove,
+        );
+        // The leaving mapper serves this endpoint alone: if removing the
+        // domain's mappings range by range failed, remove everything.
+        if s != VIRTIO_IOMMU_S_OK && !unmap_everything(domain, &leaving).is_empty() {
             return s;
         }
         if !shared {
@@ -279,9 +358,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let domains = std::mem::take(&mut self.domains);
         for (id, mut d) in domains {
             // A failed flush does not stop the removal of the mappings.
-            if Self::flush_domain(&mut self.counters, id, &mut d) != VIRTIO_IOMMU_S_OK {
-                error!(domain = id, "failed to remove deferred unmaps on reset");
-            }
+            let flushed = Self::flush_domain(&mut self.counters, id, &mut d) == VIRTIO_IOMMU_S_OK;
             let s = Self::sync_mappers(
                 &mut self.counters,
                 id,
@@ -289,14 +366,46 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 &d.mappers,
                 HostSync::Remove,
             );
-            if s != VIRTIO_IOMMU_S_OK {
-                error!(domain = id, "failed to remove host mappings on reset");
+            if !flushed || s != VIRTIO_IOMMU_S_OK {
+                // Contract: after a reset nothing of a domain is reachable.
+                // The device forgets the domain, so the host must too.
+                let stuck = unmap_everything(id, &d.mappers);
+                if !stuck.is_empty() {
+                    error!(
+                        domain = id,
+                        mappers = stuck.len(),
+                        "host mappings left after a reset; their endpoints cannot attach until they are removed"
+                    );
+                }
+                self.dirty.extend(stuck);
             }
         }
         for ep in self.endpoints.values_mut() {
             ep.domain = None;
         }
     }
+}
+
+/// Removes everything from each of `mappers` (the last resort when range by
+/// range failed); returns the mappers where even that failed.
+fn unmap_everything(domain: u32, mappers: &[Arc<dyn DmaMapper>]) -> Vec<Arc<dyn DmaMapper>> {
+    mappers
+        .iter()
+        .filter(|m| match m.unmap_all() {
+            Ok(()) => {
+                warn!(
+                    domain,
+                    "host mappings removed with unmap-all after a failed unmap"
+                );
+                false
+            }
+            Err(e) => {
+                error!(domain, error = %e, "unmap-all failed");
+                true
+            }
+        })
+        .cloned()
+        .collect()
 }
 
 pub(crate) fn same_mapper(a: &Arc<dyn DmaMapper>, b: &Arc<dyn DmaMapper>) -> bool {

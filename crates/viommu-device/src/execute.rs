@@ -2,8 +2,8 @@
 //! rules (statuses quote the spec), MAP/UNMAP segments between barriers go
 //! to the planner domain by domain, ATTACH/DETACH/PROBE/FLUSH run in place.
 
+use crate::ratelimit::guest_warn;
 use dma_mapper::DmaPerm;
-use tracing::warn;
 use viommu_planner::{run_batch, MapperSet, Mapping, Outcome, PlanOptions, Reject};
 use viommu_wire as wire;
 use viommu_wire::status::*;
@@ -13,7 +13,7 @@ use crate::domains::Domain;
 use crate::queue::{DrainedRequest, Reply};
 use crate::request::{self, parse, Parsed, Req};
 use crate::{
-    VirtioIommu, VIRTIO_IOMMU_F_LAZY_UNMAP, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
+    VirtioIommu, VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_MMIO,
     VIRTIO_IOMMU_F_POOL_HINT,
 };
 
@@ -33,7 +33,11 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 self.counters.requests.malformed += 1;
                 continue;
             };
-            let parsed = parse(raw, self.probe_size, self.acked(VIRTIO_IOMMU_F_LAZY_UNMAP));
+            let parsed = parse(
+                raw,
+                self.probe_size,
+                self.acked(VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH),
+            );
             let reply = match parsed {
                 Parsed::Unanswerable => {
                     self.counters.requests.malformed += 1;
@@ -86,9 +90,9 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                                     Reply::Status(VIRTIO_IOMMU_S_NOENT)
                                 }
                             }
-                            Req::Flush(f) => {
+                            Req::IotlbFlush(f) => {
                                 self.counters.requests.flush += 1;
-                                Reply::Status(self.flush(&f))
+                                Reply::Status(self.iotlb_flush(&f))
                             }
                             Req::Map(_) | Req::Unmap(_) => unreachable!("handled above"),
                         }
@@ -150,7 +154,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                     Outcome::Rejected(Reject::Split) => VIRTIO_IOMMU_S_RANGE,
                     Outcome::Rejected(Reject::Limit) => VIRTIO_IOMMU_S_NOMEM,
                     Outcome::HostFailed(f) => {
-                        warn!(domain = d, failure = ?f, "host DMA call failed");
+                        guest_warn!(domain = d, failure = ?f, "host DMA call failed");
                         VIRTIO_IOMMU_S_DEVERR
                     }
                 };
@@ -253,24 +257,16 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         if !self.acked(VIRTIO_IOMMU_F_MAP_UNMAP) {
             return Err(VIRTIO_IOMMU_S_UNSUPP);
         }
-        let (domain, start, end, flags) = (
+        let (domain, start, end) = (
             u.domain.to_native(),
             u.virt_start.to_native(),
             u.virt_end.to_native(),
-            u.flags.to_native(),
         );
-        // Without LAZY_UNMAP the flags are the spec's `reserved`, ignored
-        // (the spec only says the device MAY reject it). With it, contract:
-        // "the device MUST reject an UNMAP with an unknown flag with S_INVAL".
-        let deferred = if self.acked(VIRTIO_IOMMU_F_LAZY_UNMAP) {
-            if flags & !wire::VIRTIO_IOMMU_UNMAP_F_DEFERRED != 0 {
-                return Err(VIRTIO_IOMMU_S_INVAL);
-            }
-            flags & wire::VIRTIO_IOMMU_UNMAP_F_DEFERRED != 0
-        } else {
-            false
-        };
-        self.check_domain(domain)?;
+        // `reserved` is ignored (the spec only says the device MAY reject
+        // it). The UNMAPs of a lazy domain (attached with
+        // VIRTIO_IOMMU_ATTACH_F_LAZY) may keep their host translations until
+        // the domain's IOTLB_FLUSH; a strict domain's are removed at once.
+        let deferred = self.check_domain(domain)?.lazy;
         if end < start {
             return Err(VIRTIO_IOMMU_S_INVAL);
         }

@@ -39,16 +39,18 @@
 //!
 //! # The lazy unmap and pool hints (ours)
 //!
-//! `docs/lazy-unmap-contract.md` is the contract. With
-//! `VIRTIO_IOMMU_F_LAZY_UNMAP` negotiated, an UNMAP with
-//! `VIRTIO_IOMMU_UNMAP_F_DEFERRED` completes at once in the domain's table
-//! while its host mappings stay until the domain's FLUSH request (or a
-//! forcing event: a MAP over them, DETACH, an ATTACH that adds a mapper to
-//! the domain, device reset), which removes them with one host call per run
-//! of adjacent whole mappings. Other UNMAP flag bits get `S_INVAL`; FLUSH of
-//! an unknown domain `S_NOENT`, outside `domain_range` `S_RANGE`, nonzero
-//! reserved bytes `S_INVAL`, a host failure `S_DEVERR` (the failed mappings
-//! stay pending); FLUSH without the feature `S_UNSUPP`. With
+//! `docs/lazy-unmap-contract.md` is the contract (the shape of virtio-spec
+//! proposal #204). With `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` negotiated, a
+//! domain created by an ATTACH with `VIRTIO_IOMMU_ATTACH_F_LAZY` is lazy: its
+//! UNMAPs complete at once in the domain's table while their host mappings
+//! stay until the domain's IOTLB_FLUSH request (or a forcing event: a MAP
+//! over them, DETACH, an ATTACH that adds a mapper to the domain, device
+//! reset), which removes them with one host call per run of adjacent whole
+//! mappings. An ATTACH in the other mode than its domain's, or LAZY with
+//! BYPASS, gets `S_INVAL`; IOTLB_FLUSH of an unknown domain `S_NOENT`,
+//! outside `domain_range` `S_RANGE`, nonzero reserved bytes `S_INVAL`, a
+//! host failure `S_DEVERR` (the failed mappings stay pending); IOTLB_FLUSH
+//! without the feature `S_UNSUPP`. With
 //! `VIRTIO_IOMMU_F_POOL_HINT` negotiated, PROBE adds a POOL_HINT property.
 //!
 //! # What the VMM provides
@@ -70,11 +72,14 @@ mod counters;
 mod domains;
 mod execute;
 mod queue;
+mod ratelimit;
 mod request;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_failures;
 #[cfg(test)]
 mod tests_lazy;
 #[cfg(test)]
@@ -217,6 +222,10 @@ pub struct VirtioIommu<S: GuestAddressSpace> {
     acked: u64,
     endpoints: BTreeMap<u32, Endpoint>,
     domains: BTreeMap<u32, Domain>,
+    /// Mappers that may still hold mappings of domains the device forgot
+    /// (a reset whose host unmaps all failed): emptied before they serve a
+    /// domain again, or that ATTACH fails.
+    dirty: Vec<Arc<dyn DmaMapper>>,
     active: Option<Active<S>>,
     events: VecDeque<FaultReport>,
     counters: Counters,
@@ -252,6 +261,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             acked: 0,
             endpoints: BTreeMap::new(),
             domains: BTreeMap::new(),
+            dirty: Vec::new(),
             active: None,
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -323,13 +333,15 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             | (1 << VIRTIO_IOMMU_F_INPUT_RANGE)
             | (1 << VIRTIO_IOMMU_F_DOMAIN_RANGE)
             | (1 << VIRTIO_IOMMU_F_MAP_UNMAP)
-            | (1 << VIRTIO_IOMMU_F_PROBE)
-            | (1 << VIRTIO_IOMMU_F_BYPASS_CONFIG);
+            | (1 << VIRTIO_IOMMU_F_PROBE);
+        if self.cfg.offer_bypass {
+            f |= 1 << VIRTIO_IOMMU_F_BYPASS_CONFIG;
+        }
         if self.cfg.offer_mmio {
             f |= 1 << VIRTIO_IOMMU_F_MMIO;
         }
         if self.cfg.lazy_unmap {
-            f |= 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+            f |= 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
         }
         if self.cfg.pool_hint.is_some() {
             f |= 1 << VIRTIO_IOMMU_F_POOL_HINT;
@@ -409,6 +421,17 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         self.bypass = self.cfg.bypass;
     }
 
+    /// Whether `endpoint`'s mapper may still hold mappings of a domain the
+    /// device forgot (a reset whose unmap-all failed): it cannot attach
+    /// until they are removed.
+    pub fn mapper_is_dirty(&self, endpoint: u32) -> bool {
+        self.endpoints.get(&endpoint).is_some_and(|e| {
+            self.dirty
+                .iter()
+                .any(|m| domains::same_mapper(m, &e.mapper))
+        })
+    }
+
     /// Counters since creation.
     pub fn counters(&self) -> Counters {
         self.counters
@@ -421,8 +444,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let Some(mut active) = self.active.take() else {
             return Err(Error::NotActivated);
         };
+        let start = std::time::Instant::now();
         let r = self.drain_requests(&mut active);
         self.active = Some(active);
+        self.counters.busy_ns += dma_mapper::elapsed_ns(start);
         r
     }
 }

@@ -5,14 +5,16 @@
 use std::num::Wrapping;
 use std::sync::atomic::{fence, Ordering};
 
-use tracing::{debug, error, trace, warn};
+use tracing::{debug, error, trace};
+
+use crate::ratelimit::guest_warn;
 use viommu_planner::PlanOptions;
 use viommu_wire as wire;
 use viommu_wire::status::*;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemory};
 
-use crate::chain::{read_chain, write_at, RawRequest};
+use crate::chain::{head_is_indirect, read_chain, write_at, ChainError, RawRequest};
 use crate::{Active, Counters, Error, FaultReport, IommuInterrupt, VirtioIommu};
 
 /// One request chain of a drained batch and the reply it will get.
@@ -45,8 +47,15 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 .map_err(|source| Error::Queue { queue: q, source })?;
             let mut requests = Vec::new();
             let mut progress_unbatched = false;
+            let desc_table = GuestAddress(active.requestq.desc_table());
             while let Some(chain) = active.requestq.pop_descriptor_chain(&*mem) {
-                let request = match read_chain(chain) {
+                let indirect = head_is_indirect(&*mem, desc_table, chain.head_index());
+                let read = if indirect {
+                    Err((chain.head_index(), ChainError::Indirect))
+                } else {
+                    read_chain(chain)
+                };
+                let request = match read {
                     Ok(raw) => DrainedRequest {
                         head: raw.head,
                         raw: Some(raw),
@@ -83,7 +92,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 // The avail index says there is more, but nothing could be
                 // popped: a corrupt index (e.g. more than a queue size ahead).
                 // Stop instead of spinning; the next notification retries.
-                warn!(
+                guest_warn!(
                     "request queue avail index is inconsistent; waiting for the next notification"
                 );
                 return Ok(());
@@ -146,7 +155,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     pub fn report_fault(&mut self, fault: FaultReport) -> Result<(), Error> {
         if self.events.len() >= self.cfg.max_pending_events {
             self.counters.events_dropped += 1;
-            warn!(
+            guest_warn!(
                 endpoint = fault.endpoint,
                 "event backlog full, fault dropped"
             );
@@ -190,7 +199,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                                 len = std::mem::size_of::<wire::Fault>() as u32;
                             }
                             Err(e) => {
-                                warn!(error = %e, "writing a fault event failed");
+                                guest_warn!(error = %e, "writing a fault event failed");
                                 self.events.push_front(f);
                             }
                         }
@@ -234,7 +243,7 @@ fn write_tail<M: GuestMemory + ?Sized>(mem: &M, raw: &RawRequest, status: u8) ->
     match write_at(mem, &raw.writable, off, tail.as_slice()) {
         Ok(()) => u32::try_from(raw.writable_len).unwrap_or(0),
         Err(e) => {
-            warn!(error = %e, "writing a request tail failed");
+            guest_warn!(error = %e, "writing a request tail failed");
             0
         }
     }
@@ -254,7 +263,7 @@ fn write_probe<M: GuestMemory + ?Sized>(mem: &M, raw: &RawRequest, props: &[u8])
     let n = props.len().min(area);
     buf[..n].copy_from_slice(&props[..n]);
     if let Err(e) = write_at(mem, &raw.writable, 0, &buf) {
-        warn!(error = %e, "writing probe properties failed");
+        guest_warn!(error = %e, "writing probe properties failed");
         return 0;
     }
     write_tail(mem, raw, VIRTIO_IOMMU_S_OK)

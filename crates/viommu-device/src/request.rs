@@ -19,7 +19,7 @@ pub(crate) enum Req {
     Map(wire::MapReq),
     Unmap(wire::UnmapReq),
     Probe { endpoint: u32 },
-    Flush(wire::FlushReq),
+    IotlbFlush(wire::IotlbFlushReq),
 }
 
 /// What to do with a raw request.
@@ -50,7 +50,7 @@ fn read<T: ByteValued>(bytes: &[u8]) -> Option<T> {
 ///   "If the properties list is smaller than probe_size, the device SHOULD
 ///   NOT write any property. It SHOULD reject the request and set status to
 ///   VIRTIO_IOMMU_S_INVAL.").
-/// - FLUSH (ours) without `VIRTIO_IOMMU_F_LAZY_UNMAP` (`lazy` false):
+/// - IOTLB_FLUSH without `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` (`lazy` false):
 ///   `S_UNSUPP`, whatever its sizes (contract: "like any unsupported type").
 pub(crate) fn parse(raw: &RawRequest, probe_size: u32, lazy: bool) -> Parsed {
     let tail = size_of::<wire::ReqTail>() as u64;
@@ -67,8 +67,8 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32, lazy: bool) -> Parsed {
         VIRTIO_IOMMU_T_MAP => size_of::<wire::MapReq>(),
         VIRTIO_IOMMU_T_UNMAP => size_of::<wire::UnmapReq>(),
         VIRTIO_IOMMU_T_PROBE => size_of::<wire::ProbeReq>(),
-        VIRTIO_IOMMU_T_FLUSH if lazy => size_of::<wire::FlushReq>(),
-        VIRTIO_IOMMU_T_FLUSH => return Parsed::Status(VIRTIO_IOMMU_S_UNSUPP),
+        VIRTIO_IOMMU_T_IOTLB_FLUSH if lazy => size_of::<wire::IotlbFlushReq>(),
+        VIRTIO_IOMMU_T_IOTLB_FLUSH => return Parsed::Status(VIRTIO_IOMMU_S_UNSUPP),
         _ => return Parsed::Unanswerable,
     } as u64;
     if raw.readable_len != want {
@@ -92,7 +92,7 @@ pub(crate) fn parse(raw: &RawRequest, probe_size: u32, lazy: bool) -> Parsed {
         VIRTIO_IOMMU_T_DETACH => read(bytes).map(Req::Detach),
         VIRTIO_IOMMU_T_MAP => read(bytes).map(Req::Map),
         VIRTIO_IOMMU_T_UNMAP => read(bytes).map(Req::Unmap),
-        VIRTIO_IOMMU_T_FLUSH => read(bytes).map(Req::Flush),
+        VIRTIO_IOMMU_T_IOTLB_FLUSH => read(bytes).map(Req::IotlbFlush),
         _ => read::<wire::ProbeReq>(bytes).map(|p| Req::Probe {
             endpoint: p.endpoint.to_native(),
         }),

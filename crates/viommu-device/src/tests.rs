@@ -364,8 +364,9 @@ fn attach_errors_and_moves() {
     bad[16] = 1; // reserved
     assert_eq!(h.statuses(&[bad]), vec![s(VIRTIO_IOMMU_S_INVAL)]);
     assert_eq!(
-        h.statuses(&[req::attach(1, 1, 2)]),
-        vec![s(VIRTIO_IOMMU_S_INVAL)]
+        h.statuses(&[req::attach(1, 1, 4)]),
+        vec![s(VIRTIO_IOMMU_S_INVAL)],
+        "an unknown flag"
     );
     assert_eq!(
         h.statuses(&[req::attach(1, 99, 0)]),
@@ -611,7 +612,32 @@ fn malformed_chains() {
             "writable outside memory",
         ),
         (vec![(buf, 20, 0), (u64::MAX - 2, 4, w)], "writable wraps"),
+        (
+            // 16 readable pieces of the ATTACH plus the tail: 17 descriptors.
+            (0..16u64)
+                .map(|i| (buf + i, if i < 15 { 1 } else { 5 }, 0))
+                .chain([(buf + 0x100, 4, w)])
+                .collect(),
+            "more than 16 descriptors",
+        ),
+        (
+            // An indirect table (never offered) holding a valid request.
+            vec![(buf + 0x200, 32, 4)],
+            "indirect descriptor",
+        ),
     ];
+    // The table the indirect descriptor points to: ATTACH + tail.
+    let table: Vec<u8> = [(buf, 20u32, 1u16, 1u16), (buf + 0x100, 4, 2, 0)]
+        .iter()
+        .flat_map(|&(a, l, f, n)| {
+            let mut d = a.to_le_bytes().to_vec();
+            d.extend(l.to_le_bytes());
+            d.extend(f.to_le_bytes());
+            d.extend(n.to_le_bytes());
+            d
+        })
+        .collect();
+    mem.write_slice(&table, GuestAddress(buf + 0x200)).unwrap();
     for (descs, what) in cases {
         mem.write_slice(&[0xa5; 4], GuestAddress(buf + 0x100))
             .unwrap();
@@ -639,7 +665,7 @@ fn malformed_chains() {
     mem.read_slice(&mut t, GuestAddress(buf + 0x100)).unwrap();
     assert_eq!(t, [VIRTIO_IOMMU_S_OK, 0, 0, 0]);
     assert_eq!(h.dev.endpoint_state(1), Some(EndpointState::Translated(1)));
-    assert_eq!(h.dev.counters().requests.malformed, 11);
+    assert_eq!(h.dev.counters().requests.malformed, 13);
 }
 
 #[test]
@@ -767,7 +793,9 @@ fn backend_failures_stay_per_request() {
     // Failed unmaps leave the mappings in the table and on the host.
     assert_eq!(h.dev.domain_mappings(1).unwrap().len(), 2);
     assert_eq!(host(&h, 0).len(), 2);
-    // Detach fails too and keeps the endpoint attached.
+    // Detach fails too (when even unmap-all fails) and keeps the endpoint
+    // attached.
+    h.mappers[0].fail_unmap_all();
     assert_eq!(
         h.statuses(&[req::detach(1, 1)]),
         vec![s(VIRTIO_IOMMU_S_DEVERR)]

@@ -14,7 +14,7 @@ use crate::*;
 
 const PAGE: u64 = 0x1000;
 const OK: Option<u8> = Some(VIRTIO_IOMMU_S_OK);
-const LAZY: u64 = 1 << VIRTIO_IOMMU_F_LAZY_UNMAP;
+const LAZY: u64 = 1 << VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH;
 const HINT: u64 = 1 << VIRTIO_IOMMU_F_POOL_HINT;
 
 fn s(x: u8) -> Option<u8> {
@@ -31,8 +31,9 @@ fn map(d: u32, page: u64, pages: u64) -> Vec<u8> {
     )
 }
 
+/// UNMAP of pages (deferred by the device when the domain is lazy).
 fn unmap_d(d: u32, page: u64, pages: u64) -> Vec<u8> {
-    req::unmap_deferred(d, page * PAGE, (page + pages) * PAGE - 1)
+    req::unmap(d, page * PAGE, (page + pages) * PAGE - 1)
 }
 
 fn host(h: &Harness, ep: usize) -> Vec<(u64, u64)> {
@@ -54,10 +55,10 @@ fn unmap_calls(h: &Harness, ep: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// One endpoint attached to domain 1, every feature acked.
+/// One endpoint attached to lazy domain 1, every feature acked.
 fn lazy_harness() -> Harness {
     let mut h = Harness::new(DeviceConfig::default(), &[1, 2], 64);
-    assert_eq!(h.statuses(&[req::attach(1, 1, 0)]), vec![OK]);
+    assert_eq!(h.statuses(&[req::attach(1, 1, req::LAZY)]), vec![OK]);
     h
 }
 
@@ -98,7 +99,7 @@ fn deferred_unmaps_stay_on_the_host_until_the_flush() {
     assert!(h.mappers[0].log().is_empty(), "no host call yet");
     h.check_consistency().unwrap();
 
-    assert_eq!(h.statuses(&[req::flush(1)]), vec![OK]);
+    assert_eq!(h.statuses(&[req::iotlb_flush(1)]), vec![OK]);
     assert_eq!(unmap_calls(&h, 0), vec![(0, 8)], "one merged call");
     assert!(host(&h, 0).is_empty());
     assert!(h.dev.pending_unmaps(1).unwrap().is_empty());
@@ -110,7 +111,7 @@ fn deferred_unmaps_stay_on_the_host_until_the_flush() {
     assert_eq!(c.average_merged_run(), 8.0);
     assert_eq!(c.requests.flush, 1);
     // A flush with nothing pending is fine.
-    assert_eq!(h.statuses(&[req::flush(1)]), vec![OK]);
+    assert_eq!(h.statuses(&[req::iotlb_flush(1)]), vec![OK]);
     assert_eq!(h.dev.counters().flush_backend_calls, 1);
     assert_eq!(h.dev.counters().flushes, 2);
 }
@@ -129,22 +130,45 @@ fn flush_merges_adjacent_runs_only() {
         .map(|&p| unmap_d(1, p, 1))
         .collect();
     let mut batch = unmaps;
-    batch.push(req::flush(1));
+    batch.push(req::iotlb_flush(1));
     assert_eq!(h.statuses(&batch), vec![OK; 7]);
     assert_eq!(unmap_calls(&h, 0), vec![(0, 3), (10, 2), (20, 1)]);
 }
 
 #[test]
-fn unmap_flags_and_flush_errors() {
+fn attach_modes_and_flush_errors() {
     let mut h = lazy_harness();
     assert_eq!(h.statuses(&[map(1, 0, 1)]), vec![OK]);
-    // Unknown UNMAP flag.
-    let bad = req::unmap_flags(1, 0, PAGE - 1, 2);
-    assert_eq!(h.statuses(&[bad]), vec![s(VIRTIO_IOMMU_S_INVAL)]);
-    assert_eq!(host(&h, 0), vec![(0, 1)]);
-    // Deferred UNMAP errors are the strict ones.
+    // The domain's mode is fixed by the ATTACH that created it.
     assert_eq!(
-        h.statuses(&[req::unmap_deferred(7, 0, PAGE - 1)]),
+        h.statuses(&[req::attach(1, 2, 0)]),
+        vec![s(VIRTIO_IOMMU_S_INVAL)]
+    );
+    let both = wire::VIRTIO_IOMMU_ATTACH_F_BYPASS | req::LAZY;
+    assert_eq!(
+        h.statuses(&[req::attach(5, 2, both)]),
+        vec![s(VIRTIO_IOMMU_S_INVAL)],
+        "a bypass domain cannot be lazy"
+    );
+    assert_eq!(
+        h.statuses(&[req::attach(5, 2, 0)]),
+        vec![OK],
+        "strict next to lazy"
+    );
+    assert_eq!(h.statuses(&[map(5, 0, 1), unmap_d(5, 0, 1)]), vec![OK, OK]);
+    assert!(
+        host(&h, 1).is_empty(),
+        "a strict domain's UNMAP leaves at once"
+    );
+    // UNMAP's reserved bytes are ignored.
+    let mut junk = unmap_d(1, 0, 1);
+    junk[24..28].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    assert_eq!(h.statuses(&[junk]), vec![OK]);
+    assert_eq!(host(&h, 0), vec![(0, 1)], "deferred");
+    assert_eq!(h.statuses(&[map(1, 0, 1)]), vec![OK]);
+    // The UNMAP errors of a lazy domain are the strict ones.
+    assert_eq!(
+        h.statuses(&[req::unmap(7, 0, PAGE - 1)]),
         vec![s(VIRTIO_IOMMU_S_NOENT)]
     );
     assert_eq!(h.statuses(&[map(1, 4, 2)]), vec![OK]);
@@ -152,16 +176,19 @@ fn unmap_flags_and_flush_errors() {
         h.statuses(&[unmap_d(1, 5, 1)]),
         vec![s(VIRTIO_IOMMU_S_RANGE)]
     );
-    // FLUSH: unknown domain, out of range, reserved bytes, wrong size.
-    assert_eq!(h.statuses(&[req::flush(9)]), vec![s(VIRTIO_IOMMU_S_NOENT)]);
+    // IOTLB_FLUSH: unknown domain, out of range, reserved bytes, wrong size.
     assert_eq!(
-        h.statuses(&[req::flush(u32::MAX)]),
+        h.statuses(&[req::iotlb_flush(9)]),
+        vec![s(VIRTIO_IOMMU_S_NOENT)]
+    );
+    assert_eq!(
+        h.statuses(&[req::iotlb_flush(u32::MAX)]),
         vec![s(VIRTIO_IOMMU_S_RANGE)]
     );
-    let mut f = req::flush(1);
+    let mut f = req::iotlb_flush(1);
     f[8] = 1;
     assert_eq!(h.statuses(&[f]), vec![s(VIRTIO_IOMMU_S_INVAL)]);
-    let mut f = req::flush(1);
+    let mut f = req::iotlb_flush(1);
     f.push(0);
     assert_eq!(h.statuses(&[f]), vec![s(VIRTIO_IOMMU_S_IOERR)]);
 }
@@ -173,15 +200,23 @@ fn without_the_feature_everything_is_strict() {
     h.restart(f);
     assert_eq!(h.statuses(&[req::attach(1, 1, 0)]), vec![OK]);
     assert_eq!(h.statuses(&[map(1, 0, 1), map(1, 1, 1)]), vec![OK, OK]);
-    // The flag bytes are reserved: ignored, the UNMAP is strict.
-    assert_eq!(h.statuses(&[unmap_d(1, 0, 1)]), vec![OK]);
-    let junk = req::unmap_flags(1, PAGE, 2 * PAGE - 1, 0xdead_beef);
-    assert_eq!(h.statuses(&[junk]), vec![OK]);
+    // The lazy flag is unknown: refused; every UNMAP is strict.
+    assert_eq!(
+        h.statuses(&[req::attach(2, 2, req::LAZY)]),
+        vec![s(VIRTIO_IOMMU_S_INVAL)]
+    );
+    assert_eq!(
+        h.statuses(&[unmap_d(1, 0, 1), unmap_d(1, 1, 1)]),
+        vec![OK, OK]
+    );
     assert!(host(&h, 0).is_empty());
     assert_eq!(h.dev.counters().deferred_unmaps, 0);
-    // FLUSH is unsupported, whatever its shape.
-    assert_eq!(h.statuses(&[req::flush(1)]), vec![s(VIRTIO_IOMMU_S_UNSUPP)]);
-    let mut long = req::flush(1);
+    // IOTLB_FLUSH is unsupported, whatever its shape.
+    assert_eq!(
+        h.statuses(&[req::iotlb_flush(1)]),
+        vec![s(VIRTIO_IOMMU_S_UNSUPP)]
+    );
+    let mut long = req::iotlb_flush(1);
     long.extend_from_slice(&[0; 8]);
     assert_eq!(h.statuses(&[long]), vec![s(VIRTIO_IOMMU_S_UNSUPP)]);
 }
@@ -202,7 +237,7 @@ fn map_over_a_pending_unmap_forces_it() {
     h.check_consistency().unwrap();
     // Deferred unmap and reuse in one notification.
     assert_eq!(
-        h.statuses(&[unmap_d(1, 2, 1), map(1, 2, 2), req::flush(1)]),
+        h.statuses(&[unmap_d(1, 2, 1), map(1, 2, 2), req::iotlb_flush(1)]),
         vec![OK; 3]
     );
     assert_eq!(host(&h, 0), vec![(2, 2)]);
@@ -216,7 +251,10 @@ fn failed_flush_is_deverr_and_keeps_the_failing_mapping_pending() {
     assert_eq!(h.statuses(&maps), vec![OK; 4]);
     assert_eq!(h.statuses(&[unmap_d(1, 0, 4)]), vec![OK]);
     h.mappers[0].fail_when(|c| matches!(*c, FakeCall::Unmap { iova, size } if iova <= 2 * PAGE && 2 * PAGE < iova + size));
-    assert_eq!(h.statuses(&[req::flush(1)]), vec![s(VIRTIO_IOMMU_S_DEVERR)]);
+    assert_eq!(
+        h.statuses(&[req::iotlb_flush(1)]),
+        vec![s(VIRTIO_IOMMU_S_DEVERR)]
+    );
     assert_eq!(host(&h, 0), vec![(2, 1)]);
     let left: Vec<u64> = h
         .dev
@@ -228,7 +266,7 @@ fn failed_flush_is_deverr_and_keeps_the_failing_mapping_pending() {
     assert_eq!(left, vec![2]);
     h.check_consistency().unwrap();
     h.mappers[0].fail_never();
-    assert_eq!(h.statuses(&[req::flush(1)]), vec![OK]);
+    assert_eq!(h.statuses(&[req::iotlb_flush(1)]), vec![OK]);
     assert!(host(&h, 0).is_empty());
 }
 
@@ -239,7 +277,7 @@ fn detach_attach_and_reset_flush_pending_unmaps() {
     assert_eq!(h.statuses(&[unmap_d(1, 0, 1)]), vec![OK]);
     // A second endpoint (own mapper) joins: pending unmaps go first, so the
     // new mapper only gets the table.
-    assert_eq!(h.statuses(&[req::attach(1, 2, 0)]), vec![OK]);
+    assert_eq!(h.statuses(&[req::attach(1, 2, req::LAZY)]), vec![OK]);
     assert_eq!(host(&h, 0), vec![(1, 1)]);
     assert_eq!(host(&h, 1), vec![(1, 1)]);
     h.check_consistency().unwrap();
@@ -256,7 +294,7 @@ fn detach_attach_and_reset_flush_pending_unmaps() {
     assert!(host(&h, 0).is_empty());
     // Reset.
     assert_eq!(
-        h.statuses(&[req::attach(3, 1, 0), map(3, 7, 1)]),
+        h.statuses(&[req::attach(3, 1, req::LAZY), map(3, 7, 1)]),
         vec![OK, OK]
     );
     assert_eq!(h.statuses(&[unmap_d(3, 7, 1)]), vec![OK]);
@@ -355,33 +393,48 @@ fn pool_hint_window_is_validated() {
 // ---------------------------------------------------------------------------
 // Property tests.
 
+/// A request of the random streams. `Attach(d, e, lazy)`: `lazy` asks for
+/// a lazy domain where the stream allows it (see [`bytes`]).
 #[derive(Clone, Debug)]
 enum R {
-    Attach(u32, u32),
+    Attach(u32, u32, bool),
     Detach(u32, u32),
     Map(u32, u64, u64),
-    Unmap(u32, u64, u64, bool),
+    Unmap(u32, u64, u64),
     Flush(u32),
 }
 
 fn gen() -> impl Strategy<Value = R> {
     prop_oneof![
-        1 => (0..3u32, 1..4u32).prop_map(|(d, e)| R::Attach(d, e)),
+        1 => (0..3u32, 1..4u32, any::<bool>()).prop_map(|(d, e, l)| R::Attach(d, e, l)),
         1 => (0..3u32, 1..4u32).prop_map(|(d, e)| R::Detach(d, e)),
         8 => (0..3u32, 0..32u64, 1..4u64).prop_map(|(d, p, n)| R::Map(d, p, n)),
-        7 => (0..3u32, 0..32u64, 1..6u64, any::<bool>()).prop_map(|(d, p, n, l)| R::Unmap(d, p, n, l)),
+        7 => (0..3u32, 0..32u64, 1..6u64).prop_map(|(d, p, n)| R::Unmap(d, p, n)),
         2 => (0..4u32).prop_map(R::Flush),
     ]
 }
 
-fn bytes(r: &R) -> Vec<u8> {
+/// How ATTACH picks the domain mode in a stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Modes {
+    /// Every domain strict (flag 0).
+    Strict,
+    /// Every domain lazy.
+    Lazy,
+    /// As each request says (domains of both modes; a mismatch is INVAL).
+    Mixed,
+}
+
+fn bytes(r: &R, modes: Modes) -> Vec<u8> {
     match *r {
-        R::Attach(d, e) => req::attach(d, e, 0),
+        R::Attach(d, e, l) => {
+            let lazy = modes == Modes::Lazy || (modes == Modes::Mixed && l);
+            req::attach(d, e, if lazy { req::LAZY } else { 0 })
+        }
         R::Detach(d, e) => req::detach(d, e),
         R::Map(d, p, n) => map(d, p, n),
-        R::Unmap(d, p, n, true) => unmap_d(d, p, n),
-        R::Unmap(d, p, n, false) => req::unmap(d, p * PAGE, (p + n) * PAGE - 1),
-        R::Flush(d) => req::flush(d),
+        R::Unmap(d, p, n) => unmap_d(d, p, n),
+        R::Flush(d) => req::iotlb_flush(d),
     }
 }
 
@@ -401,6 +454,7 @@ fn run(
     reqs: &[R],
     cuts: &[usize],
     features: u64,
+    modes: Modes,
     fail_page: Option<u64>,
 ) -> Result<(Vec<Option<u8>>, Harness), TestCaseError> {
     let mut h = Harness::new(
@@ -433,7 +487,10 @@ fn run(
         {
             len = f + 1;
         }
-        let batch: Vec<Vec<u8>> = reqs[pos..pos + len].iter().map(bytes).collect();
+        let batch: Vec<Vec<u8>> = reqs[pos..pos + len]
+            .iter()
+            .map(|r| bytes(r, modes))
+            .collect();
         let used = h.send(&batch);
         prop_assert_eq!(used.len(), len);
         if let R::Flush(d) = reqs[pos + len - 1] {
@@ -464,16 +521,16 @@ proptest! {
         cuts in proptest::collection::vec(1..20usize, 1..6),
     ) {
         let all = Harness::new(DeviceConfig::default(), &[1], 4).dev.device_features();
-        let (lazy, mut hl) = run(&reqs, &cuts, all, None)?;
-        // The strict device answers FLUSH with UNSUPP: compare the others.
-        let (strict, hs) = run(&reqs, &[1], all & !LAZY, None)?;
+        let (lazy, mut hl) = run(&reqs, &cuts, all, Modes::Lazy, None)?;
+        // The strict device answers IOTLB_FLUSH with UNSUPP: compare the others.
+        let (strict, hs) = run(&reqs, &[1], all & !LAZY, Modes::Strict, None)?;
         for (i, r) in reqs.iter().enumerate() {
             match r {
                 R::Flush(_) => {}
                 _ => prop_assert_eq!(lazy[i], strict[i], "request {} {:?}", i, r),
             }
         }
-        let flushes: Vec<Vec<u8>> = (0..3).map(req::flush).collect();
+        let flushes: Vec<Vec<u8>> = (0..3).map(req::iotlb_flush).collect();
         hl.send(&flushes);
         prop_assert_eq!(host_state(&hl), host_state(&hs));
         prop_assert_eq!(hs.dev.counters().deferred_unmaps, 0);
@@ -490,7 +547,7 @@ proptest! {
         page in 0..32u64,
     ) {
         let all = Harness::new(DeviceConfig::default(), &[1], 4).dev.device_features();
-        let (_, h) = run(&reqs, &cuts, all, Some(page))?;
+        let (_, h) = run(&reqs, &cuts, all, Modes::Mixed, Some(page))?;
         prop_assert!(h.mappers.iter().all(|m| m.violations().is_empty()));
     }
 }

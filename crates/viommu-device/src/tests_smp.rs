@@ -118,11 +118,12 @@ impl Guest {
     fn new(lazy: bool) -> Self {
         let mut h = Harness::new(DeviceConfig::default(), &[1], 256);
         if !lazy {
-            let features = h.dev.device_features() & !(1 << crate::VIRTIO_IOMMU_F_LAZY_UNMAP);
+            let features = h.dev.device_features() & !(1 << crate::VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH);
             h.restart(features);
         }
+        let mode = if lazy { req::LAZY } else { 0 };
         assert_eq!(
-            h.statuses(&[req::attach(DOMAIN, 1, 0)]),
+            h.statuses(&[req::attach(DOMAIN, 1, mode)]),
             vec![Some(VIRTIO_IOMMU_S_OK)]
         );
         Guest {
@@ -246,7 +247,7 @@ impl Guest {
             self.kick()?;
         }
         if self.lazy {
-            self.add(req::unmap_deferred(DOMAIN, io.iova, io.iova + size - 1))?;
+            self.add(req::unmap(DOMAIN, io.iova, io.iova + size - 1))?;
             self.flush_pending = true;
             // queue_iova(): free what finished flushes cover, flush a full queue.
             self.fq_free(cpu);
@@ -268,7 +269,7 @@ impl Guest {
         self.fq_start += 1;
         if self.flush_pending {
             self.flush_pending = false;
-            self.add(req::flush(DOMAIN))?;
+            self.add(req::iotlb_flush(DOMAIN))?;
         }
         self.kick()?;
         self.fq_finish += 1;

@@ -10,7 +10,7 @@ pub enum Reject {
     Overlap,
     /// UNMAP that would split a mapping.
     Split,
-    /// The per-domain mapping limit is reached.
+    /// The per-domain mapping limit or byte budget is reached.
     Limit,
 }
 
@@ -36,9 +36,10 @@ impl Span for Entry {
 ///
 /// Outside a batch being executed, every entry is also mapped on the host
 /// with exactly the same range (one host mapping per guest mapping), and so
-/// is every deferred unmap: a mapping the guest unmapped with
-/// `VIRTIO_IOMMU_UNMAP_F_DEFERRED` that is gone from the table but stays on
-/// the host until [`crate::flush_deferred`] (or a MAP over it) removes it.
+/// is every deferred unmap: a mapping the guest unmapped in a lazy domain
+/// that is gone from the table but stays on the host until
+/// [`crate::flush_deferred`] (the domain's IOTLB_FLUSH) or a MAP over it
+/// removes it.
 /// Deferred mappings never overlap each other; they may overlap table
 /// entries only transiently inside [`crate::run_batch`].
 #[derive(Clone, Debug)]
@@ -46,6 +47,9 @@ pub struct MappingTable {
     map: IntervalMap<Entry>,
     deferred: IntervalMap<Mapping>,
     limit: usize,
+    /// Bytes of the mappings and of the deferred unmaps (all on the host).
+    bytes: u64,
+    byte_limit: u64,
 }
 
 impl MappingTable {
@@ -55,7 +59,22 @@ impl MappingTable {
             map: IntervalMap::new(),
             deferred: IntervalMap::new(),
             limit,
+            bytes: 0,
+            byte_limit: u64::MAX,
         }
+    }
+
+    /// The same table refusing MAPs once its mappings and deferred unmaps
+    /// would hold more than `bytes` bytes of IOVA space on the host (a
+    /// guest can otherwise alias its RAM without bound).
+    pub fn with_byte_limit(mut self, bytes: u64) -> Self {
+        self.byte_limit = bytes;
+        self
+    }
+
+    /// Bytes held on the host: mappings plus deferred unmaps.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Number of mappings.
@@ -93,7 +112,7 @@ impl MappingTable {
         if self.overlaps(m.iova, m.last()) {
             return Err(Reject::Overlap);
         }
-        if self.map.len() >= self.limit {
+        if self.map.len() >= self.limit || self.bytes.saturating_add(m.size) > self.byte_limit {
             return Err(Reject::Limit);
         }
         Ok(())
@@ -110,11 +129,14 @@ impl MappingTable {
 
     /// Inserts a mapping the caller has checked with [`Self::check_map`].
     pub(crate) fn insert(&mut self, entry: Entry) {
+        self.bytes = self.bytes.saturating_add(entry.mapping.size);
         self.map.insert(entry);
     }
 
     pub(crate) fn remove(&mut self, iova: u64) -> Option<Entry> {
-        self.map.remove(iova)
+        let e = self.map.remove(iova)?;
+        self.bytes = self.bytes.saturating_sub(e.mapping.size);
+        Some(e)
     }
 
     pub(crate) fn entry(&self, iova: u64) -> Option<&Entry> {
@@ -137,11 +159,19 @@ impl MappingTable {
     pub fn clear(&mut self) {
         self.map.clear();
         self.deferred.clear();
+        self.bytes = 0;
     }
 
     /// Deferred unmaps still on the host, in IOVA order.
     pub fn deferred(&self) -> impl Iterator<Item = &Mapping> + '_ {
         self.deferred.iter()
+    }
+
+    /// Forgets the deferred unmaps (the caller removed them from the host).
+    pub fn forget_deferred(&mut self) {
+        let gone: u64 = self.deferred.iter().map(|m| m.size).sum();
+        self.bytes = self.bytes.saturating_sub(gone);
+        self.deferred.clear();
     }
 
     /// Number of deferred unmaps still on the host.
@@ -155,11 +185,14 @@ impl MappingTable {
     }
 
     pub(crate) fn defer(&mut self, m: Mapping) {
+        self.bytes = self.bytes.saturating_add(m.size);
         self.deferred.insert(m);
     }
 
     pub(crate) fn undefer(&mut self, iova: u64) -> Option<Mapping> {
-        self.deferred.remove(iova)
+        let m = self.deferred.remove(iova)?;
+        self.bytes = self.bytes.saturating_sub(m.size);
+        Some(m)
     }
 
     /// Inserts a mapping that is already on the host (tests and replay).

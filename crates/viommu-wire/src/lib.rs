@@ -35,10 +35,14 @@ pub mod features {
     pub const VIRTIO_IOMMU_F_MMIO: u32 = 5;
     /// Config field `bypass` and `VIRTIO_IOMMU_ATTACH_F_BYPASS` are available.
     pub const VIRTIO_IOMMU_F_BYPASS_CONFIG: u32 = 6;
-    /// Ours (docs/lazy-unmap-contract.md): UNMAP requests may carry
-    /// `VIRTIO_IOMMU_UNMAP_F_DEFERRED`, and the FLUSH request is available.
-    /// Device-specific range 50-63, clear of the transport bits 24-49.
-    pub const VIRTIO_IOMMU_F_LAZY_UNMAP: u32 = 60;
+    /// Lazy domains, in the shape of virtio-spec issue #204
+    /// (docs/lazy-unmap-contract.md): ATTACH may carry
+    /// `VIRTIO_IOMMU_ATTACH_F_LAZY`, the device may keep the host
+    /// translations of a lazy domain's UNMAPs until its IOTLB_FLUSH, and
+    /// the IOTLB_FLUSH request is available. The number is ours until the
+    /// specification assigns one: device-specific range 50-63, clear of the
+    /// transport bits 24-49.
+    pub const VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH: u32 = 60;
     /// Ours (docs/lazy-unmap-contract.md): PROBE reports the
     /// `VIRTIO_IOMMU_PROBE_T_POOL_HINT` property.
     pub const VIRTIO_IOMMU_F_POOL_HINT: u32 = 61;
@@ -56,9 +60,10 @@ pub mod req_type {
     pub const VIRTIO_IOMMU_T_UNMAP: u8 = 4;
     /// Probe the properties of an endpoint.
     pub const VIRTIO_IOMMU_T_PROBE: u8 = 5;
-    /// Ours, with `VIRTIO_IOMMU_F_LAZY_UNMAP`: remove from the host every
-    /// deferred unmap of a domain (docs/lazy-unmap-contract.md).
-    pub const VIRTIO_IOMMU_T_FLUSH: u8 = 0x80;
+    /// With `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH` (#204's shape, our number):
+    /// invalidate the whole domain, i.e. remove from the host every range
+    /// the domain's UNMAPs left reachable (docs/lazy-unmap-contract.md).
+    pub const VIRTIO_IOMMU_T_IOTLB_FLUSH: u8 = 0x80;
 }
 
 /// Status codes (`ReqTail::status`).
@@ -85,6 +90,9 @@ pub mod status {
 
 /// `AttachReq::flags`: the domain is a bypass (identity) domain.
 pub const VIRTIO_IOMMU_ATTACH_F_BYPASS: u32 = 1 << 0;
+/// `AttachReq::flags` (with `VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH`): the domain
+/// is lazy: its UNMAPs may stay reachable until its next IOTLB_FLUSH.
+pub const VIRTIO_IOMMU_ATTACH_F_LAZY: u32 = 1 << 1;
 
 /// `MapReq::flags`: read access allowed.
 pub const VIRTIO_IOMMU_MAP_F_READ: u32 = 1 << 0;
@@ -92,10 +100,6 @@ pub const VIRTIO_IOMMU_MAP_F_READ: u32 = 1 << 0;
 pub const VIRTIO_IOMMU_MAP_F_WRITE: u32 = 1 << 1;
 /// `MapReq::flags`: the physical range is device MMIO.
 pub const VIRTIO_IOMMU_MAP_F_MMIO: u32 = 1 << 2;
-
-/// `UnmapReq::flags` (with `VIRTIO_IOMMU_F_LAZY_UNMAP`): the device may
-/// keep the host mapping until the next FLUSH of the domain.
-pub const VIRTIO_IOMMU_UNMAP_F_DEFERRED: u32 = 1 << 0;
 
 /// Probe property type: end of list.
 pub const VIRTIO_IOMMU_PROBE_T_NONE: u16 = 0;
@@ -248,18 +252,19 @@ pub struct UnmapReq {
     pub virt_start: Le64,
     /// Last IOVA of the range (inclusive).
     pub virt_end: Le64,
-    /// `VIRTIO_IOMMU_UNMAP_F_*` with `VIRTIO_IOMMU_F_LAZY_UNMAP` negotiated;
-    /// reserved (and ignored by the device) without it.
-    pub flags: Le32,
+    /// Reserved; ignored by the device (the specification lets it reject
+    /// a non-zero value but does not require it).
+    pub reserved: [u8; 4],
 }
 
-/// Device-readable part of a FLUSH request (ours, `VIRTIO_IOMMU_T_FLUSH`).
+/// Device-readable part of an IOTLB_FLUSH request
+/// (`VIRTIO_IOMMU_T_IOTLB_FLUSH`).
 #[repr(C, packed)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FlushReq {
-    /// Request head (`type_ == VIRTIO_IOMMU_T_FLUSH`).
+pub struct IotlbFlushReq {
+    /// Request head (`type_ == VIRTIO_IOMMU_T_IOTLB_FLUSH`).
     pub head: ReqHead,
-    /// Domain whose deferred unmaps are removed from the host.
+    /// Domain to invalidate: every range its UNMAPs left on the host goes.
     pub domain: Le32,
     /// Reserved; must be zero.
     pub reserved: [u8; 4],
@@ -407,7 +412,7 @@ byte_valued!(
     MapReq,
     UnmapReq,
     ProbeReq,
-    FlushReq,
+    IotlbFlushReq,
     ProbeProperty,
     ProbeResvMem,
     ProbePoolHint,
@@ -430,13 +435,16 @@ const _: () = {
     assert!(size_of::<ProbeResvMem>() == 24);
     assert!(ProbeResvMem::LENGTH == 20);
     assert!(size_of::<Fault>() == 24);
-    assert!(size_of::<FlushReq>() == 12);
+    assert!(size_of::<IotlbFlushReq>() == 12);
     assert!(size_of::<ProbePoolHint>() == 32);
     assert!(ProbePoolHint::LENGTH == 28);
-    assert!(core::mem::offset_of!(UnmapReq, flags) == 24);
+    assert!(core::mem::offset_of!(UnmapReq, reserved) == 24);
     assert!(core::mem::offset_of!(ProbePoolHint, window_start) == 8);
     // Our feature bits are device-specific (50-63), not transport (24-49).
-    assert!(features::VIRTIO_IOMMU_F_LAZY_UNMAP >= 50 && features::VIRTIO_IOMMU_F_LAZY_UNMAP < 64);
+    assert!(
+        features::VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH >= 50
+            && features::VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH < 64
+    );
     assert!(features::VIRTIO_IOMMU_F_POOL_HINT >= 50 && features::VIRTIO_IOMMU_F_POOL_HINT < 64);
     assert!(VIRTIO_IOMMU_PROBE_T_POOL_HINT & !VIRTIO_IOMMU_PROBE_T_MASK == 0);
     assert!(core::mem::offset_of!(Config, bypass) == CONFIG_BYPASS_OFFSET as usize);
@@ -484,21 +492,21 @@ mod tests {
     }
 
     #[test]
-    fn lazy_unmap_wire_layout() {
-        let u = UnmapReq {
+    fn lazy_domain_wire_layout() {
+        let a = AttachReq {
             head: ReqHead {
-                type_: req_type::VIRTIO_IOMMU_T_UNMAP,
+                type_: req_type::VIRTIO_IOMMU_T_ATTACH,
                 reserved: [0; 3],
             },
             domain: 7.into(),
-            virt_start: 0x1000.into(),
-            virt_end: 0x1fff.into(),
-            flags: VIRTIO_IOMMU_UNMAP_F_DEFERRED.into(),
+            endpoint: 8.into(),
+            flags: VIRTIO_IOMMU_ATTACH_F_LAZY.into(),
+            reserved: [0; 4],
         };
-        assert_eq!(&u.as_slice()[24..28], &[1, 0, 0, 0]);
-        let f = FlushReq {
+        assert_eq!(&a.as_slice()[12..16], &[2, 0, 0, 0]);
+        let f = IotlbFlushReq {
             head: ReqHead {
-                type_: req_type::VIRTIO_IOMMU_T_FLUSH,
+                type_: req_type::VIRTIO_IOMMU_T_IOTLB_FLUSH,
                 reserved: [0; 3],
             },
             domain: 0x0102_0304.into(),

@@ -12,8 +12,15 @@
 //! Errors are JSON `{"error": ...}` with a 4xx status. One request per
 //! connection. The server runs on a current-thread tokio runtime of its
 //! own thread; the HTTP parsing, with its size limits, is in [`http`].
+//!
+//! Who may talk to it: the socket is created mode 0600, and a connection
+//! whose peer is neither root nor the VMM's own user is refused (403). At
+//! most [`MAX_CONNECTIONS`] are served at once (more get 503 at once), and a
+//! request must arrive within [`REQUEST_TIMEOUT`]. A live socket at the path
+//! (another VMM serving) is an error, a stale one is replaced.
 
 pub mod http;
+pub mod info;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +31,11 @@ use viommu_counters::PROMETHEUS_CONTENT_TYPE;
 
 use crate::devices::exit::{ExitReason, VmExit};
 use http::{read_request, write_response, Response};
+
+/// Connections served at once; more are answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 16;
+/// How long a connection may take to send its request.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Produces the current metrics as Prometheus text.
 pub type MetricsFn = Box<dyn Fn() -> String + Send + Sync>;
@@ -44,6 +56,9 @@ pub enum ApiError {
     /// Something that is not a socket is in the way.
     #[error("--api-socket {}: exists and is not a socket; remove it or pick another path", .0.display())]
     NotASocket(PathBuf),
+    /// Another process answers on the socket.
+    #[error("--api-socket {}: another process is serving on it (another VMM?); stop it or pick another path", .0.display())]
+    InUse(PathBuf),
     /// Binding or starting failed.
     #[error("--api-socket {}: cannot listen", path.display())]
     Listen {
@@ -82,27 +97,55 @@ pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
     }
 }
 
+/// Whether a peer with this uid may use the API: root, or our own user.
+fn peer_allowed(peer_uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    peer_uid == 0 || peer_uid == me
+}
+
 async fn serve_conn(stream: UnixStream, state: Arc<ApiState>) -> std::io::Result<()> {
+    let allowed = stream.peer_cred().is_ok_and(|c| peer_allowed(c.uid()));
     let (r, mut w) = stream.into_split();
+    if !allowed {
+        let resp = Response::error(403, "only root and the VMM's user may use this socket");
+        return write_response(&mut w, &resp).await;
+    }
     let mut r = BufReader::new(r);
-    let resp = match read_request(&mut r).await {
-        Ok(None) => return Ok(()),
-        Ok(Some(req)) => route(&req.method, &req.path, &state),
-        Err(resp) => resp,
+    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut r)).await {
+        Err(_) => Response::error(408, "no complete request in time"),
+        Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(Some(req))) => route(&req.method, &req.path, &state),
+        Ok(Err(resp)) => resp,
     };
     write_response(&mut w, &resp).await
 }
 
 /// Accept connections on `listener` forever.
 pub async fn serve(listener: UnixListener, state: Arc<ApiState>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tokio::spawn(async move {
+                        // Take the request first (briefly): closing on a
+                        // client still writing would be a broken pipe to it.
+                        let (r, mut w) = stream.into_split();
+                        let mut r = BufReader::new(r);
+                        let wait = std::time::Duration::from_secs(1);
+                        let _ = tokio::time::timeout(wait, read_request(&mut r)).await;
+                        let resp = Response::error(503, "too many connections; try again");
+                        let _ = write_response(&mut w, &resp).await;
+                    });
+                    continue;
+                };
                 let state = state.clone();
                 tokio::spawn(async move {
                     if let Err(e) = serve_conn(stream, state).await {
                         tracing::debug!("API connection: {e}");
                     }
+                    drop(permit);
                 });
             }
             Err(e) => {
@@ -117,6 +160,10 @@ fn prepare_path(path: &Path) -> Result<(), ApiError> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
+            // Somebody answering is a live socket: never take it away.
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ApiError::InUse(path.to_path_buf()));
+            }
             std::fs::remove_file(path).map_err(|source| ApiError::Listen {
                 path: path.to_path_buf(),
                 source,
@@ -143,6 +190,11 @@ pub fn spawn(path: &Path, state: ApiState) -> Result<(), ApiError> {
         let _guard = rt.enter();
         UnixListener::bind(path).map_err(listen_err)?
     };
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(listen_err)?;
+    }
     let state = Arc::new(state);
     std::thread::Builder::new()
         .name("api".into())

@@ -108,9 +108,6 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     let (s, exit) = state(Counters::default());
     assert!(matches!(spawn(&path, s), Err(ApiError::NotASocket(_))));
     std::fs::remove_file(&path).unwrap();
-    let (s, _) = state(Counters::default());
-    spawn(&path, s).unwrap();
-    // A second server on the same path replaces the stale socket.
     let mut c = Counters::default();
     c.requests.map = 3;
     c.requests.unmap = 2;
@@ -141,9 +138,9 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     ] {
         assert_eq!(m.get(k), Some(&v), "{k}");
     }
-    // Every counter field is there: 7 request types, 9 buckets, 7 host
-    // call counters, 11 more.
-    assert_eq!(m.len(), 7 + 9 + 7 + 11, "{text}");
+    // Every counter field is there: 7 request types, 9 buckets, 9 host
+    // call counters (7 counts, 2 times), 12 more.
+    assert_eq!(m.len(), 7 + 9 + 9 + 12, "{text}");
 
     let (status, info) = request(&path, "GET", "/api/v1/vm.info").unwrap();
     assert_eq!(status, 200);
@@ -157,4 +154,41 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     assert_eq!(request(&path, "PUT", "/api/v1/vm.shutdown").unwrap().0, 204);
     assert_eq!(exit2.reason(), Some(ExitReason::ApiShutdown));
     assert_eq!(exit.reason(), None);
+}
+
+#[test]
+fn socket_is_private_a_live_one_is_kept_and_connections_are_bounded() {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("vmm-api-hard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("api.sock");
+    let _ = std::fs::remove_file(&path);
+    // A stale socket (nobody listening) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let (s, _exit) = state(Counters::default());
+    spawn(&path, s).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A second VMM on the same path must not take the live socket away.
+    let (s2, _) = state(Counters::default());
+    assert!(matches!(spawn(&path, s2), Err(ApiError::InUse(_))));
+    assert_eq!(request(&path, "GET", "/api/v1/vm.info").unwrap().0, 200);
+    // MAX_CONNECTIONS idle connections hold every slot: the next one is
+    // answered 503 at once instead of queueing.
+    let idle: Vec<_> = (0..MAX_CONNECTIONS)
+        .map(|_| std::os::unix::net::UnixStream::connect(&path).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (status, _) = request(&path, "GET", "/metrics").unwrap();
+    assert_eq!(status, 503);
+    // An idle connection gets 408 after the request timeout, freeing its slot.
+    let mut first = idle.into_iter().next().unwrap();
+    first
+        .set_read_timeout(Some(REQUEST_TIMEOUT + std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = String::new();
+    first.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,55 +1,102 @@
-//! BAR address allocation inside the PCI MMIO windows.
+//! BAR placement inside the PCI MMIO windows, on rust-vmm's `vm-allocator`.
+//!
+//! The windows themselves are [`vm_allocator::AddressAllocator`]s; what is
+//! ours is the PCI policy on top: a BAR is naturally aligned (a PCI
+//! requirement: its low address bits are its size bits), takes at least a
+//! page so that each BAR can be mapped into the guest on its own, and a
+//! large 64-bit BAR goes to the window above 4 GiB. Allocation is first
+//! fit from the bottom of the window (`AllocPolicy::FirstMatch`), so a gap
+//! left by an alignment is filled by a later, smaller BAR.
 
-/// Hands out naturally aligned ranges from `[start, end)`, bump style
-/// (devices are plugged once at startup; nothing is freed).
-#[derive(Debug, Clone)]
-pub struct BarAllocator {
-    next: u64,
-    end: u64,
-}
+use vm_allocator::{AddressAllocator, AllocPolicy};
+
+use crate::layout::{PCI_MMIO32_SIZE, PCI_MMIO32_START, PCI_MMIO64_SIZE, PCI_MMIO64_START};
+
+/// BARs are at least a page so each can be mapped on its own.
+pub const MIN_BAR_ALIGN: u64 = 0x1000;
+
+/// 64-bit BARs of this size or more go to the window above 4 GiB; smaller
+/// ones stay below it, where every guest can reach them.
+pub const LARGE_BAR: u64 = 0x1000_0000;
 
 /// Why a BAR could not be placed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AllocError {
     /// Sizes are powers of two.
-    #[error("BAR size {0:#x} is not a power of two")]
+    #[error("BAR size {0:#x} is not a power of two (PCI BARs are; the device reports a bad size)")]
     Size(u64),
     /// The window is full.
-    #[error("no room for a {size:#x}-byte BAR in the PCI window")]
+    #[error("no room for a {size:#x}-byte BAR in the PCI window {start:#x}-{end:#x}; pass fewer --vfio devices")]
     Exhausted {
         /// Requested size.
         size: u64,
+        /// First address of the window.
+        start: u64,
+        /// Last address of the window.
+        end: u64,
     },
 }
 
-/// BARs are at least a page so each can be mapped on its own.
-pub const MIN_BAR_ALIGN: u64 = 0x1000;
+/// One PCI MMIO window handing out naturally aligned BAR ranges.
+#[derive(Debug, Clone)]
+pub struct BarWindow {
+    space: AddressAllocator,
+}
 
-impl BarAllocator {
-    /// An allocator for the window `[start, start + size)`.
-    pub fn new(start: u64, size: u64) -> Self {
-        BarAllocator {
-            next: start,
-            end: start.saturating_add(size),
-        }
+impl BarWindow {
+    /// The window `[start, start + size)`; `None` if it is empty or wraps.
+    pub fn new(start: u64, size: u64) -> Option<Self> {
+        AddressAllocator::new(start, size)
+            .ok()
+            .map(|space| BarWindow { space })
     }
 
-    /// A range of `size` bytes aligned to its size (and to at least a page).
+    /// A range of `size` bytes (a power of two) aligned to its size and to
+    /// at least a page; returns its first address.
     pub fn allocate(&mut self, size: u64) -> Result<u64, AllocError> {
         if !size.is_power_of_two() {
             return Err(AllocError::Size(size));
         }
-        let align = size.max(MIN_BAR_ALIGN);
-        let base = self
-            .next
-            .checked_next_multiple_of(align)
-            .ok_or(AllocError::Exhausted { size })?;
-        let end = base
-            .checked_add(size.max(MIN_BAR_ALIGN))
-            .filter(|&e| e <= self.end)
-            .ok_or(AllocError::Exhausted { size })?;
-        self.next = end;
-        Ok(base)
+        let len = size.max(MIN_BAR_ALIGN);
+        self.space
+            .allocate(len, len, AllocPolicy::FirstMatch)
+            .map(|r| r.start())
+            .map_err(|_| AllocError::Exhausted {
+                size,
+                start: self.space.base(),
+                end: self.space.end(),
+            })
+    }
+}
+
+/// The guest's two PCI MMIO windows: 32-bit below the MMIO hole's top and
+/// 64-bit above RAM (see [`crate::layout`]).
+#[derive(Debug, Clone)]
+pub struct BarWindows {
+    below_4g: BarWindow,
+    above_4g: BarWindow,
+}
+
+impl Default for BarWindows {
+    fn default() -> Self {
+        BarWindows {
+            below_4g: BarWindow::new(PCI_MMIO32_START, PCI_MMIO32_SIZE)
+                .expect("the 32-bit PCI window of the layout is a valid range"),
+            above_4g: BarWindow::new(PCI_MMIO64_START, PCI_MMIO64_SIZE)
+                .expect("the 64-bit PCI window of the layout is a valid range"),
+        }
+    }
+}
+
+impl BarWindows {
+    /// Place a BAR of `size` bytes: a 64-bit BAR of [`LARGE_BAR`] or more
+    /// above 4 GiB, anything else below.
+    pub fn allocate(&mut self, size: u64, is64: bool) -> Result<u64, AllocError> {
+        if is64 && size >= LARGE_BAR {
+            self.above_4g.allocate(size)
+        } else {
+            self.below_4g.allocate(size)
+        }
     }
 }
 
@@ -59,22 +106,40 @@ mod tests {
 
     #[test]
     fn natural_alignment_and_exhaustion() {
-        let mut a = BarAllocator::new(0xc000_0000, 0x10_0000);
+        let mut a = BarWindow::new(0xc000_0000, 0x10_0000).unwrap();
         assert_eq!(a.allocate(0x100), Ok(0xc000_0000));
         assert_eq!(a.allocate(0x4000), Ok(0xc000_4000));
-        assert_eq!(a.allocate(0x1000), Ok(0xc000_8000));
         assert_eq!(a.allocate(0x8_0000), Ok(0xc008_0000));
         assert_eq!(a.allocate(0x3000), Err(AllocError::Size(0x3000)));
-        assert_eq!(
-            a.allocate(0x8_0000),
-            Err(AllocError::Exhausted { size: 0x8_0000 })
-        );
-        // Bump allocation: gaps left by alignment are not reused.
-        assert_eq!(
-            a.allocate(0x1000),
-            Err(AllocError::Exhausted { size: 0x1000 })
-        );
-        let mut top = BarAllocator::new(u64::MAX - 0xfff, 0x1000);
+        assert_eq!(a.allocate(0), Err(AllocError::Size(0)));
+        let full = Err(AllocError::Exhausted {
+            size: 0x8_0000,
+            start: 0xc000_0000,
+            end: 0xc00f_ffff,
+        });
+        assert_eq!(a.allocate(0x8_0000), full);
+        // First fit: the gaps left by alignment are used by smaller BARs.
+        assert_eq!(a.allocate(0x1000), Ok(0xc000_1000));
+        assert_eq!(a.allocate(0x8000), Ok(0xc000_8000));
+        assert!(BarWindow::new(u64::MAX - 0xfff, 0x2000).is_none());
+        let mut top = BarWindow::new(u64::MAX - 0xfff, 0x1000).unwrap();
         assert!(top.allocate(0x2000).is_err());
+        let msg = a.allocate(0x10_0000).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "no room for a 0x100000-byte BAR in the PCI window 0xc0000000-0xc00fffff; pass fewer --vfio devices"
+        );
+    }
+
+    #[test]
+    fn large_64bit_bars_go_above_4g() {
+        let mut w = BarWindows::default();
+        assert_eq!(w.allocate(0x4000, true), Ok(PCI_MMIO32_START));
+        assert_eq!(
+            w.allocate(LARGE_BAR, false),
+            Ok(PCI_MMIO32_START + LARGE_BAR)
+        );
+        assert_eq!(w.allocate(LARGE_BAR, true), Ok(PCI_MMIO64_START));
+        assert_eq!(w.allocate(0x8000, false), Ok(PCI_MMIO32_START + 0x8000));
     }
 }

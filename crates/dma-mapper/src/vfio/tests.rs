@@ -492,6 +492,12 @@ fn iova_ranges_from_the_capability_chain() {
     body.extend_from_slice(&4u64.to_le_bytes());
     bad.extend(cap(1, 0, &body));
     assert_eq!(parse_iova_ranges(&bad, 24), None);
+    // The DMA-available count, found behind the other capabilities.
+    let mut avail = buf[..24 + 24].to_vec();
+    avail[24 + 4..24 + 8].copy_from_slice(&48u32.to_le_bytes());
+    avail.extend(cap(3, 0, &65_000u32.to_le_bytes()));
+    assert_eq!(parse_dma_avail(&avail, 24), Some(65_000));
+    assert_eq!(parse_dma_avail(&buf, 24), None, "not reported");
     // Fakes without the capability report Unsupported.
     let m = mapper(FakeContainer::default());
     assert_eq!(

@@ -377,7 +377,10 @@ impl VirtioPciDevice {
             return;
         }
         let old = self.status;
-        let mut new = new;
+        // Spec: "The driver MUST NOT clear a device status bit." Only a
+        // reset (0) clears them, so features are negotiated once per reset
+        // and cannot change under an active device.
+        let mut new = new | old;
         let features_ok = VIRTIO_CONFIG_S_FEATURES_OK as u8;
         if new & features_ok != 0 && old & features_ok == 0 {
             let offered = self.device.features();

@@ -292,3 +292,27 @@ fn features_without_version_1_are_refused() {
     r.w(STATUS, 1 | 2 | 4, 1);
     assert!(r.state.lock().unwrap().interrupt.is_none());
 }
+
+#[test]
+fn status_bits_stick_until_reset_so_features_cannot_change_while_active() {
+    let mut r = rig();
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x08, 0, 4);
+    r.w(0x0c, 1 << 3, 4);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    assert_eq!(r.state.lock().unwrap().acked, Some(DUMMY_FEATURES));
+    // The driver clears FEATURES_OK and DRIVER_OK, writes other features
+    // and sets FEATURES_OK again: the bits stay, nothing is renegotiated.
+    r.w(STATUS, 1 | 2, 1);
+    assert_eq!(r.r(STATUS, 1), 1 | 2 | 8 | 4);
+    r.w(0x08, 0, 4);
+    r.w(0x0c, 0, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    assert_eq!(r.state.lock().unwrap().acked, Some(DUMMY_FEATURES));
+    // A reset clears everything; negotiation starts over.
+    r.w(STATUS, 0, 1);
+    assert_eq!(r.r(STATUS, 1), 0);
+}

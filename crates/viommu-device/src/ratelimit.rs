@@ -1,0 +1,73 @@
+//! Warnings a guest can trigger, rate limited: a guest repeating a bad
+//! request must not flood the VMM's log (or the disk under it). At most
+//! [`PER_SECOND`] such warnings a second are logged; how many were dropped
+//! is logged when the next second starts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Guest-triggered warnings logged per second at most.
+pub const PER_SECOND: u64 = 10;
+
+static START: OnceLock<Instant> = OnceLock::new();
+/// The current one-second window (seconds since START).
+static WINDOW: AtomicU64 = AtomicU64::new(0);
+/// Warnings allowed in the current window.
+static COUNT: AtomicU64 = AtomicU64::new(0);
+/// Warnings dropped since the last report.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether one more guest-triggered warning may be logged now.
+pub fn allow() -> bool {
+    let now = START.get_or_init(Instant::now).elapsed().as_secs();
+    let window = WINDOW.load(Ordering::Relaxed);
+    if now != window
+        && WINDOW
+            .compare_exchange(window, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        COUNT.store(0, Ordering::Relaxed);
+        let dropped = DROPPED.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                "guest-triggered warnings dropped (more than {PER_SECOND} a second)"
+            );
+        }
+    }
+    if COUNT.fetch_add(1, Ordering::Relaxed) < PER_SECOND {
+        true
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+}
+
+/// `tracing::warn!` for what a guest can trigger, rate limited by [`allow`].
+macro_rules! guest_warn {
+    ($($arg:tt)*) => {
+        if $crate::ratelimit::allow() {
+            tracing::warn!($($arg)*);
+        }
+    };
+}
+pub(crate) use guest_warn;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_cut_to_the_limit_per_second() {
+        let start = Instant::now();
+        let allowed = (0..10_000).filter(|_| allow()).count() as u64;
+        // Other tests may log too, and the burst may straddle windows.
+        let windows = start.elapsed().as_secs() + 2;
+        assert!(
+            allowed <= PER_SECOND * windows,
+            "{allowed} in {windows} windows"
+        );
+        assert!(DROPPED.load(Ordering::Relaxed) > 0 || allowed < 10_000);
+    }
+}

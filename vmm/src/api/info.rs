@@ -1,0 +1,126 @@
+//! What `GET /api/v1/vm.info` describes, and the [`ApiState`] the
+//! machine serves.
+
+use std::sync::{Arc, Mutex};
+
+use super::ApiState;
+use crate::cli::VmConfig;
+use crate::devices::exit::VmExit;
+use crate::pci::Bdf;
+
+/// What `GET /api/v1/vm.info` answers.
+#[derive(Debug, serde::Serialize)]
+struct VmInfo<'a> {
+    cpus: u8,
+    memory_bytes: u64,
+    hugepages: bool,
+    kernel: &'a std::path::Path,
+    initrd: Option<&'a std::path::Path>,
+    cmdline: &'a str,
+    viommu: bool,
+    lazy_unmap: bool,
+    pool_hint: Option<PoolHintInfo>,
+    vfio: Vec<VfioInfo<'a>>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PoolHintInfo {
+    threshold: u32,
+    pool_max: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct VfioInfo<'a> {
+    host: &'a str,
+    guest: String,
+    iommu_group: u32,
+}
+
+/// What the control plane answers from: `cfg` described, the virtio-iommu's
+/// counters (if any) as metrics, shutdown through `exit`; `vfio_bdfs` are
+/// the guest BDFs of `cfg.vfio`, in order.
+pub fn state(
+    cfg: &VmConfig,
+    exit: &Arc<VmExit>,
+    viommu: Option<Arc<Mutex<viommu_device::Counters>>>,
+    vfio_bdfs: &[Bdf],
+) -> ApiState {
+    let info = VmInfo {
+        cpus: cfg.cpus,
+        memory_bytes: cfg.memory,
+        hugepages: cfg.hugepages,
+        kernel: &cfg.kernel,
+        initrd: cfg.initrd.as_deref(),
+        cmdline: &cfg.cmdline,
+        viommu: cfg.viommu,
+        lazy_unmap: cfg.viommu && cfg.lazy_unmap,
+        pool_hint: cfg
+            .pool_hint
+            .filter(|_| cfg.viommu)
+            .map(|(threshold, pool_max)| PoolHintInfo {
+                threshold,
+                pool_max,
+            }),
+        vfio: cfg
+            .vfio
+            .iter()
+            .zip(vfio_bdfs)
+            .map(|(spec, b)| VfioInfo {
+                host: &spec.bdf,
+                guest: b.to_string(),
+                iommu_group: spec.group,
+            })
+            .collect(),
+    };
+    let metrics = Box::new(move || match &viommu {
+        Some(c) => {
+            let c = *c.lock().unwrap_or_else(|e| e.into_inner());
+            viommu_counters::prometheus_text("viommu", &c)
+        }
+        None => String::new(),
+    });
+    ApiState {
+        info: serde_json::to_value(&info).unwrap_or_default(),
+        metrics,
+        exit: exit.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::VfioDeviceSpec;
+
+    #[test]
+    fn info_names_each_device_on_host_and_guest() {
+        let cfg = VmConfig {
+            kernel: "bzImage".into(),
+            initrd: None,
+            cmdline: "console=ttyS0".into(),
+            memory: 1 << 30,
+            hugepages: false,
+            cpus: 2,
+            vfio: vec![VfioDeviceSpec {
+                sysfs: "/sys/bus/pci/devices/0000:01:00.0".into(),
+                bdf: "0000:01:00.0".into(),
+                group: 7,
+            }],
+            viommu: false,
+            api_socket: None,
+            lazy_unmap: true,
+            pool_hint: Some((4096, 1 << 20)),
+            reserve_iova: Vec::new(),
+            host_pci_reserve: true,
+        };
+        let exit = Arc::new(VmExit::new().unwrap());
+        let s = state(&cfg, &exit, None, &[Bdf::slot(1)]);
+        assert_eq!(s.info["cpus"], 2);
+        assert_eq!(s.info["vfio"][0]["host"], "0000:01:00.0");
+        assert_eq!(s.info["vfio"][0]["guest"], "0000:00:01.0");
+        assert_eq!(s.info["vfio"][0]["iommu_group"], 7);
+        // Without a virtio-iommu nothing of it is offered or counted.
+        assert_eq!(s.info["lazy_unmap"], false);
+        assert!(s.info["pool_hint"].is_null());
+        assert_eq!((s.metrics)(), "");
+    }
+}

@@ -1,0 +1,224 @@
+//! Checks of flag values against the host: files that must be readable,
+//! `--vfio` devices that must be PCI functions bound to vfio-pci with a
+//! usable IOMMU group.
+
+use std::path::{Path, PathBuf};
+
+use super::ConfigError;
+
+/// A validated VFIO device to pass through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfioDeviceSpec {
+    /// Its sysfs directory.
+    pub sysfs: PathBuf,
+    /// Its PCI address, `DDDD:BB:DD.F`.
+    pub bdf: String,
+    /// Its IOMMU group number.
+    pub group: u32,
+}
+
+/// Check a `--vfio` value: a PCI device with an IOMMU group whose
+/// `/dev/vfio/N` exists (`dev_vfio` is `/dev/vfio` outside tests).
+pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec, ConfigError> {
+    let not_pci = || ConfigError::NotPciDevice {
+        path: path.to_path_buf(),
+    };
+    let canon = path.canonicalize().map_err(|_| not_pci())?;
+    let bdf = canon
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| is_bdf(n))
+        .ok_or_else(not_pci)?
+        .to_string();
+    if !canon.join("config").exists() {
+        return Err(not_pci());
+    }
+    let group = std::fs::read_link(canon.join("iommu_group"))
+        .ok()
+        .and_then(|g| g.file_name()?.to_str()?.parse::<u32>().ok())
+        .ok_or_else(|| ConfigError::NoIommuGroup {
+            path: path.to_path_buf(),
+        })?;
+    let dev = dev_vfio.join(group.to_string());
+    if !dev.exists() {
+        return Err(ConfigError::NotBoundToVfio {
+            path: path.to_path_buf(),
+            bdf,
+            dev,
+        });
+    }
+    // Open the group once now, so that a busy or forbidden device is one
+    // clear line here, not an ioctl error deep in VM setup. The file closes
+    // again at once; VM setup opens it for real.
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dev)
+    {
+        if let Some(err) = group_open_error(path, &dev, group, &e) {
+            return Err(err);
+        }
+    }
+    Ok(VfioDeviceSpec {
+        sysfs: canon,
+        bdf,
+        group,
+    })
+}
+
+/// The one-line error for a failed open of a group's `/dev/vfio/N`, where
+/// the cause is one a user can fix; `None` leaves the error to VM setup.
+fn group_open_error(
+    path: &Path,
+    dev: &Path,
+    group: u32,
+    e: &std::io::Error,
+) -> Option<ConfigError> {
+    match e.raw_os_error() {
+        Some(libc::EBUSY) => Some(ConfigError::VfioBusy {
+            path: path.to_path_buf(),
+            dev: dev.to_path_buf(),
+            group,
+        }),
+        Some(libc::EACCES | libc::EPERM) => Some(ConfigError::VfioDenied {
+            path: path.to_path_buf(),
+            dev: dev.to_path_buf(),
+        }),
+        _ => None,
+    }
+}
+
+/// `DDDD:BB:DD.F` in hex.
+fn is_bdf(s: &str) -> bool {
+    let b = s.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_hexdigit);
+    b.len() == 12
+        && hex(0..4)
+        && b[4] == b':'
+        && hex(5..7)
+        && b[7] == b':'
+        && hex(8..10)
+        && b[10] == b'.'
+        && (b'0'..=b'7').contains(&b[11])
+}
+
+/// Check that `path` (the value of `--flag`) is a regular file this user
+/// may read; `what` says what the flag wants, for the error.
+pub(super) fn check_file(
+    flag: &'static str,
+    path: &Path,
+    what: &'static str,
+) -> Result<(), ConfigError> {
+    let meta = std::fs::metadata(path).map_err(|source| ConfigError::File {
+        flag,
+        path: path.to_path_buf(),
+        what,
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(ConfigError::NotAFile {
+            flag,
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    // Opening catches permission problems now rather than mid-boot.
+    std::fs::File::open(path).map_err(|source| ConfigError::File {
+        flag,
+        path: path.to_path_buf(),
+        what,
+        source,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::tests::tmpdir;
+
+    #[test]
+    fn vfio_checks_name_the_fix() {
+        let d = tmpdir("vfio");
+        let dev = d.join("0000:00:04.0");
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(dev.join("config"), [0u8; 64]).unwrap();
+        let groups = d.join("groups/7");
+        std::fs::create_dir_all(&groups).unwrap();
+        let dev_vfio = d.join("dev-vfio");
+        std::fs::create_dir_all(&dev_vfio).unwrap();
+
+        assert!(matches!(
+            check_vfio_device(&d.join("nope"), &dev_vfio),
+            Err(ConfigError::NotPciDevice { .. })
+        ));
+        assert!(matches!(
+            check_vfio_device(&d, &dev_vfio),
+            Err(ConfigError::NotPciDevice { .. })
+        ));
+        assert!(matches!(
+            check_vfio_device(&dev, &dev_vfio),
+            Err(ConfigError::NoIommuGroup { .. })
+        ));
+        std::os::unix::fs::symlink(&groups, dev.join("iommu_group")).unwrap();
+        let err = check_vfio_device(&dev, &dev_vfio).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("dev-vfio/7: bind 0000:00:04.0 to vfio-pci"),
+            "{msg}"
+        );
+        std::fs::write(dev_vfio.join("7"), b"").unwrap();
+        let spec = check_vfio_device(&dev, &dev_vfio).unwrap();
+        assert_eq!(spec.bdf, "0000:00:04.0");
+        assert_eq!(spec.group, 7);
+    }
+
+    #[test]
+    fn busy_or_forbidden_group_is_one_line_with_the_fix() {
+        let (path, dev) = (
+            Path::new("/sys/bus/pci/devices/0000:00:04.0"),
+            Path::new("/dev/vfio/7"),
+        );
+        let busy = group_open_error(
+            path,
+            dev,
+            7,
+            &std::io::Error::from_raw_os_error(libc::EBUSY),
+        )
+        .expect("EBUSY is reported")
+        .to_string();
+        assert!(
+            busy.starts_with("--vfio /sys/bus/pci/devices/0000:00:04.0: /dev/vfio/7 is busy"),
+            "{busy}"
+        );
+        assert!(
+            busy.contains("IOMMU group 7 open") && !busy.contains('\n'),
+            "{busy}"
+        );
+        let denied = group_open_error(
+            path,
+            dev,
+            7,
+            &std::io::Error::from_raw_os_error(libc::EACCES),
+        )
+        .expect("EACCES is reported")
+        .to_string();
+        assert!(
+            denied.contains("permission denied (run as root"),
+            "{denied}"
+        );
+        // Anything else is left to VM setup, which names the device too.
+        assert!(
+            group_open_error(path, dev, 7, &std::io::Error::from_raw_os_error(libc::EIO)).is_none()
+        );
+    }
+
+    #[test]
+    fn bdf_syntax() {
+        assert!(is_bdf("0000:00:04.0"));
+        assert!(is_bdf("0000:af:1f.7"));
+        assert!(!is_bdf("0000:00:04.8"));
+        assert!(!is_bdf("00:04.0"));
+        assert!(!is_bdf("0000:00:04:0"));
+    }
+}

@@ -1,0 +1,348 @@
+//! Command line: what the user asks for, checked before anything is built.
+//!
+//! Every error names the flag, the bad value and what to do about it
+//! ([`ConfigError`]). The flags and [`Cli::validate`] are here; the value
+//! parsers are in `parse.rs`, the checks of files and `--vfio` devices on
+//! the host in `checks.rs`.
+
+mod checks;
+mod error;
+mod parse;
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+pub use checks::{check_vfio_device, VfioDeviceSpec};
+pub use error::ConfigError;
+pub use parse::{parse_range, parse_size};
+
+use checks::check_file;
+
+/// Most vCPUs we describe: xAPIC ids in the MADT are one byte and 0xff is broadcast.
+pub const MAX_CPUS: u8 = 254;
+/// Smallest guest we start: room for the boot structures, kernel and initramfs.
+pub const MIN_MEMORY: u64 = 64 << 20;
+
+/// A KVM VMM whose virtio-iommu batches guest DMA map/unmap requests.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+pub struct Cli {
+    /// Linux bzImage to boot directly (64-bit boot protocol).
+    #[arg(long, value_name = "PATH")]
+    pub kernel: PathBuf,
+    /// Initramfs to load next to the kernel.
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, default_value = "console=ttyS0 panic=-1")]
+    pub cmdline: String,
+    /// Guest RAM: bytes, or with a K/M/G suffix (e.g. 512M, 2G).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub memory: u64,
+    /// Back guest RAM with 2 MiB huge pages (needs free pages in
+    /// /proc/sys/vm/nr_hugepages).
+    #[arg(long)]
+    pub hugepages: bool,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=MAX_CPUS as i64))]
+    pub cpus: u8,
+    /// PCI device to pass through: its sysfs directory,
+    /// /sys/bus/pci/devices/DDDD:BB:DD.F, bound to vfio-pci. Repeatable.
+    #[arg(long, value_name = "SYSFS_PATH")]
+    pub vfio: Vec<PathBuf>,
+    /// Serve the control plane (HTTP: GET /metrics, GET /api/v1/vm.info,
+    /// PUT /api/v1/vm.shutdown) on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub api_socket: Option<PathBuf>,
+    /// Put the passed-through devices behind a virtio-iommu (without
+    /// --vfio: a virtio-iommu with no endpoints).
+    #[arg(long)]
+    pub viommu: bool,
+    /// Do not offer the lazy-unmap extension (docs/lazy-unmap-contract.md):
+    /// every UNMAP is then removed from the host before it completes, as
+    /// with stock QEMU. Needs --viommu.
+    #[arg(long)]
+    pub no_lazy_unmap: bool,
+    /// DMA size up to which the guest is told to copy through its bounce
+    /// pool (the POOL_HINT probe property); 0 offers no hint. Needs
+    /// --viommu. [default: 64K]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub pool_threshold: Option<u64>,
+    /// Bytes of bounce-pool buffers per domain the pool hint suggests.
+    /// Needs --viommu. [default: 64M]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub pool_max: Option<u64>,
+    /// An IOVA range the guest must not use, FIRST-LAST inclusive (hex with
+    /// 0x, or decimal): reported to the guest as a RESV_MEM reserved region.
+    /// Repeatable. Needs --viommu.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range)]
+    pub reserve_iova: Vec<(u64, u64)>,
+    /// For debugging only: do not reserve the host's PCI windows and the
+    /// passed-through devices' BARs in the guest's IOVA space. A guest IOVA
+    /// equal to a host MMIO address can then be taken for peer-to-peer
+    /// traffic or refused by the device. Needs --viommu.
+    #[arg(long)]
+    pub no_host_pci_reserve: bool,
+}
+
+/// Default of `--pool-threshold`.
+pub const DEFAULT_POOL_THRESHOLD: u64 = 64 << 10;
+/// Default of `--pool-max`.
+pub const DEFAULT_POOL_MAX: u64 = 64 << 20;
+
+/// What the VMM builds, from a checked command line.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// bzImage path.
+    pub kernel: PathBuf,
+    /// Initramfs path.
+    pub initrd: Option<PathBuf>,
+    /// Kernel command line.
+    pub cmdline: String,
+    /// Guest RAM in bytes.
+    pub memory: u64,
+    /// Back RAM with huge pages.
+    pub hugepages: bool,
+    /// vCPU count.
+    pub cpus: u8,
+    /// Devices to pass through.
+    pub vfio: Vec<VfioDeviceSpec>,
+    /// Put them behind a virtio-iommu.
+    pub viommu: bool,
+    /// Control plane socket.
+    pub api_socket: Option<PathBuf>,
+    /// Offer the lazy-unmap extension.
+    pub lazy_unmap: bool,
+    /// The bounce-pool hint to offer as (threshold, pool_max) bytes; `None`:
+    /// no hint.
+    pub pool_hint: Option<(u32, u64)>,
+    /// IOVA ranges the guest must not use (`--reserve-iova`), inclusive.
+    pub reserve_iova: Vec<(u64, u64)>,
+    /// Keep the guest's IOVAs off the host's PCI windows and BARs.
+    pub host_pci_reserve: bool,
+}
+
+impl Cli {
+    /// Check every flag; the first problem found is returned.
+    pub fn validate(self, dev_vfio: &Path) -> Result<VmConfig, ConfigError> {
+        check_file("kernel", &self.kernel, "a Linux bzImage")?;
+        if let Some(initrd) = &self.initrd {
+            check_file("initrd", initrd, "an initramfs (cpio archive)")?;
+        }
+        if self.memory < MIN_MEMORY {
+            return Err(ConfigError::MemoryTooSmall { got: self.memory });
+        }
+        let (align, hint) = if self.hugepages {
+            (2 << 20, " with --hugepages (2 MiB pages)")
+        } else {
+            (4096, "")
+        };
+        if !self.memory.is_multiple_of(align) {
+            return Err(ConfigError::MemoryUnaligned {
+                got: self.memory,
+                align,
+                hint,
+            });
+        }
+        let pool_hint = self.check_viommu_options()?;
+        let vfio = self
+            .vfio
+            .iter()
+            .map(|p| check_vfio_device(p, dev_vfio))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(VmConfig {
+            kernel: self.kernel,
+            initrd: self.initrd,
+            cmdline: self.cmdline,
+            memory: self.memory,
+            hugepages: self.hugepages,
+            cpus: self.cpus,
+            vfio,
+            viommu: self.viommu,
+            api_socket: self.api_socket,
+            lazy_unmap: !self.no_lazy_unmap,
+            pool_hint,
+            reserve_iova: self.reserve_iova,
+            host_pci_reserve: !self.no_host_pci_reserve,
+        })
+    }
+
+    /// The virtio-iommu flags need `--viommu`; the pool hint's values must
+    /// fit the POOL_HINT property. Returns the hint to offer.
+    fn check_viommu_options(&self) -> Result<Option<(u32, u64)>, ConfigError> {
+        if !self.viommu {
+            let given = [
+                ("no-lazy-unmap", self.no_lazy_unmap),
+                ("pool-threshold", self.pool_threshold.is_some()),
+                ("pool-max", self.pool_max.is_some()),
+                ("reserve-iova", !self.reserve_iova.is_empty()),
+                ("no-host-pci-reserve", self.no_host_pci_reserve),
+            ];
+            if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
+                return Err(ConfigError::NeedsViommu { flag });
+            }
+        }
+        let threshold = self.pool_threshold.unwrap_or(DEFAULT_POOL_THRESHOLD);
+        let pool_max = self.pool_max.unwrap_or(DEFAULT_POOL_MAX);
+        if threshold == 0 {
+            return Ok(None);
+        }
+        let bad = |flag, got, why| Err(ConfigError::PoolHint { flag, got, why });
+        let Ok(threshold32) = u32::try_from(threshold) else {
+            return bad("pool-threshold", threshold, "must be below 4G");
+        };
+        if !pool_max.is_multiple_of(4096) || pool_max == 0 {
+            return bad("pool-max", pool_max, "must be a non-zero multiple of 4K");
+        }
+        if pool_max < threshold {
+            return bad(
+                "pool-max",
+                pool_max,
+                "must be at least --pool-threshold (one buffer must fit)",
+            );
+        }
+        Ok(Some((threshold32, pool_max)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh, empty directory for one test.
+    pub(super) fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vmm-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A test directory with a kernel file in it, and `validate` of the
+    /// command line `vmm --kernel KERNEL ARGS...` with `/dev/vfio` there.
+    fn validator(name: &str) -> (PathBuf, impl Fn(&[&str]) -> Result<VmConfig, ConfigError>) {
+        let d = tmpdir(name);
+        let k = d.join("bzImage");
+        std::fs::write(&k, b"x").unwrap();
+        let dir = d.clone();
+        let v = move |args: &[&str]| {
+            let ks = k.to_str().unwrap();
+            let mut all = vec!["vmm", "--kernel", ks];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap().validate(&dir)
+        };
+        (d, v)
+    }
+
+    #[test]
+    fn parses_the_issue_command_line() {
+        let cli = Cli::try_parse_from([
+            "vmm",
+            "--kernel",
+            "bzImage",
+            "--initrd",
+            "initrd.cpio.gz",
+            "--cmdline",
+            "console=ttyS0",
+            "--memory",
+            "1G",
+            "--cpus",
+            "2",
+            "--vfio",
+            "/sys/bus/pci/devices/0000:00:04.0",
+            "--viommu",
+        ])
+        .unwrap();
+        assert_eq!(cli.memory, 1 << 30);
+        assert_eq!(cli.cpus, 2);
+        assert_eq!(cli.vfio.len(), 1);
+        assert!(cli.viommu);
+        assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--cpus", "0"]).is_err());
+        assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--cpus", "255"]).is_err());
+        assert!(Cli::try_parse_from(["vmm", "--initrd", "i"]).is_err());
+    }
+
+    #[test]
+    fn missing_kernel_names_the_flag_and_path() {
+        let cli = Cli::try_parse_from(["vmm", "--kernel", "/nonexistent/bzImage"]).unwrap();
+        let err = cli.validate(Path::new("/dev/vfio")).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("--kernel /nonexistent/bzImage: cannot open"),
+            "{msg}"
+        );
+        assert!(msg.contains("bzImage"), "{msg}");
+        assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn memory_checks() {
+        let (d, v) = validator("mem");
+        assert!(matches!(
+            v(&["--memory", "1M"]),
+            Err(ConfigError::MemoryTooSmall { .. })
+        ));
+        assert!(matches!(
+            v(&["--memory", "65M", "--hugepages"]),
+            Err(ConfigError::MemoryUnaligned {
+                align: 0x20_0000,
+                ..
+            })
+        ));
+        let cfg = v(&["--memory", "66M", "--cpus", "2"]).unwrap();
+        assert_eq!((cfg.memory, cfg.cpus), (66 << 20, 2));
+        assert!(matches!(
+            v(&["--initrd", d.to_str().unwrap()]),
+            Err(ConfigError::NotAFile { flag: "initrd", .. })
+        ));
+        assert!(v(&["--viommu"]).unwrap().viommu);
+    }
+
+    #[test]
+    fn viommu_options() {
+        let (_, v) = validator("viommu-opts");
+        let cfg = v(&["--viommu"]).unwrap();
+        assert!(cfg.lazy_unmap);
+        assert_eq!(
+            cfg.pool_hint,
+            Some((DEFAULT_POOL_THRESHOLD as u32, DEFAULT_POOL_MAX))
+        );
+        let cfg = v(&["--viommu", "--no-lazy-unmap", "--pool-threshold", "0"]).unwrap();
+        assert!(!cfg.lazy_unmap);
+        assert_eq!(cfg.pool_hint, None);
+        let cfg = v(&["--viommu", "--pool-threshold", "16K", "--pool-max", "1M"]).unwrap();
+        assert_eq!(cfg.pool_hint, Some((16 << 10, 1 << 20)));
+        let msg = v(&["--pool-max", "1M"]).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "--pool-max: only applies to the virtio-iommu; add --viommu or drop --pool-max"
+        );
+        assert!(matches!(
+            v(&["--reserve-iova", "0x1000-0x1fff"]),
+            Err(ConfigError::NeedsViommu {
+                flag: "reserve-iova"
+            })
+        ));
+        assert!(matches!(
+            v(&["--no-lazy-unmap"]),
+            Err(ConfigError::NeedsViommu {
+                flag: "no-lazy-unmap"
+            })
+        ));
+        let msg = v(&["--viommu", "--pool-threshold", "8G"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(msg, "--pool-threshold 8589934592: must be below 4G");
+        let msg = v(&["--viommu", "--pool-max", "5000"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(msg, "--pool-max 5000: must be a non-zero multiple of 4K");
+        assert!(matches!(
+            v(&["--viommu", "--pool-threshold", "1M", "--pool-max", "64K"]),
+            Err(ConfigError::PoolHint {
+                flag: "pool-max",
+                ..
+            })
+        ));
+    }
+}

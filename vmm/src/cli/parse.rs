@@ -1,0 +1,72 @@
+//! Value parsers of the flags (clap `value_parser`s): sizes and ranges.
+
+/// Parse `512M`, `2G`, `4096K`, `1073741824` (binary units; `MiB`/`GiB`
+/// spellings accepted).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        Some((i, 'T' | 't')) => (&t[..i], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 512M, 2G, 1073741824)"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Parses `FIRST-LAST` (each hex with 0x, or decimal), FIRST <= LAST.
+pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let num = |x: &str| {
+        let x = x.trim();
+        match x.strip_prefix("0x").or_else(|| x.strip_prefix("0X")) {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => x.parse(),
+        }
+        .map_err(|_| format!("{x:?} in {s:?} is not a number (examples: 0xfebf0000-0xfebf3fff)"))
+    };
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?} is not FIRST-LAST (example: 0xfebf0000-0xfebf3fff)"))?;
+    let (a, b) = (num(a)?, num(b)?);
+    if a > b {
+        return Err(format!("{s:?}: FIRST is above LAST"));
+    }
+    Ok((a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("1.5G").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("0x1000-0x1fff"), Ok((0x1000, 0x1fff)));
+        assert_eq!(parse_range("4096 - 8191"), Ok((4096, 8191)));
+        assert!(parse_range("0x2000-0x1000")
+            .unwrap_err()
+            .contains("FIRST is above LAST"));
+        assert!(parse_range("12").unwrap_err().contains("FIRST-LAST"));
+        assert!(parse_range("0xzz-1").unwrap_err().contains("not a number"));
+    }
+}

@@ -1,0 +1,195 @@
+//! The device manager: creates the VM's devices, puts them on the port and
+//! MMIO buses and the PCI root bus, and releases them in order when the VM
+//! ends.
+//!
+//! [`DeviceManager::build`] plugs, in this order:
+//! 1. the platform devices: serial port (COM1, irqfd), i8042 reset, ACPI
+//!    power control;
+//! 2. the `--vfio` devices (`vfio.rs`: KVM-VFIO device, container, reset,
+//!    mapper, BAR placement and mmap, bus insertion);
+//! 3. the virtio-iommu on its virtio-pci transport, with the VFIO devices
+//!    as its endpoints, or without `--viommu` a 1:1 DMA map of guest RAM
+//!    for each VFIO device (`virtio.rs`);
+//! 4. PCI configuration access (ECAM and ports `0xcf8`/`0xcfc`) to the
+//!    finished root bus.
+//!
+//! Dropping the manager releases the devices in the order `release.rs`
+//! describes, whether the VM ran or `build` failed half-way.
+
+mod release;
+mod vfio;
+mod virtio;
+
+use std::sync::{Arc, Mutex};
+
+use dma_mapper::VfioMapper;
+use vfio_ioctls::{VfioDevice, VfioDeviceFd};
+use vm_superio::I8042Device;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::acpi::ViotConfig;
+use crate::bus::Bus;
+use crate::cli::VmConfig;
+use crate::devices::exit::VmExit;
+use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
+use crate::devices::serial::SerialDevice;
+use crate::error::{io_err, kvm_err, VmmError};
+use crate::layout::*;
+use crate::pci::alloc::BarWindows;
+use crate::pci::msix::{MsiRouter, MsiSender};
+use crate::pci::{Bdf, PciConfigIo, PciEcam, PciRoot};
+use crate::vm::{KvmMsiRouter, KvmMsiSender, Vm};
+
+/// A passed-through device as DMA sees it: its guest BDF and the mapper
+/// that programs its VFIO container (the virtio-iommu counts the host
+/// calls it makes through it).
+struct Endpoint {
+    bdf: Bdf,
+    mapper: Arc<VfioMapper>,
+}
+
+/// The VM's devices, from creation to ordered release.
+pub struct DeviceManager<'a> {
+    vm: &'a Vm,
+    /// Port I/O bus (owns the platform devices and 0xcf8 access).
+    pio: Arc<Bus>,
+    /// MMIO bus (owns the BARs, hence every PCI device, and ECAM).
+    mmio: Arc<Bus>,
+    /// Bus 0 while devices are plugged; moved onto the buses by
+    /// [`DeviceManager::add_pci_config_access`].
+    root: PciRoot,
+    bars: BarWindows,
+    msi: Arc<dyn MsiSender>,
+    router: Arc<dyn MsiRouter>,
+    /// The KVM-VFIO pseudo device, created with the first VFIO device.
+    kvm_vfio: Option<Arc<VfioDeviceFd>>,
+    /// The passed-through devices, for the ordered release.
+    vfio: Vec<Arc<VfioDevice>>,
+    /// Their endpoints, in `--vfio` order: dropping a mapper unmaps its DMA.
+    endpoints: Vec<Endpoint>,
+    serial: Arc<Mutex<SerialDevice>>,
+    viot: Option<ViotConfig>,
+    viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
+    /// False when a vCPU may still run: then nothing is released on drop.
+    armed: bool,
+}
+
+impl<'a> DeviceManager<'a> {
+    /// Create every device `cfg` asks for on `vm`; devices report VM exits
+    /// (power off, reset) to `exit`.
+    pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
+        let mut dm = DeviceManager::new(vm)?;
+        dm.add_platform_devices(exit)?;
+        dm.add_vfio_devices(&cfg.vfio)?;
+        if cfg.viommu {
+            dm.add_viommu(cfg)?;
+        } else {
+            dm.map_all_ram()?;
+        }
+        dm.add_pci_config_access()?;
+        Ok(dm)
+    }
+
+    /// Empty buses and PCI root, the BAR windows of the layout, MSIs
+    /// through KVM, and the serial port (not on a bus yet).
+    fn new(vm: &'a Vm) -> Result<Self, VmmError> {
+        Ok(DeviceManager {
+            vm,
+            serial: Arc::new(Mutex::new(serial_port(vm)?)),
+            pio: Arc::new(Bus::new()),
+            mmio: Arc::new(Bus::new()),
+            root: PciRoot::new(),
+            bars: BarWindows::default(),
+            msi: Arc::new(KvmMsiSender(vm.fd().clone())),
+            router: Arc::new(KvmMsiRouter::new(vm.fd().clone())),
+            kvm_vfio: None,
+            vfio: Vec::new(),
+            endpoints: Vec::new(),
+            viot: None,
+            viommu_counters: None,
+            armed: true,
+        })
+    }
+
+    /// The serial port, i8042 reset and ACPI power control on the port bus.
+    fn add_platform_devices(&mut self, exit: &Arc<VmExit>) -> Result<(), VmmError> {
+        self.pio
+            .insert(self.serial.clone(), u64::from(SERIAL_PORT), 8)?;
+        self.pio.insert(
+            Arc::new(Mutex::new(I8042(I8042Device::new(ResetTrigger(
+                exit.clone(),
+            ))))),
+            u64::from(I8042_PORT),
+            5,
+        )?;
+        self.pio.insert(
+            Arc::new(Mutex::new(AcpiPowerDevice::new(exit.clone()))),
+            u64::from(ACPI_SLEEP_CONTROL_PORT),
+            3,
+        )?;
+        Ok(())
+    }
+
+    /// Make the root bus with every device plugged so far reachable through
+    /// ECAM and ports 0xcf8/0xcfc. Plug no PCI device after this.
+    fn add_pci_config_access(&mut self) -> Result<(), VmmError> {
+        let root = Arc::new(std::mem::take(&mut self.root));
+        self.mmio.insert(
+            Arc::new(Mutex::new(PciEcam(root.clone()))),
+            PCI_ECAM_START,
+            PCI_ECAM_SIZE,
+        )?;
+        self.pio.insert(
+            Arc::new(Mutex::new(PciConfigIo::new(root))),
+            u64::from(PCI_CONFIG_IO_PORT),
+            8,
+        )?;
+        Ok(())
+    }
+
+    /// The port I/O bus, for the vCPUs.
+    pub fn pio(&self) -> Arc<Bus> {
+        self.pio.clone()
+    }
+
+    /// The MMIO bus, for the vCPUs.
+    pub fn mmio(&self) -> Arc<Bus> {
+        self.mmio.clone()
+    }
+
+    /// The serial port, for the stdin forwarder.
+    pub fn serial(&self) -> Arc<Mutex<SerialDevice>> {
+        self.serial.clone()
+    }
+
+    /// The VIOT description of the virtio-iommu and its endpoints, if there
+    /// is a virtio-iommu.
+    pub fn viot(&self) -> Option<ViotConfig> {
+        self.viot.clone()
+    }
+
+    /// The virtio-iommu's counters, if there is a virtio-iommu.
+    pub fn viommu_counters(&self) -> Option<Arc<Mutex<viommu_device::Counters>>> {
+        self.viommu_counters.clone()
+    }
+
+    /// The guest BDF of each passed-through device, in `--vfio` order.
+    pub fn vfio_bdfs(&self) -> Vec<Bdf> {
+        self.endpoints.iter().map(|e| e.bdf).collect()
+    }
+
+    /// Release nothing on drop: a vCPU did not stop and may still access
+    /// the devices; the kernel releases them when the process exits.
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+/// COM1 on the guest's stdout, raising IRQ 4 through an irqfd.
+fn serial_port(vm: &Vm) -> Result<SerialDevice, VmmError> {
+    let irq = EventFd::new(0).map_err(io_err("cannot create the serial irqfd"))?;
+    vm.fd()
+        .register_irqfd(&irq, SERIAL_IRQ)
+        .map_err(kvm_err("KVM_IRQFD (serial)"))?;
+    Ok(SerialDevice::new(irq, Box::new(std::io::stdout())))
+}

@@ -1,0 +1,274 @@
+//! VFIO PCI passthrough: plugging a `--vfio` device, one step a function.
+//!
+//! Per device, in this order: the KVM-VFIO device (once per VM), a
+//! container, the device (its group joins the container), a reset, the
+//! DMA mapper of the container, the emulated PCI function, BAR placement,
+//! the BARs' mmaps as KVM memory slots, a slot on the root bus, and the
+//! BARs on the MMIO bus (the parts that are not mmap-ed trap there).
+
+use std::sync::{Arc, Mutex};
+
+use dma_mapper::VfioMapper;
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
+
+use super::{DeviceManager, Endpoint};
+use crate::bus::Bus;
+use crate::cli::VfioDeviceSpec;
+use crate::devices::vfio_pci::{mmap_bar, BarInfo, VfioBar, VfioPciDevice};
+use crate::error::{io_err, kvm_err, VmmError};
+use crate::pci::alloc::BarWindows;
+use crate::pci::Bdf;
+use crate::vm::Vm;
+
+/// A BAR placed in the guest's PCI windows.
+#[derive(Debug, Clone, Copy)]
+struct PlacedBar {
+    info: BarInfo,
+    /// Guest-physical address.
+    gpa: u64,
+}
+
+impl DeviceManager<'_> {
+    /// Pass `specs` through, in order; each becomes an endpoint.
+    pub(super) fn add_vfio_devices(&mut self, specs: &[VfioDeviceSpec]) -> Result<(), VmmError> {
+        for spec in specs {
+            let endpoint = self.add_vfio_device(spec)?;
+            self.endpoints.push(endpoint);
+        }
+        Ok(())
+    }
+
+    /// Pass one device through; returns its guest BDF and mapper.
+    fn add_vfio_device(&mut self, spec: &VfioDeviceSpec) -> Result<Endpoint, VmmError> {
+        let kvm_vfio = self.kvm_vfio()?;
+        let container = open_container(spec, kvm_vfio)?;
+        let device = Arc::new(open_device(spec, &container)?);
+        reset_before_use(&device, spec);
+        let mapper = Arc::new(dma_mapper(container, self.vm));
+        self.vfio.push(device.clone());
+        let mut dev = VfioPciDevice::new(device.clone(), self.router.clone())
+            .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
+        let bars = place_bars(&mut self.bars, &mut dev)?;
+        map_bars_into_guest(self.vm, &device, &dev, &bars)?;
+        let dev = Arc::new(Mutex::new(dev));
+        let slot = self.root.add_device(dev.clone())?;
+        insert_bars(&self.mmio, &dev, &bars)?;
+        tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
+        Ok(Endpoint {
+            bdf: Bdf::slot(slot),
+            mapper,
+        })
+    }
+
+    /// The VM's KVM-VFIO device, created on first use: it tells KVM which
+    /// VFIO groups the VM uses.
+    fn kvm_vfio(&mut self) -> Result<Arc<VfioDeviceFd>, VmmError> {
+        if let Some(d) = &self.kvm_vfio {
+            return Ok(d.clone());
+        }
+        let mut create = kvm_bindings::kvm_create_device {
+            type_: kvm_bindings::kvm_device_type_KVM_DEV_TYPE_VFIO,
+            fd: 0,
+            flags: 0,
+        };
+        let fd = self
+            .vm
+            .fd()
+            .create_device(&mut create)
+            .map_err(kvm_err("KVM_CREATE_DEVICE (VFIO)"))?;
+        let d = Arc::new(VfioDeviceFd::new_from_kvm(fd));
+        self.kvm_vfio = Some(d.clone());
+        Ok(d)
+    }
+}
+
+/// The error for a failed VFIO call on `spec`'s device: `what` failed, and
+/// the fix.
+fn vfio_err(
+    spec: &VfioDeviceSpec,
+    what: &'static str,
+) -> impl FnOnce(vfio_ioctls::VfioError) -> VmmError {
+    let path = spec.sysfs.display().to_string();
+    move |e| VmmError::Vfio {
+        path,
+        what,
+        source: Box::new(e),
+    }
+}
+
+/// A new VFIO container (one per device), known to the VM's KVM-VFIO device.
+fn open_container(
+    spec: &VfioDeviceSpec,
+    kvm_vfio: Arc<VfioDeviceFd>,
+) -> Result<Arc<VfioContainer>, VmmError> {
+    VfioContainer::new(Some(kvm_vfio))
+        .map(Arc::new)
+        .map_err(vfio_err(
+            spec,
+            "cannot open /dev/vfio/vfio (load vfio_iommu_type1)",
+        ))
+}
+
+/// Open the device; its IOMMU group joins `container`.
+fn open_device(
+    spec: &VfioDeviceSpec,
+    container: &Arc<VfioContainer>,
+) -> Result<VfioDevice, VmmError> {
+    VfioDevice::new(&spec.sysfs, container.clone() as Arc<dyn VfioOps>, false).map_err(vfio_err(
+        spec,
+        "cannot open the device (is its whole IOMMU group bound to vfio-pci?)",
+    ))
+}
+
+/// Start from a clean device, whatever its previous user left in it
+/// (VFIO_DEVICE_RESET, where the device supports one; on close vfio-pci
+/// resets the function itself).
+fn reset_before_use(device: &VfioDevice, spec: &VfioDeviceSpec) {
+    device.reset();
+    tracing::debug!(device = %spec.bdf, "VFIO device reset before use");
+}
+
+/// The DMA mapper that programs `container` with guest RAM.
+fn dma_mapper(container: Arc<VfioContainer>, vm: &Vm) -> VfioMapper {
+    // SAFETY: guest memory is only accessed through vm-memory's volatile
+    // accessors and KVM; no Rust reference to it exists.
+    unsafe { VfioMapper::new(container, vm.memory().clone()) }
+}
+
+/// Give each memory BAR of `dev` a guest address and program it into the
+/// emulated BAR register.
+fn place_bars(bars: &mut BarWindows, dev: &mut VfioPciDevice) -> Result<Vec<PlacedBar>, VmmError> {
+    let infos: Vec<BarInfo> = dev.bars().to_vec();
+    let mut placed = Vec::new();
+    for info in infos {
+        let gpa = bars.allocate(info.size, info.is64)?;
+        dev.set_bar_address(info.index, gpa);
+        placed.push(PlacedBar { info, gpa });
+    }
+    Ok(placed)
+}
+
+/// Direct guest access to all of each BAR but the MSI-X pages (which trap
+/// and are emulated): mmap them and make them KVM memory slots.
+fn map_bars_into_guest(
+    vm: &Vm,
+    device: &VfioDevice,
+    dev: &VfioPciDevice,
+    bars: &[PlacedBar],
+) -> Result<(), VmmError> {
+    for b in bars {
+        let maps = mmap_bar(device, &b.info, b.gpa, dev.msix_info())
+            .map_err(io_err("cannot mmap a VFIO BAR"))?;
+        for m in maps {
+            tracing::debug!(
+                bar = b.info.index,
+                gpa = m.gpa,
+                len = m.len,
+                "BAR mapped into the guest"
+            );
+            vm.add_device_memory(m)?;
+        }
+    }
+    Ok(())
+}
+
+/// Put each BAR of `dev` on the MMIO bus at its guest address.
+fn insert_bars(
+    mmio: &Bus,
+    dev: &Arc<Mutex<VfioPciDevice>>,
+    bars: &[PlacedBar],
+) -> Result<(), VmmError> {
+    for b in bars {
+        let bar = VfioBar {
+            dev: dev.clone(),
+            bar: b.info.index,
+        };
+        mmio.insert(Arc::new(Mutex::new(bar)), b.gpa, b.info.size)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use vfio_bindings::bindings::vfio::VFIO_PCI_CONFIG_REGION_INDEX;
+    use vmm_sys_util::eventfd::EventFd;
+
+    use super::*;
+    use crate::devices::vfio_pci::VfioRegions;
+    use crate::layout::PCI_MMIO32_START;
+    use crate::pci::msix::MsiRouter;
+    use crate::pci::PciDevice;
+
+    /// A function with a 16 KiB 64-bit BAR 0 and a 256-byte BAR 2, no
+    /// MSI-X; BAR reads answer the BAR index.
+    struct TwoBars;
+
+    impl VfioRegions for TwoBars {
+        fn read(&self, index: u32, buf: &mut [u8], offset: u64) {
+            let reg: u32 = match (index, offset) {
+                (VFIO_PCI_CONFIG_REGION_INDEX, 0x10) => 0x4, // 64-bit memory
+                (VFIO_PCI_CONFIG_REGION_INDEX, _) => 0,
+                (bar, _) => bar,
+            };
+            buf.copy_from_slice(&reg.to_le_bytes()[..buf.len()]);
+        }
+        fn write(&self, _: u32, _: &[u8], _: u64) {}
+        fn size(&self, index: u32) -> u64 {
+            match index {
+                0 => 0x4000,
+                2 => 0x100,
+                _ => 0,
+            }
+        }
+        fn enable_msix(&self, _: &[&EventFd]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn disable_msix(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct NoVectors;
+
+    impl MsiRouter for NoVectors {
+        fn allocate(&self) -> std::io::Result<u32> {
+            Err(std::io::Error::other("no vectors in this test"))
+        }
+        fn route(&self, _: u32, _: u64, _: u32) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn attach(&self, _: &EventFd, _: u32) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn detach(&self, _: &EventFd, _: u32) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn bars_are_placed_programmed_and_on_the_bus() {
+        let mut dev = VfioPciDevice::new(Arc::new(TwoBars), Arc::new(NoVectors)).unwrap();
+        let mut windows = BarWindows::default();
+        let placed = place_bars(&mut windows, &mut dev).unwrap();
+        let gpas: Vec<_> = placed.iter().map(|b| (b.info.index, b.gpa)).collect();
+        assert_eq!(
+            gpas,
+            [(0, PCI_MMIO32_START), (2, PCI_MMIO32_START + 0x4000)]
+        );
+        // The emulated BAR registers hold the addresses (64-bit BAR 0 keeps
+        // its type bits, its upper half is 0 below 4 GiB).
+        assert_eq!(dev.read_config(4), PCI_MMIO32_START as u32 | 0x4);
+        assert_eq!(dev.read_config(5), 0);
+        assert_eq!(dev.read_config(6), (PCI_MMIO32_START + 0x4000) as u32);
+
+        let dev = Arc::new(Mutex::new(dev));
+        let mmio = Bus::new();
+        insert_bars(&mmio, &dev, &placed).unwrap();
+        let mut d = [0u8; 4];
+        assert!(mmio.read(PCI_MMIO32_START + 0x3ffc, &mut d));
+        assert_eq!(u32::from_le_bytes(d), 0, "BAR 0");
+        assert!(mmio.read(PCI_MMIO32_START + 0x4010, &mut d));
+        assert_eq!(u32::from_le_bytes(d), 2, "BAR 2");
+        assert!(!mmio.read(PCI_MMIO32_START + 0x4100, &mut d), "past BAR 2");
+    }
+}

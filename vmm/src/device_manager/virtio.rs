@@ -1,0 +1,113 @@
+//! The virtio-iommu on its virtio-pci transport, and the DMA of the VFIO
+//! devices without one.
+
+use std::sync::{Arc, Mutex};
+
+use dma_mapper::{DmaMapper, DmaPerm};
+use viommu_device::{ConfigBuilder, DeviceConfig};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+
+use super::{DeviceManager, Endpoint};
+use crate::acpi::ViotConfig;
+use crate::cli::VmConfig;
+use crate::devices::viommu::ViommuDevice;
+use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
+use crate::devices::virtio::VirtioDevice;
+use crate::error::VmmError;
+use crate::pci::Bdf;
+
+impl DeviceManager<'_> {
+    /// Plug the virtio-iommu with the VFIO devices plugged so far behind
+    /// it: records its VIOT description and its counters.
+    pub(super) fn add_viommu(&mut self, cfg: &VmConfig) -> Result<(), VmmError> {
+        let mut device = ViommuDevice::new(viommu_config(cfg, &self.endpoints))?;
+        for e in &self.endpoints {
+            device
+                .model()
+                .add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
+        }
+        let counters = device.counters();
+        let (bdf, bar) = self.add_virtio_pci(Box::new(device))?;
+        tracing::info!(
+            slot = bdf.device,
+            bar,
+            endpoints = self.endpoints.len(),
+            "virtio-iommu on PCI"
+        );
+        self.viot = Some(ViotConfig {
+            iommu: bdf,
+            endpoints: self.vfio_bdfs(),
+        });
+        self.viommu_counters = Some(counters);
+        Ok(())
+    }
+
+    /// Put `device` on a virtio-pci transport of its own: BAR placed, on
+    /// the root bus and the MMIO bus. Returns its BDF and BAR address.
+    fn add_virtio_pci(&mut self, device: Box<dyn VirtioDevice>) -> Result<(Bdf, u64), VmmError> {
+        // The transport's one BAR is 64-bit.
+        let bar = self.bars.allocate(BAR_SIZE, true)?;
+        let transport = Arc::new(Mutex::new(VirtioPciDevice::new(
+            device,
+            self.vm.memory().clone(),
+            self.msi.clone(),
+            bar,
+        )?));
+        let slot = self.root.add_device(transport.clone())?;
+        // Kicks are served on the vCPU that wrote the notify register: the
+        // guest driver waits for each request's completion, and a hop to a
+        // device thread (ioeventfd) made requests several times slower in
+        // the lab.
+        self.mmio.insert(transport, bar, BAR_SIZE)?;
+        Ok((Bdf::slot(slot), bar))
+    }
+
+    /// Without a vIOMMU: each device sees all guest RAM at its
+    /// guest-physical address.
+    pub(super) fn map_all_ram(&self) -> Result<(), VmmError> {
+        for Endpoint { bdf, mapper } in &self.endpoints {
+            for r in self.vm.memory().iter() {
+                mapper
+                    .map(r.start_addr().0, r.start_addr().0, r.len(), DmaPerm::RW)
+                    .map_err(|e| VmmError::Vfio {
+                        path: format!("(slot {})", bdf.device),
+                        what: "cannot map guest RAM for DMA",
+                        source: Box::new(e),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The virtio-iommu's configuration: the options of `cfg`, what the
+/// endpoints' host IOMMUs can map, and the IOVAs to keep clear.
+fn viommu_config(cfg: &VmConfig, endpoints: &[Endpoint]) -> DeviceConfig {
+    endpoints
+        .iter()
+        .fold(
+            ConfigBuilder::new()
+                .lazy_unmap(cfg.lazy_unmap)
+                .pool(cfg.pool_hint)
+                .avoid(avoid_iovas(cfg))
+                .guest_memory(cfg.memory),
+            |b, e| {
+                b.host_iommu(e.mapper.page_size_mask(), e.mapper.iova_ranges())
+                    .host_dma_limit(e.mapper.dma_avail())
+            },
+        )
+        .build()
+}
+
+/// The IOVA ranges the guest must not use: what the user reserved
+/// (`--reserve-iova`) and, unless turned off, the host's PCI windows and the
+/// passed-through functions' BARs (see [`crate::host_pci`]).
+fn avoid_iovas(cfg: &VmConfig) -> Vec<(u64, u64)> {
+    let mut avoid = cfg.reserve_iova.clone();
+    if cfg.host_pci_reserve {
+        let iomem = std::fs::read_to_string("/proc/iomem").ok();
+        let dirs: Vec<&std::path::Path> = cfg.vfio.iter().map(|v| v.sysfs.as_path()).collect();
+        avoid.extend(crate::host_pci::p2p_ranges(&dirs, iomem.as_deref()));
+    }
+    avoid
+}

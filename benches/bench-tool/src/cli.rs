@@ -28,10 +28,12 @@ pub struct Args {
     /// The drive is already bound to vfio-pci: do not bind or restore it.
     #[arg(long)]
     pub no_bind: bool,
-    /// Unpatched guest bzImage (guest-patches/linux-6.1/build.sh baseline).
+    /// Unpatched guest bzImage (guest-patches/linux-6.12/build.sh baseline;
+    /// any version with CONFIG_VIRTIO_IOMMU, e.g. linux-6.1).
     #[arg(long, value_name = "PATH")]
     pub kernel_stock: Option<PathBuf>,
-    /// Patched guest bzImage (guest-patches/linux-6.1/build.sh patched).
+    /// Patched guest bzImage (guest-patches/linux-6.12/build.sh patched, or
+    /// the 6.1 series' linux-6.1/build.sh patched).
     #[arg(long, value_name = "PATH")]
     pub kernel_patched: Option<PathBuf>,
     /// Use this guest initramfs instead of building one (it must run the
@@ -194,7 +196,7 @@ pub enum CliError {
         why: String,
     },
     /// A kernel a column needs was not given.
-    #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.1/build.sh {variant})")]
+    #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.12/build.sh {variant})")]
     MissingKernel {
         /// The column.
         column: String,

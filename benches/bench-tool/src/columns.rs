@@ -35,9 +35,10 @@ pub enum Iommu {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kernel {
-    /// Unpatched 6.1 (`--kernel-stock`).
+    /// The unpatched kernel (`--kernel-stock`; 6.12 or 6.1).
     Stock,
-    /// 6.1 with guest-patches/linux-6.1 (`--kernel-patched`).
+    /// The kernel with our series (`--kernel-patched`: guest-patches/linux-6.12
+    /// or linux-6.1).
     Patched,
 }
 

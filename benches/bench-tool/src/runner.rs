@@ -158,6 +158,7 @@ struct Cell {
     warnings: Vec<String>,
     guest_rc: Option<i32>,
     crash: Option<String>,
+    boot_stall: Option<String>,
     phase: String,
     begin: HashMap<String, DeviceCounters>,
     io_seen: u64,
@@ -249,6 +250,9 @@ pub async fn run_cell(
                         if st.crash.is_none() {
                             st.crash = crate::checks::crash_in(&line);
                         }
+                        if st.boot.is_none() && st.boot_stall.is_none() {
+                            st.boot_stall = crate::checks::stall_in(&line);
+                        }
                         if on_line(&line, &mut st, &mut src, column, round, progress, start).await {
                             last_progress = Instant::now();
                         }
@@ -298,6 +302,7 @@ pub async fn run_cell(
         guest_rc: st.guest_rc,
         vmm_rc,
         guest_crash: st.crash,
+        boot_stall: st.boot_stall,
         bar0_reserved: None,
         lower_bound: src.lower_bound(),
         wall_s: start.elapsed().as_secs_f64(),

@@ -22,10 +22,13 @@ lab_arg() {
 # bench_args: (with the default IFS) the viommu-bench flags of this lab host's guests, from the
 # lab.* knobs the runner put on the command line (one flag or value a line).
 # The tool runs here as on any host: the NVMe is on vfio-pci already
-# (host-init bound it: --no-bind), the guest kernels and image are the lab's.
+# (host-init bound it: --no-bind), the guest kernels and image are the lab's:
+# lab.kernel_stock and lab.kernel_patched name the /lab/guest/NAME.bzImage
+# the tool's two kernels are (baseline-6.12, patched...).
 bench_args() {
 	printf '%s\n' --device "$BDF" --destroy-data "$BDF" --no-bind \
-		--kernel-stock /lab/guest/baseline.bzImage --kernel-patched /lab/guest/patched.bzImage \
+		--kernel-stock "/lab/guest/$(lab_arg kernel_stock baseline).bzImage" \
+		--kernel-patched "/lab/guest/$(lab_arg kernel_patched patched).bzImage" \
 		--initramfs /lab/guest/initramfs.cpio --vmm /lab/bin/vmm \
 		--columns "$(lab_arg runs "")" --mode "$(lab_arg mode smoke)" --bs "$(lab_arg bs 4k)" \
 		--runtime "$(lab_arg runtime 8)" --numjobs "$(lab_arg numjobs 1)" \

@@ -157,5 +157,27 @@ class SettingsTest(unittest.TestCase):
         self.assertIn("--rounds", args)
 
 
+class KernelsTest(unittest.TestCase):
+    def test_the_tool_gets_two_kernels_named_by_knobs(self):
+        specs, knobs = lab.tool_specs(lab.SCENARIOS["compare"]["runs"])
+        self.assertEqual(knobs, {"kernel_stock": "baseline-6.12", "kernel_patched": "patched-6.12"})
+        self.assertEqual(specs[3], "ours+patched-strict:vmm:viommu:patched:strict")
+        self.assertEqual(specs[5], "no-viommu:qemu:none:baseline")
+        specs, knobs = lab.tool_specs(lab.SCENARIOS["smoke-6.12"]["runs"])
+        self.assertEqual(knobs, {"kernel_patched": "patched-6.12"})
+        _, knobs = lab.tool_specs(lab.SCENARIOS["smoke"]["runs"])
+        self.assertEqual(knobs, {"kernel_stock": "baseline"})
+        with self.assertRaisesRegex(lab.LabError, "one patched kernel per run"):
+            lab.tool_specs(["a:vmm:viommu:patched", "b:vmm:viommu:patched-6.12"])
+        with self.assertRaisesRegex(lab.LabError, "not baseline"):
+            lab.tool_specs(["a:vmm:viommu:stock-6.12"])
+
+    def test_scaling_runs_both_job_counts_in_each_guest(self):
+        k = lab.knobs_of(SettingsTest.args(None, "run"), lab.SCENARIOS["scaling"])
+        self.assertEqual((k["numjobs"], k["guest_cpus"], k["mode"]), ("1,2", "2", "fio"))
+        # The demo's default guests are 6.12; 6.1 stays in CI as a smoke test.
+        self.assertTrue(all(r.split(":")[3].endswith("-6.12") for r in lab.SCENARIOS["compare"]["runs"]))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -99,9 +99,10 @@ pub struct Args {
     /// only, plus a 2 s 4k read.
     #[arg(long, value_enum, default_value_t = Mode::Fio)]
     pub mode: Mode,
-    /// Run a cell whose guest kernel crashed or reset itself again, up to
-    /// N times (a flaky host or nested emulation); the first attempt stays
-    /// in the results as a warning. Never for a failed verify or a hung guest.
+    /// Run a cell whose guest kernel crashed, reset itself or stalled
+    /// before its init again, up to N times (a flaky host or nested
+    /// emulation); the first attempt stays in the results as a warning.
+    /// Never for a failed verify or a guest that hung after its boot.
     #[arg(long, default_value_t = 0)]
     pub retries: u32,
     /// Number the rounds from R (round R starts at column R-1 mod n): one

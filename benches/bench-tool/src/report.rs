@@ -740,6 +740,45 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn each_job_count_has_its_own_ceiling() {
+        let (cols, mut phases, mut cells) = fixture();
+        phases.push(Phase {
+            name: "randread-4k-j2".into(),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 2,
+        });
+        // With 2 jobs every column does twice as well as with 1.
+        for c in &mut cells {
+            let mut p = c.phases["randread-4k"].clone();
+            let f = p.fio.as_mut().unwrap();
+            f.phase = "randread-4k-j2".into();
+            f.numjobs = 2;
+            f.read_iops *= 2;
+            f.read_kib *= 2;
+            c.phases.insert("randread-4k-j2".into(), p);
+        }
+        // The 2-job ceiling alone doubles again: ratios halve for 2 jobs.
+        for c in cells.iter_mut().filter(|c| c.column == "no-viommu") {
+            let f = c
+                .phases
+                .get_mut("randread-4k-j2")
+                .unwrap()
+                .fio
+                .as_mut()
+                .unwrap();
+            f.read_iops *= 2;
+        }
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert_eq!(s.groups[0].rows[0].ratio.unwrap().median, 0.25);
+        assert_eq!(s.groups[1].numjobs, 2);
+        assert_eq!(
+            s.groups[1].rows[0].ratio.unwrap().median,
+            0.25 / 2.0 * 2.0 / 2.0
+        );
+    }
+
+    #[test]
     fn hung_and_noise() {
         let (cols, phases, mut cells) = fixture();
         // ours hangs in every round: the row says so.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: install what is needed, then the lab demo: stock QEMU and our
-# VMM, stock and patched guests, vs no vIOMMU, NVMe passthrough, fio at 4k
+# VMM, stock and patched 6.12 guests, vs no vIOMMU, NVMe passthrough, fio at 4k
 # and 128k with 1 and 2 jobs on 2-vCPU guests, 3 rounds (one lab host boot
 # each, columns in rotated order), run by viommu-bench inside the lab host.
 # Prints progress, then the table (medians [min-max] over the rounds); the

@@ -138,6 +138,25 @@ class HostCrashTest(unittest.TestCase):
         self.assertTrue(warnings[0].startswith("lab host of round 1: the lab host crashed (BUG: TASK stack guard page"), warnings)
 
 
+    def test_a_lab_host_that_crashed_before_ready_is_a_warning_when_retried(self):
+        col = lab.Collector(1)
+        col.feed("[    0.613655] Kernel panic - not syncing: timer doesn't work through Interrupt-remapped IO-APIC")
+        first = {**boot(col), "host_crash_retried": True}
+        second = lab.Collector(2)
+        for ln in [HOST, line(cell("qemu+stock")), line(cell("ours")), "@@LAB-DONE@@ rc=0"]:
+            second.feed(ln)
+        doc = {"boots": [first, {**boot(second), "attempt": 2}], "cells": second.cells,
+               "checks": [], "rounds": 1, "first_round": 1}
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], SPECS)
+        self.assertEqual(problems, [])
+        self.assertIn("timer doesn't work", warnings[0])
+        # Not retried (e.g. the second attempt crashed too): a failure.
+        doc["boots"] = [{**boot(col)}]
+        doc["cells"] = []
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], SPECS)
+        self.assertTrue(any("never reported ready" in p for p in problems), problems)
+
+
 class SettingsTest(unittest.TestCase):
     def args(self, cmd, **kw):
         base = dict(cmd=cmd, mode=None, bs=None, runtime=None, guest_cpus=None, numjobs=None, rounds=None,

@@ -86,10 +86,12 @@ fn create_vcpus(
     exit: &Arc<VmExit>,
     stop: &Arc<AtomicBool>,
 ) -> Result<Vec<vcpu::Vcpu>, VmmError> {
-    let base_cpuid = vm
+    let mut base_cpuid = vm
         .kvm()
         .get_supported_cpuid(kvm_bindings::KVM_MAX_CPUID_ENTRIES)
         .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+    let tsc_deadline = vm.kvm().check_extension(kvm_ioctls::Cap::TscDeadlineTimer);
+    vcpu::add_emulated_features(&mut base_cpuid, tsc_deadline);
     let mut vcpus = Vec::new();
     for id in 0..cfg.cpus {
         let fd = vm

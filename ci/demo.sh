@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The main job: install what is needed, then the lab demo (stock QEMU and our
-# VMM, stock and patched guests, NVMe passthrough, fio) printed as a table.
-# Arguments go to `ci/lab/lab demo` (e.g. --save for results + PNG chart
-# under benches/results/, --chart FILE.png, --runtime 8).
+# The main job: install what is needed, then the lab demo: stock QEMU and our
+# VMM, stock and patched 6.12 guests, vs no vIOMMU, NVMe passthrough, fio at 4k
+# and 128k with 1 and 2 jobs on 2-vCPU guests, 3 rounds (one lab host boot
+# each, columns in rotated order), run by viommu-bench inside the lab host.
+# Prints progress, then the table (medians [min-max] over the rounds); the
+# JSON, table and chart stay in the results directory it names at the end.
+# Arguments go to `ci/lab/lab demo` (--out DIR, --runtime S, --rounds N,
+# --bs, --numjobs, --save for a copy under benches/results/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/install-deps.sh
+bash ci/install-deps.sh >/dev/null
 exec ci/lab/lab demo "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# All tests: formatting, lints, unit/property tests, the fuzz targets for a
-# bounded time, and the lab smoke test (a real guest behind virtio-iommu
-# with VFIO passthrough of an NVMe, data verified). The README's test command.
+# All tests: formatting, lints, unit/property tests (the bench tool's too),
+# the fuzz targets for a bounded time, and the lab steps (real guests behind
+# virtio-iommu with VFIO passthrough of an NVMe, data verified, run by the
+# bench tool inside the lab host). The README's test command.
 #
 #   ci/test.sh [--no-lab]     FUZZ_SECONDS=N sets the fuzzing time per target (default 60)
 set -uo pipefail
@@ -32,7 +33,7 @@ step "cargo test" cargo test --workspace --locked
 [ -x fuzz/run.sh ] && step "fuzz" fuzz/run.sh "${FUZZ_SECONDS:-60}"
 step "guest patches 6.1 checkpatch --strict" guest-patches/linux-6.1/build.sh checkpatch
 step "guest patches 6.12 checkpatch --strict" guest-patches/linux-6.12/build.sh checkpatch
-step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; for f in ci/lab/guest-init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
+step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
 if [ $lab = 1 ]; then
 	mkdir -p target
 	step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
@@ -44,6 +45,7 @@ if [ $lab = 1 ]; then
 	step "lab smp-smoke" ci/lab/lab run smp-smoke --results target/lab-smp-smoke.json
 	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
 	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json
+	step "lab bench-tool" ci/lab/lab run bench-tool --results target/lab-bench-tool.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

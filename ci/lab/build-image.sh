@@ -11,7 +11,8 @@
 # /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
 #   host base   busybox, KVM/VFIO modules, stock QEMU and its firmware
 #   guest base  busybox, fio and its libraries
-#   overlay     the inits, scenarios, guest kernels, --bin programs (per run)
+#   overlay     the inits (host-init; the guest's is benches/bench-tool/guest/init),
+#               scenarios, guest kernels, --bin programs (per run)
 set -euo pipefail
 LAB_STEP=image
 # shellcheck source=lib.sh
@@ -98,7 +99,8 @@ fi
 # Per run (LAB_RUN_DIR, from the runner), so concurrent runs do not collide.
 run=${LAB_RUN_DIR:-$LAB_CACHE/run}
 rm -rf "$run/guest-overlay" "$run/host-overlay" && mkdir -p "$run/guest-overlay" "$run/host-overlay/lab/guest" "$run/host-overlay/lab/bin"
-install -m 755 "$LAB_DIR/guest-init" "$run/guest-overlay/init"
+# The guest runs the bench tool's own /init (its marker protocol).
+install -m 755 "$REPO_DIR/benches/bench-tool/guest/init" "$run/guest-overlay/init"
 make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
 cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"
 # Guest kernels are VARIANT or VARIANT-VERSION (baseline, patched-6.12...);

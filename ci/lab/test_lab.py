@@ -1,7 +1,9 @@
-"""Unit tests of the lab runner's serial parsing, judging and table (no VM)."""
+"""Unit tests of the lab runner's serial parsing and judging (no VM)."""
 
 import importlib.machinery
 import importlib.util
+import json
+import types
 import unittest
 from pathlib import Path
 
@@ -10,164 +12,191 @@ _spec = importlib.util.spec_from_loader("lab", _loader)
 lab = importlib.util.module_from_spec(_spec)
 _loader.exec_module(lab)
 
-HOST = '@@LAB-HOST-READY@@ {"kernel":"6.1.0-56-cloud-amd64","nvme":"0000:00:03.0","vfio_group":3,"cpus":2}'
+HOST = '@@LAB-HOST-READY@@ {"kernel":"6.1.0-56-cloud-amd64","nvme":"0000:00:01.0","vfio_group":1,"cpus":2,"bar0":"0xfebf0000-0xfebf3fff"}'
 
 
-def guest(tag, body):
-    return f"@@LAB-L3@@ {tag} {body}"
+def fio(phase, iops, error=0, counters=None):
+    return {"phase": phase, "numjobs": 1, "error": error, "read_kib": iops * 32, "read_bw_kib": iops * 4,
+            "read_iops": iops, "read_ms": 8000, "write_kib": 0, "write_bw_kib": 0, "write_iops": 0,
+            "write_ms": 0, "counters": counters or {}}
 
 
-def fio(phase, iops, kib, error=0):
-    return (
-        f'@@LAB-GUEST@@ {{"event":"fio","phase":"{phase}","error":{error},"read_kib":{kib},'
-        f'"read_bw_kib":{kib // 8},"read_iops":{iops},"read_ms":8000,"write_kib":0,'
-        f'"write_bw_kib":0,"write_iops":0,"write_ms":0,"counters":{{}}}}'
-    )
+def cell(column, rnd=0, status=None, device=None, counters=None, warnings=()):
+    """One @@LAB-CELL@@ record as viommu-bench --serial-report prints it."""
+    return {
+        "column": column, "round": rnd, "status": status or {"status": "ok"},
+        "boot": {"kernel": "6.1.192", "nvme": True, "iommu_groups": "DMA:1", "cmdline": "x", "resv": ""},
+        "phases": {
+            "verify-4k": {"fio": fio("verify-4k", 10), "device": None},
+            "randread-4k": {"fio": fio("randread-4k", 600, counters=counters), "device": device},
+        },
+        "errors": [], "warnings": list(warnings), "guest_rc": 0, "vmm_rc": 0, "guest_crash": None,
+        "bar0_reserved": None, "lower_bound": False, "wall_s": 40.0, "command": "x", "log": "/tmp/bench/logs/x.log",
+    }
 
 
-def good_run(tag, iommu, iops):
-    return [
-        f'@@LAB-RUN@@ {{"tag":"{tag}","vmm":"qemu","iommu":"{iommu}","kernel":"baseline","extra":""}}',
-        guest(tag, '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1.192","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'),
-        guest(tag, fio("verify-4k", 0, 8192)),
-        guest(tag, fio("randread-4k", iops, iops * 4 * 8)),
-        guest(tag, '@@LAB-COUNT@@ {"phase":"randread-4k","map_requests":100,"unmap_requests":100,"vfio_calls":200}'),
-        guest(tag, "@@LAB-GUEST-DONE@@ rc=0"),
-        guest(tag, "@@LAB-VMM-EXIT@@ rc=0"),
-    ]
+def line(c):
+    return "[  50.1] random kernel noise @@LAB-CELL@@ " + json.dumps(c)
+
+
+def boot(col, rnd=1):
+    return {"round": rnd, "attempt": 1, "host": col.host, "done_rc": col.done_rc, "log": "l",
+            "host_crash": col.host_crash, "stalled": col.stalled, "timed_out": col.timed_out,
+            "early_exit": col.early_exit, "teardown_hung": col.teardown_hung}
+
+
+def judge(scenario, specs, lines, rounds=1):
+    col = lab.Collector(len(specs))
+    for ln in lines:
+        col.feed(ln)
+    doc = {"boots": [boot(col)], "cells": col.cells, "checks": col.checks, "rounds": rounds, "first_round": 1}
+    return col, lab.judge(doc, lab.SCENARIOS[scenario], specs)
+
+
+SPECS = ["qemu+stock:qemu:viommu:baseline", "ours:vmm:viommu:baseline"]
 
 
 class CollectorTest(unittest.TestCase):
-    def collect(self, lines):
-        col = lab.Collector("qemu-baseline")
-        for line in lines:
-            col.feed("noise before " + line if line.startswith("@@LAB-HOST") else line)
-        return col, col.finish()
+    def test_good_cells_pass(self):
+        col, (problems, warnings) = judge("compare", SPECS, [HOST, line(cell("qemu+stock")), line(cell("ours")), "@@LAB-DONE@@ rc=0"])
+        self.assertEqual((problems, warnings), ([], []))
+        self.assertEqual(col.host["bar0"], "0xfebf0000-0xfebf3fff")
+        self.assertEqual([c["column"] for c in col.cells], ["qemu+stock", "ours"])
 
-    def test_good_run_passes_and_merges_counts(self):
-        col, problems = self.collect([HOST] + good_run("qemu-viommu", "viommu", 600) + good_run("no-viommu", "none", 2000) + ["@@LAB-DONE@@ rc=0"])
+    def test_progress_lines_count_as_activity(self):
+        col = lab.Collector()
+        self.assertTrue(col.feed("[viommu-bench] cell 1/6 round 1/1 ours: randread-4k (ETA 3 min)"))
+        self.assertFalse(col.feed("[   12.0] nvme nvme0: 2/0/0 default/read/poll queues"))
+
+    def test_failed_cell_and_fio_error_fail(self):
+        bad = cell("ours", status={"status": "failed", "reason": "fio verify-4k exited 1: verify failed", "verify_failed": True})
+        bad["phases"]["verify-4k"]["fio"]["error"] = 84
+        _, (problems, _) = judge("compare", SPECS, [HOST, line(cell("qemu+stock")), line(bad), "@@LAB-DONE@@ rc=0"])
+        self.assertIn("ours round 1: fio verify-4k exited 1: verify failed", problems)
+        self.assertIn("ours round 1: fio verify-4k error 84", problems)
+
+    def test_hung_stock_qemu_is_a_warning_hung_ours_a_failure(self):
+        hung = {"status": "hung", "phase": "randread-128k", "after_s": 60}
+        _, (problems, warnings) = judge("compare", SPECS, [HOST, line(cell("qemu+stock", status=hung)), line(cell("ours", status=hung)), "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, ["ours round 1: hung in randread-128k (no I/O completed for 60 s; killed)"])
+        self.assertEqual(warnings, ["qemu+stock round 1: hung in randread-128k (no I/O completed for 60 s; killed)"])
+
+    def test_missing_cells_and_no_done_fail(self):
+        _, (problems, _) = judge("compare", SPECS, [HOST, line(cell("qemu+stock"))])
+        self.assertIn("lab host of round 1: never finished the scenario", problems)
+        self.assertIn("ours round 1: no result (its lab host stopped before it ran)", problems)
+
+    def test_the_tools_warnings_are_the_labs(self):
+        retried = cell("ours", warnings=["first attempt failed (guest kernel crashed: PANIC: double fault); ran it again (log x)"])
+        _, (problems, warnings) = judge("compare", SPECS, [HOST, line(cell("qemu+stock")), line(retried), "@@LAB-DONE@@ rc=0"])
         self.assertEqual(problems, [])
-        ph = col.doc["runs"][0]["phases"]["randread-4k"]
-        self.assertEqual((ph["read_iops"], ph["map_requests"], ph["vfio_calls"]), (600, 100, 200))
-        table = lab.table(col.doc)
-        self.assertIn("| 4k | qemu-viommu | 600 | 2.3 | 0.30 | 0.04 | 10923 | 0.04 | 10923 | - |", table)
-        self.assertIn("| 4k | no-viommu | 2000 | 7.8 | 1.00 | - | - | - | - | - |", table)
-
-    def test_guest_counters_stand_in_for_device_counts(self):
-        ph = {"map_requests": 0, "unmap_requests": 0, "vfio_calls": 0,
-              "counters": {"virtio-iommu/virtio0/map": 30, "virtio-iommu/virtio0/unmap": 10, "iommu-dma-pool/hits": 9}}
-        self.assertEqual(lab.requests(ph), (40, None))
-        self.assertEqual(lab.counter_sum(ph, "/hits"), 9)
-
-    def test_verify_error_fails(self):
-        lines = [HOST] + good_run("g", "viommu", 1) + ["@@LAB-DONE@@ rc=0"]
-        lines[3] = guest("g", fio("verify-4k", 0, 8192, error=84))
-        _, problems = self.collect(lines)
-        self.assertIn("g: fio verify-4k error 84", problems)
-
-    def test_missing_nvme_and_no_done_fail(self):
-        lines = [HOST] + [l.replace('"nvme":true', '"nvme":false') for l in good_run("g", "viommu", 1)]
-        _, problems = self.collect(lines)
-        self.assertIn("the lab host never finished the scenario", problems)
-        self.assertIn("g: no /dev/nvme0n1 in the guest", problems)
-
-    def test_guest_without_verify_fails(self):
-        lines = [HOST] + [l for l in good_run("g", "viommu", 1) if "verify-" not in l] + ["@@LAB-DONE@@ rc=0"]
-        _, problems = self.collect(lines)
-        self.assertIn("g: no write+verify pass ran", problems)
-
-    def test_stock_qemu_teardown_hang_is_a_warning_ours_a_failure(self):
-        for vmm, failing in (("qemu", False), ("vmm", True)):
-            col = lab.Collector("x")
-            col.expected_runs = 1
-            for line in [HOST] + [l.replace('"vmm":"qemu"', f'"vmm":"{vmm}"') for l in good_run("g", "none", 5)[:-1]]:
-                col.feed(line)
-            self.assertTrue(col.all_guests_done())
-            col.teardown_hung = True
-            problems = col.finish()
-            self.assertEqual(bool(problems), failing, problems)
-            self.assertEqual(bool(col.doc["warnings"]), not failing)
-
-    def test_retried_run_keeps_only_the_second_attempt_and_warns(self):
-        crashed = good_run("g", "viommu", 1)[:3]
-        retry = '@@LAB-RETRY@@ {"tag":"g","reason":"guest kernel crashed: PANIC: double fault"}'
-        col, problems = self.collect([HOST] + crashed + [retry] + good_run("g", "viommu", 7) + ["@@LAB-DONE@@ rc=0"])
-        self.assertEqual(problems, [])
-        self.assertEqual([r["tag"] for r in col.doc["runs"]], ["g"])
-        self.assertEqual(col.doc["runs"][0]["phases"]["randread-4k"]["read_iops"], 7)
-        self.assertEqual(col.doc["warnings"], ["g: first attempt failed (guest kernel crashed: PANIC: double fault); ran it again"])
+        self.assertEqual(warnings, ["ours round 1: first attempt failed (guest kernel crashed: PANIC: double fault); ran it again (log x)"])
 
     def test_expected_counters_must_move(self):
-        lazy = '@@LAB-COUNT@@ {"phase":"randread-4k","map_requests":100,"unmap_requests":100,"flush_requests":3,"deferred_unmaps":%d,"vfio_calls":104}'
+        specs = ["ours-lazy:vmm:viommu:patched:lazy", "ours-lazy+pool:vmm:viommu:patched:lazy"]
         for deferred, ok in ((0, False), (100, True)):
-            col = lab.Collector("lazy-smoke")
-            run = good_run("ours-lazy", "viommu", 5)
-            run[4] = guest("ours-lazy", lazy % deferred)
-            for line in [HOST] + run + good_run("ours-lazy+pool", "viommu", 5) + ["@@LAB-DONE@@ rc=0"]:
-                col.feed(line)
-            problems = col.finish()
-            no_pool = "ours-lazy+pool: hits stayed 0 in every phase (the path under test was not taken)"
+            dev = {"map_requests": 100, "unmap_requests": 100, "flush_requests": 3, "vfio_calls": 104,
+                   "deferred_unmaps": deferred, "flush_vfio_calls": 2, "merged_ranges": 0}
+            pool = cell("ours-lazy+pool", counters={"iommu-dma-pool/hits": 9 if ok else 0})
+            _, (problems, _) = judge("lazy-smoke", specs, [HOST, line(cell("ours-lazy", device=dev)), line(pool), "@@LAB-DONE@@ rc=0"])
             no_lazy = "ours-lazy: deferred_unmaps stayed 0 in every phase (the path under test was not taken)"
-            self.assertEqual(problems, [no_pool] if ok else [no_lazy, no_pool])
-            if ok:
-                ph = col.doc["runs"][0]["phases"]["randread-4k"]
-                self.assertEqual(lab.requests(ph), (203, 104))
+            no_pool = "ours-lazy+pool: hits stayed 0 in every phase (the path under test was not taken)"
+            self.assertEqual(problems, [] if ok else [no_lazy, no_pool])
 
-    def test_lazy_unmap_rows_only_for_runs_that_deferred(self):
-        col = lab.Collector("compare")
-        count = ('@@LAB-COUNT@@ {"phase":"randread-4k","map_requests":100,"unmap_requests":100,"flush_requests":%d,'
-                 '"deferred_unmaps":%d,"flush_vfio_calls":%d,"merged_ranges":%d,"vfio_calls":125}')
-        lazy, strict = good_run("lazy", "viommu", 5), good_run("strict", "viommu", 5)
-        lazy[4] = guest("lazy", count % (4, 100, 25, 100))
-        strict[4] = guest("strict", count % (0, 0, 0, 0))
-        for line in [HOST] + lazy + strict + good_run("none", "none", 9) + ["@@LAB-DONE@@ rc=0"]:
-            col.feed(line)
-        self.assertEqual(col.finish(), [])
-        self.assertEqual(lab.lazy_rows(col.doc["runs"], ["4k"]), [
-            ["bs", "run", "deferred UNMAPs", "FLUSHes", "deferred/FLUSH", "VFIO calls/FLUSH", "mappings merged/VFIO call"],
-            ["4k", "lazy", "100", "4", "25.0", "6.25", "4.00"],
-        ])
-        self.assertIn("| 4k | lazy | 100 | 4 | 25.0 | 6.25 | 4.00 |", lab.table(col.doc))
-        self.assertEqual(lab.lazy_rows(col.doc["runs"][1:], ["4k"]), [])
+    def test_checks_scenarios(self):
+        _, (problems, _) = judge("vmm-errors", [], [HOST, '@@LAB-CHECK@@ {"name":"busy-device","ok":false,"detail":"exit 1"}', "@@LAB-DONE@@ rc=1"])
+        self.assertEqual(problems, ["lab host of round 1: the scenario exited 1", "check busy-device: exit 1"])
+        _, (problems, _) = judge("vmm-errors", [], [HOST, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, ["the scenario reported no check"])
 
-    def test_block_size_parsing(self):
-        self.assertEqual(lab._kib("128k"), 128)
-        self.assertEqual(lab._kib("1m"), 1024)
-        with self.assertRaises(lab.LabError):
-            lab._kib("big")
+
+class HostCrashTest(unittest.TestCase):
+    def test_a_panic_outside_a_guest_dump_is_the_lab_hosts(self):
+        col = lab.Collector()
+        for ln in [HOST, "---- guest ours-r1 failed; its serial log and VMM output follow ----",
+                   "[   42.6] Kernel panic - not syncing: Fatal exception in interrupt",
+                   "---- end of guest ours-r1 log ----",
+                   " WARN ours round 1: guest kernel crashed: Kernel panic - not syncing: x; running it again",
+                   line({**cell("ours"), "guest_crash": "Kernel panic - not syncing: x"})]:
+            col.feed(ln)
+        self.assertIsNone(col.host_crash, "a guest's panic, in its log dump or quoted by the tool")
+        col.feed("[   87.3] BUG: TASK stack guard page was hit at 000000002172ddef")
+        self.assertTrue(col.host_crash.startswith("BUG: TASK stack guard page"))
+
+    def test_a_crashed_lab_host_is_a_warning_when_its_guests_ran_again(self):
+        col = lab.Collector(2)
+        for ln in [HOST, line(cell("qemu+stock")), "[   87.3] BUG: TASK stack guard page was hit"]:
+            col.feed(ln)
+        first = boot(col)
+        second = lab.Collector(1)
+        for ln in [HOST, line(cell("ours")), "@@LAB-DONE@@ rc=0"]:
+            second.feed(ln)
+        doc = {"boots": [first, {**boot(second), "attempt": 2}], "cells": col.cells + second.cells,
+               "checks": [], "rounds": 1, "first_round": 1}
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], SPECS)
+        self.assertEqual(problems, [])
+        self.assertTrue(warnings[0].startswith("lab host of round 1: the lab host crashed (BUG: TASK stack guard page"), warnings)
+
+
+    def test_a_lab_host_that_crashed_before_ready_is_a_warning_when_retried(self):
+        col = lab.Collector(1)
+        col.feed("[    0.613655] Kernel panic - not syncing: timer doesn't work through Interrupt-remapped IO-APIC")
+        first = {**boot(col), "host_crash_retried": True}
+        second = lab.Collector(2)
+        for ln in [HOST, line(cell("qemu+stock")), line(cell("ours")), "@@LAB-DONE@@ rc=0"]:
+            second.feed(ln)
+        doc = {"boots": [first, {**boot(second), "attempt": 2}], "cells": second.cells,
+               "checks": [], "rounds": 1, "first_round": 1}
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], SPECS)
+        self.assertEqual(problems, [])
+        self.assertIn("timer doesn't work", warnings[0])
+        # Not retried (e.g. the second attempt crashed too): a failure.
+        doc["boots"] = [{**boot(col)}]
+        doc["cells"] = []
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], SPECS)
+        self.assertTrue(any("never reported ready" in p for p in problems), problems)
+
+
+class SettingsTest(unittest.TestCase):
+    def args(self, cmd, **kw):
+        base = dict(cmd=cmd, mode=None, bs=None, runtime=None, guest_cpus=None, numjobs=None, rounds=None,
+                    guest_timeout=600, stall_seconds=60)
+        base.update(kw)
+        return types.SimpleNamespace(**base)
+
+    def test_demo_defaults_flags_and_scenarios(self):
+        k = lab.knobs_of(self.args("demo"), lab.SCENARIOS["compare"])
+        self.assertEqual((k["bs"], k["numjobs"], k["guest_cpus"], k["rounds"], k["mode"]), ("4k,128k", "1,2", "2", 3, "fio"))
+        k = lab.knobs_of(self.args("demo", runtime=20, rounds=5), lab.SCENARIOS["compare"])
+        self.assertEqual((k["runtime"], k["rounds"]), ("20", 5))
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["smp-smoke"])
+        self.assertEqual((k["bs"], k["numjobs"], k["guest_cpus"], k["mode"], k["rounds"]), ("128k,4k", "2", "2", "mixed", 1))
+        args = lab.report_args(k, ["a:vmm:viommu:baseline"], "0000:00:01.0")
+        self.assertEqual(args[:4], ["--device", "0000:00:01.0", "--columns", "a:vmm:viommu:baseline"])
+        self.assertIn("--rounds", args)
+
+
+class KernelsTest(unittest.TestCase):
+    def test_the_tool_gets_two_kernels_named_by_knobs(self):
+        specs, knobs = lab.tool_specs(lab.SCENARIOS["compare"]["runs"])
+        self.assertEqual(knobs, {"kernel_stock": "baseline-6.12", "kernel_patched": "patched-6.12"})
+        self.assertEqual(specs[3], "ours+patched-strict:vmm:viommu:patched:strict")
+        self.assertEqual(specs[5], "no-viommu:qemu:none:baseline")
+        specs, knobs = lab.tool_specs(lab.SCENARIOS["smoke-6.12"]["runs"])
+        self.assertEqual(knobs, {"kernel_patched": "patched-6.12"})
+        _, knobs = lab.tool_specs(lab.SCENARIOS["smoke"]["runs"])
+        self.assertEqual(knobs, {"kernel_stock": "baseline"})
+        with self.assertRaisesRegex(lab.LabError, "one patched kernel per run"):
+            lab.tool_specs(["a:vmm:viommu:patched", "b:vmm:viommu:patched-6.12"])
+        with self.assertRaisesRegex(lab.LabError, "not baseline"):
+            lab.tool_specs(["a:vmm:viommu:stock-6.12"])
+
+    def test_scaling_runs_both_job_counts_in_each_guest(self):
+        k = lab.knobs_of(SettingsTest.args(None, "run"), lab.SCENARIOS["scaling"])
+        self.assertEqual((k["numjobs"], k["guest_cpus"], k["mode"]), ("1,2", "2", "fio"))
+        # The demo's default guests are 6.12; 6.1 stays in CI as a smoke test.
+        self.assertTrue(all(r.split(":")[3].endswith("-6.12") for r in lab.SCENARIOS["compare"]["runs"]))
 
 
 if __name__ == "__main__":
     unittest.main()
-
-
-class HostCrashAndBar0Test(unittest.TestCase):
-    def test_a_panic_outside_a_guest_dump_is_the_lab_hosts(self):
-        col = lab.Collector("smoke")
-        for line in [HOST, "---- guest a failed; its serial log and VMM output follow ----",
-                     "[   42.6] Kernel panic - not syncing: Fatal exception in interrupt",
-                     "---- end of guest a log ----"]:
-            col.feed(line)
-        self.assertIsNone(col.host_crash, "a guest's panic inside its log dump")
-        col.feed("[   87.3] BUG: TASK stack guard page was hit at 000000002172ddef")
-        self.assertTrue(col.host_crash.startswith("BUG: TASK stack guard page"))
-
-    def test_bar0_must_be_inside_a_reserved_region_behind_our_viommu(self):
-        run = {"vmm": "vmm", "iommu": "viommu", "boot": {"resv": "0x00000000fee00000 0x00000000feefffff msi;"}}
-        self.assertIn("BAR0", lab.bar0_problem("0xfebf8000-0xfebfbfff", run))
-        run["boot"]["resv"] += "0x00000000c0000000 0x00000000febfffff reserved;"
-        self.assertIsNone(lab.bar0_problem("0xfebf8000-0xfebfbfff", run))
-        # Stock QEMU's guests are not judged on it.
-        self.assertIsNone(lab.bar0_problem("0xfebf8000-0xfebfbfff", {"vmm": "qemu", "iommu": "viommu", "boot": {"resv": ""}}))
-
-
-class CeilingPerJobCountTest(unittest.TestCase):
-    def test_each_job_count_has_its_own_ceiling(self):
-        col = lab.Collector("scaling", "fio")
-        for line in [HOST] + good_run("a@1j", "viommu", 100) + good_run("n@1j", "none", 400) \
-                + good_run("a@2j", "viommu", 300) + good_run("n@2j", "none", 600):
-            col.feed(line)
-        col.finish()
-        rows = {tuple(c.strip() for c in l.split("|")[1:3]): l for l in lab.table(col.doc).splitlines()}
-        self.assertIn("| 0.25 |", rows[("4k", "a@1j")])
-        self.assertIn("| 0.50 |", rows[("4k", "a@2j")])

@@ -23,6 +23,18 @@ pub fn crash_in(line: &str) -> Option<String> {
     })
 }
 
+/// Console text of a guest kernel stalled on a vCPU.
+const STALL_PATTERNS: [&str; 2] = ["rcu: INFO: rcu_sched detected stall", "soft lockup"];
+
+/// The stall message in a guest console line, if it is one (at most 100
+/// characters).
+pub fn stall_in(line: &str) -> Option<String> {
+    STALL_PATTERNS.iter().find_map(|p| {
+        line.find(p)
+            .map(|at| line[at..].chars().take(100).collect())
+    })
+}
+
 /// `first-last` (hex, as `0xfebf8000-0xfebfbfff`) → the two addresses.
 fn range(s: &str) -> Option<(u64, u64)> {
     let (a, b) = s.split_once('-')?;
@@ -93,11 +105,21 @@ pub fn apply_bar0(cell: &mut CellResult, col: &Column, bar0: Option<&str>) {
 }
 
 /// Why the failed `cell` of a `vmm` column may be run again, or `None`:
-/// the guest kernel crashed, or reset itself mid-run (stock QEMU exits 0
-/// with -no-reboot, ours exits 3 on a reset and 4 on a triple fault).
-/// Never after an error the guest reported (a failed verify), never for a
-/// hung guest (a result), never when our VMM failed on its own.
+/// the guest kernel crashed, reset itself mid-run (stock QEMU exits 0
+/// with -no-reboot, ours exits 3 on a reset and 4 on a triple fault), or
+/// stalled on a vCPU before its init ran (an RCU stall or soft lockup in
+/// early boot, which the nested emulation causes now and then; the cell
+/// then hangs or fails before any I/O). Never after an error the guest
+/// reported (a failed verify), never for a guest that hung after its boot
+/// (a result), never when our VMM failed on its own.
 pub fn retry_reason(cell: &CellResult, vmm: Vmm) -> Option<String> {
+    if cell.boot.is_none() && cell.errors.is_empty() {
+        if let Some(s) = &cell.boot_stall {
+            if !matches!(cell.status, CellStatus::Ok) {
+                return Some(format!("the guest kernel stalled before its init ({s})"));
+            }
+        }
+    }
     if !matches!(cell.status, CellStatus::Failed { .. }) || !cell.errors.is_empty() {
         return None;
     }
@@ -143,6 +165,7 @@ mod tests {
             guest_rc: None,
             vmm_rc: None,
             guest_crash: None,
+            boot_stall: None,
             bar0_reserved: None,
             lower_bound: false,
             wall_s: 1.0,
@@ -230,5 +253,29 @@ mod tests {
         );
         assert_eq!(retry_reason(&hung, Vmm::Qemu), None);
         assert_eq!(retry_reason(&cell(CellStatus::Ok, None), Vmm::Qemu), None);
+    }
+
+    #[test]
+    fn a_stall_before_init_is_retried_a_hang_after_boot_never() {
+        assert!(
+            stall_in("[   21.0] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:")
+                .unwrap()
+                .starts_with("rcu: INFO")
+        );
+        assert_eq!(stall_in("fio: randread-4k"), None);
+        let hung = CellStatus::Hung {
+            phase: "boot".into(),
+            after_s: 120,
+        };
+        let mut c = cell(hung.clone(), None);
+        c.boot = None;
+        c.boot_stall = Some("rcu: INFO: rcu_sched detected stalls".into());
+        assert!(retry_reason(&c, Vmm::Ours)
+            .unwrap()
+            .contains("stalled before its init"));
+        // After the boot record, a hang is a result.
+        let mut c = cell(hung, None);
+        c.boot_stall = Some("rcu: INFO: rcu_sched detected stalls".into());
+        assert_eq!(retry_reason(&c, Vmm::Ours), None);
     }
 }

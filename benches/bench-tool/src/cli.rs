@@ -28,10 +28,12 @@ pub struct Args {
     /// The drive is already bound to vfio-pci: do not bind or restore it.
     #[arg(long)]
     pub no_bind: bool,
-    /// Unpatched guest bzImage (guest-patches/linux-6.1/build.sh baseline).
+    /// Unpatched guest bzImage (guest-patches/linux-6.12/build.sh baseline;
+    /// any version with CONFIG_VIRTIO_IOMMU, e.g. linux-6.1).
     #[arg(long, value_name = "PATH")]
     pub kernel_stock: Option<PathBuf>,
-    /// Patched guest bzImage (guest-patches/linux-6.1/build.sh patched).
+    /// Patched guest bzImage (guest-patches/linux-6.12/build.sh patched, or
+    /// the 6.1 series' linux-6.1/build.sh patched).
     #[arg(long, value_name = "PATH")]
     pub kernel_patched: Option<PathBuf>,
     /// Use this guest initramfs instead of building one (it must run the
@@ -97,9 +99,10 @@ pub struct Args {
     /// only, plus a 2 s 4k read.
     #[arg(long, value_enum, default_value_t = Mode::Fio)]
     pub mode: Mode,
-    /// Run a cell whose guest kernel crashed or reset itself again, up to
-    /// N times (a flaky host or nested emulation); the first attempt stays
-    /// in the results as a warning. Never for a failed verify or a hung guest.
+    /// Run a cell whose guest kernel crashed, reset itself or stalled
+    /// before its init again, up to N times (a flaky host or nested
+    /// emulation); the first attempt stays in the results as a warning.
+    /// Never for a failed verify or a guest that hung after its boot.
     #[arg(long, default_value_t = 0)]
     pub retries: u32,
     /// Number the rounds from R (round R starts at column R-1 mod n): one
@@ -194,7 +197,7 @@ pub enum CliError {
         why: String,
     },
     /// A kernel a column needs was not given.
-    #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.1/build.sh {variant})")]
+    #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.12/build.sh {variant})")]
     MissingKernel {
         /// The column.
         column: String,

@@ -1,7 +1,7 @@
 //! The columns of the comparison: which VMM, with or without a virtio-iommu,
 //! which guest kernel, and which guest parameters and VMM flags; and the
-//! command line that starts each (the lab's `vmm_command` in
-//! ci/lab/host-lib.sh, so results stay comparable).
+//! command line that starts each (the lab runs this tool too, so its
+//! guests and a user's start the same way).
 
 use std::path::{Path, PathBuf};
 
@@ -35,9 +35,10 @@ pub enum Iommu {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kernel {
-    /// Unpatched 6.1 (`--kernel-stock`).
+    /// The unpatched kernel (`--kernel-stock`; 6.12 or 6.1).
     Stock,
-    /// 6.1 with guest-patches/linux-6.1 (`--kernel-patched`).
+    /// The kernel with our series (`--kernel-patched`: guest-patches/linux-6.12
+    /// or linux-6.1).
     Patched,
 }
 

@@ -308,6 +308,7 @@ async fn run(cfg: Config) -> u8 {
     // 4. Every cell.
     let t0 = Instant::now();
     let mut progress = Progress::new(cells.len(), a.rounds, estimate);
+    progress.first_round = a.first_round;
     let mut ctx = CellCtx {
         stall: Duration::from_secs(a.stall_seconds),
         bound: plan::cell_bound(&cfg),

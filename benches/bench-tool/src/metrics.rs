@@ -33,6 +33,14 @@ pub struct DeviceCounters {
     pub flush_vfio_calls: u64,
     /// Mappings those calls removed (merged ranges).
     pub merged_ranges: u64,
+    /// Nanoseconds the device spent serving requests (`viommu_busy_ns_total`;
+    /// our VMM only, 0 for stock QEMU).
+    #[serde(default)]
+    pub busy_ns: u64,
+    /// Nanoseconds of that in host DMA (VFIO) map and unmap calls
+    /// (`viommu_backend_{map,unmap}_ns_total`; our VMM only).
+    #[serde(default)]
+    pub vfio_ns: u64,
 }
 
 impl DeviceCounters {
@@ -48,6 +56,8 @@ impl DeviceCounters {
                 .flush_vfio_calls
                 .saturating_sub(earlier.flush_vfio_calls),
             merged_ranges: self.merged_ranges.saturating_sub(earlier.merged_ranges),
+            busy_ns: self.busy_ns.saturating_sub(earlier.busy_ns),
+            vfio_ns: self.vfio_ns.saturating_sub(earlier.vfio_ns),
         }
     }
 
@@ -172,6 +182,8 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         deferred_unmaps: n("viommu_deferred_unmaps_total"),
         flush_vfio_calls: n("viommu_flush_backend_calls_total"),
         merged_ranges: n("viommu_merged_ranges_total"),
+        busy_ns: n("viommu_busy_ns_total"),
+        vfio_ns: n("viommu_backend_map_ns_total") + n("viommu_backend_unmap_ns_total"),
     })
 }
 
@@ -235,6 +247,9 @@ mod tests {
         c.flushes = 1245;
         c.flush_backend_calls = 9751;
         c.merged_ranges = 20000;
+        c.busy_ns = 900_000_000;
+        c.backend.map_ns = 300_000_000;
+        c.backend.unmap_ns = 200_000_000;
         viommu_counters::prometheus_text("viommu", &c)
     }
 
@@ -253,6 +268,8 @@ mod tests {
         assert_eq!(c.deferred_unmaps, 26877);
         assert_eq!(c.flush_vfio_calls, 9751);
         assert_eq!(c.merged_ranges, 20000);
+        assert_eq!(c.busy_ns, 900_000_000);
+        assert_eq!(c.vfio_ns, 500_000_000);
         assert_eq!(c.requests(), 30240 + 26877 + 1245);
         // No virtio-iommu: the VMM serves an empty text.
         assert_eq!(parse_prometheus("").unwrap(), DeviceCounters::default());

@@ -163,7 +163,7 @@ impl Checks {
             if !k.is_file() {
                 out.problems.push(problem(
                     format!("{flag} {}: no such file", k.display()),
-                    "build it with guest-patches/linux-6.1/build.sh baseline|patched, or fix the path",
+                    "build it with guest-patches/linux-6.12/build.sh baseline|patched, or fix the path",
                 ));
             }
         }
@@ -545,7 +545,7 @@ mod tests {
             ("bin/vmm", "cargo build --release -p vmm"),
             ("bin/fio", "apt-get install fio"),
             ("bin/busybox", "apt-get install busybox-static"),
-            ("k/patched", "guest-patches/linux-6.1/build.sh"),
+            ("k/patched", "guest-patches/linux-6.12/build.sh"),
         ];
         for (rm, fix) in cases {
             let f = Fake::healthy();

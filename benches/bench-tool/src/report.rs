@@ -80,6 +80,30 @@ pub struct LazyRow {
     pub merged_per_call: Option<f64>,
 }
 
+/// Where our VMM's virtio-iommu time goes in one column and phase
+/// (medians over rounds): the device's busy time and the part of it in
+/// VFIO calls, against the phase's wall time. Requests are served on the
+/// notifying vCPU, so a busy share near 100% per vCPU is the ceiling of
+/// the serialised path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimeRow {
+    /// Phase name.
+    pub phase: String,
+    /// Column tag.
+    pub column: String,
+    /// Device busy time / the phase's wall time (0-1; may pass 1 with
+    /// several vCPUs notifying at once).
+    pub busy_share: f64,
+    /// Time in VFIO map/unmap calls / the phase's wall time.
+    pub vfio_share: f64,
+    /// Time in VFIO calls / device busy time.
+    pub vfio_of_busy: Option<f64>,
+    /// Mean microseconds of one VFIO call.
+    pub us_per_vfio_call: Option<f64>,
+    /// virtio-iommu requests served per millisecond of device busy time.
+    pub requests_per_busy_ms: Option<f64>,
+}
+
 /// Everything the table shows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -93,6 +117,9 @@ pub struct Summary {
     pub groups: Vec<Group>,
     /// Lazy-unmap rows.
     pub lazy: Vec<LazyRow>,
+    /// Where the time goes (our VMM's columns, device busy and VFIO time).
+    #[serde(default)]
+    pub time: Vec<TimeRow>,
     /// Per column, what else the cells showed: the drive's BAR0 left
     /// usable as an IOVA, retried guest crashes.
     #[serde(default)]
@@ -130,6 +157,7 @@ pub fn summarize(
     let ceiling = columns.iter().find(|c| c.iommu == Iommu::None);
     let mut groups = Vec::new();
     let mut lazy = Vec::new();
+    let mut time = Vec::new();
     for ph in phases {
         let ceiling_iops = |round: u32| {
             let c = ceiling?;
@@ -146,6 +174,8 @@ pub fn summarize(
             let (mut iops, mut ratio, mut req, mut vfio, mut hit) =
                 (vec![], vec![], vec![], vec![], vec![]);
             let (mut dfr, mut fl, mut dpf, mut vpf, mut mpc) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            let (mut busy, mut vshare, mut vob, mut upc, mut rpm) =
                 (vec![], vec![], vec![], vec![], vec![]);
             let mut lower_bound = false;
             for c in &mine {
@@ -167,6 +197,16 @@ pub fn summarize(
                         req.push(d.requests() as f64 / ios);
                         vfio.push(d.vfio_calls as f64 / ios);
                         lower_bound |= c.lower_bound;
+                        let wall_ns = f.read_ms.max(f.write_ms) as f64 * 1e6;
+                        if d.busy_ns > 0 && wall_ns > 0.0 {
+                            busy.push(d.busy_ns as f64 / wall_ns);
+                            vshare.push(d.vfio_ns as f64 / wall_ns);
+                            vob.push(d.vfio_ns as f64 / d.busy_ns as f64);
+                            rpm.push(d.requests() as f64 / (d.busy_ns as f64 / 1e6));
+                            if d.vfio_calls > 0 {
+                                upc.push(d.vfio_ns as f64 / 1e3 / d.vfio_calls as f64);
+                            }
+                        }
                         if d.deferred_unmaps > 0 {
                             dfr.push(d.deferred_unmaps as f64);
                             fl.push(d.flush_requests as f64);
@@ -196,6 +236,17 @@ pub fn summarize(
                     deferred_per_flush: median(&dpf),
                     vfio_per_flush: median(&vpf),
                     merged_per_call: median(&mpc),
+                });
+            }
+            if let (Some(b), Some(v)) = (median(&busy), median(&vshare)) {
+                time.push(TimeRow {
+                    phase: ph.name.clone(),
+                    column: col.tag.clone(),
+                    busy_share: b,
+                    vfio_share: v,
+                    vfio_of_busy: median(&vob),
+                    us_per_vfio_call: median(&upc),
+                    requests_per_busy_ms: median(&rpm),
                 });
             }
             let hung = mine
@@ -276,6 +327,7 @@ pub fn summarize(
         rounds,
         groups,
         lazy,
+        time,
     }
 }
 
@@ -432,6 +484,32 @@ const LAZY_HEADER: [&str; 7] = [
     "mappings merged/VFIO call",
 ];
 
+fn time_cells(t: &TimeRow) -> Vec<String> {
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let o = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.*}", p));
+    vec![
+        t.phase.clone(),
+        t.column.clone(),
+        pct(t.busy_share),
+        pct(t.vfio_share),
+        t.vfio_of_busy.map_or("-".into(), pct),
+        o(t.us_per_vfio_call, 1),
+        o(t.requests_per_busy_ms, 1),
+    ]
+}
+
+const TIME_HEADER: [&str; 7] = [
+    "phase",
+    "column",
+    "device busy (of wall)",
+    "in VFIO calls (of wall)",
+    "VFIO share of busy",
+    "us per VFIO call",
+    "requests per busy ms",
+];
+
+const TIME_NOTE: &str = "Where our VMM's virtio-iommu time goes (device counters viommu_busy_ns_total and viommu_backend_{map,unmap}_ns_total over the phase, medians; wall = the fio phase's runtime; requests are served on the notifying vCPU, so busy time is the serialised path's load)";
+
 fn notes(s: &Summary) -> String {
     let mut n = format!(
         "Medians over {} round(s), [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise.",
@@ -465,6 +543,16 @@ pub fn render_text(s: &Summary) -> String {
             .map(|h| h.to_string())
             .collect::<Vec<_>>()];
         rows.extend(s.lazy.iter().map(lazy_cells));
+        out += &aligned(&rows);
+        out += "\n";
+    }
+    if !s.time.is_empty() {
+        out += "\n== where the time goes (our VMM's device, medians) ==\n";
+        let mut rows = vec![TIME_HEADER
+            .iter()
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>()];
+        rows.extend(s.time.iter().map(time_cells));
         out += &aligned(&rows);
         out += "\n";
     }
@@ -505,6 +593,11 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
             md_table(&lh, &lr)
         );
     }
+    if !s.time.is_empty() {
+        let th: Vec<String> = TIME_HEADER.iter().map(|h| h.to_string()).collect();
+        let tr: Vec<Vec<String>> = s.time.iter().map(time_cells).collect();
+        out += &format!("\n{TIME_NOTE}:\n\n{}", md_table(&th, &tr));
+    }
     out += &format!("\n{}\n", notes(s));
     out
 }
@@ -534,6 +627,7 @@ pub(crate) mod tests {
                     numjobs: 1,
                     read_iops: iops,
                     read_kib: iops * 4 * 10,
+                    read_ms: 10_000,
                     counters: [
                         ("iommu-dma-pool/hits".to_string(), 99),
                         ("iommu-dma-pool/misses".to_string(), 1),
@@ -556,6 +650,7 @@ pub(crate) mod tests {
             guest_rc: Some(0),
             vmm_rc: Some(0),
             guest_crash: None,
+            boot_stall: None,
             bar0_reserved: None,
             lower_bound: lower,
             wall_s: 1.0,
@@ -591,6 +686,8 @@ pub(crate) mod tests {
             deferred_unmaps: 50,
             flush_vfio_calls: 20,
             merged_ranges: 40,
+            busy_ns: 4_000_000_000,
+            vfio_ns: 1_000_000_000,
         });
         let mut cells = vec![];
         for (r, (a, b, c)) in [(1000, 3000, 4000), (1100, 3300, 4400), (1050, 2900, 4200)]
@@ -631,6 +728,54 @@ pub(crate) mod tests {
         assert_eq!(s.lazy.len(), 1);
         assert_eq!(s.lazy[0].deferred_per_flush, Some(5.0));
         assert_eq!(s.lazy[0].merged_per_call, Some(2.0));
+        // Where the time goes: only our VMM reports busy time.
+        assert_eq!(s.time.len(), 1);
+        let t = &s.time[0];
+        assert_eq!(t.column, "ours+patched-lazy");
+        assert!((t.busy_share - 0.4).abs() < 1e-9);
+        assert!((t.vfio_share - 0.1).abs() < 1e-9);
+        assert_eq!(t.vfio_of_busy, Some(0.25));
+        assert!((t.us_per_vfio_call.unwrap() - 1e6 / 30.0).abs() < 1e-6);
+        assert!((t.requests_per_busy_ms.unwrap() - 160.0 / 4000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn each_job_count_has_its_own_ceiling() {
+        let (cols, mut phases, mut cells) = fixture();
+        phases.push(Phase {
+            name: "randread-4k-j2".into(),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 2,
+        });
+        // With 2 jobs every column does twice as well as with 1.
+        for c in &mut cells {
+            let mut p = c.phases["randread-4k"].clone();
+            let f = p.fio.as_mut().unwrap();
+            f.phase = "randread-4k-j2".into();
+            f.numjobs = 2;
+            f.read_iops *= 2;
+            f.read_kib *= 2;
+            c.phases.insert("randread-4k-j2".into(), p);
+        }
+        // The 2-job ceiling alone doubles again: ratios halve for 2 jobs.
+        for c in cells.iter_mut().filter(|c| c.column == "no-viommu") {
+            let f = c
+                .phases
+                .get_mut("randread-4k-j2")
+                .unwrap()
+                .fio
+                .as_mut()
+                .unwrap();
+            f.read_iops *= 2;
+        }
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert_eq!(s.groups[0].rows[0].ratio.unwrap().median, 0.25);
+        assert_eq!(s.groups[1].numjobs, 2);
+        assert_eq!(
+            s.groups[1].rows[0].ratio.unwrap().median,
+            0.25 / 2.0 * 2.0 / 2.0
+        );
     }
 
     #[test]
@@ -686,6 +831,11 @@ pub(crate) mod tests {
         assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 | >=2.00 | 99% |"), "{md}");
         assert!(
             md.contains("| randread-4k | ours+patched-lazy | 50 | 10 | 5.0 | 2.00 | 2.00 |"),
+            "{md}"
+        );
+        assert!(t.contains("== where the time goes"), "{t}");
+        assert!(
+            md.contains("| randread-4k | ours+patched-lazy | 40% | 10% | 25% | 33333.3 | 0.0 |"),
             "{md}"
         );
     }

@@ -67,6 +67,10 @@ pub struct CellResult {
     /// The first crash message on the guest's console (panic, BUG, double fault).
     #[serde(default)]
     pub guest_crash: Option<String>,
+    /// A stall the guest kernel reported before its init ran (an RCU stall
+    /// or soft lockup on a vCPU during boot).
+    #[serde(default)]
+    pub boot_stall: Option<String>,
     /// Behind a virtio-iommu: whether the guest's reserved IOVA regions
     /// cover the drive's host BAR0 (see [`crate::checks::bar0_problem`]).
     #[serde(default)]

@@ -21,6 +21,13 @@ use crate::units::human_duration;
 /// How long the VMM may take to exit after the guest said it is done.
 const EXIT_GRACE: Duration = Duration::from_secs(60);
 
+/// The least stall window before the guest's boot record (tests: none).
+const BOOT_STALL: Duration = if cfg!(test) {
+    Duration::ZERO
+} else {
+    Duration::from_secs(120)
+};
+
 /// A cell could not be run at all, or the user stopped the run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -56,6 +63,9 @@ pub struct Progress {
     pub done: usize,
     /// Rounds in the run.
     pub rounds: u32,
+    /// The first round's number (`--first-round`): above 1, the run is a
+    /// part of a longer one, whose total this run does not know.
+    pub first_round: u32,
     /// Estimated duration of one cell (replaced by the measured mean).
     pub estimate: Duration,
     started: Instant,
@@ -68,6 +78,7 @@ impl Progress {
             total,
             done: 0,
             rounds,
+            first_round: 1,
             estimate,
             started: Instant::now(),
         }
@@ -86,11 +97,15 @@ impl Progress {
     /// Say where the run is.
     pub fn line(&self, column: &str, round: u32, what: &str, into_current: Duration) {
         eprintln!(
-            "[viommu-bench] cell {}/{} round {}/{} {column}: {what} (ETA {})",
+            "[viommu-bench] cell {}/{} round {}{} {column}: {what} (ETA {})",
             self.done + 1,
             self.total,
             round + 1,
-            self.rounds,
+            if self.first_round > 1 {
+                String::new()
+            } else {
+                format!("/{}", self.rounds)
+            },
             human_duration(self.eta(into_current)),
         );
     }
@@ -143,6 +158,7 @@ struct Cell {
     warnings: Vec<String>,
     guest_rc: Option<i32>,
     crash: Option<String>,
+    boot_stall: Option<String>,
     phase: String,
     begin: HashMap<String, DeviceCounters>,
     io_seen: u64,
@@ -210,7 +226,14 @@ pub async fn run_cell(
         } else if let Some(t) = done_at {
             (t + EXIT_GRACE, "exit")
         } else {
-            let stall = last_progress + ctx.stall;
+            // Until the guest reports its boot, give it at least BOOT_STALL:
+            // firmware and kernel boot print no progress lines.
+            let window = if st.boot.is_none() {
+                ctx.stall.max(BOOT_STALL)
+            } else {
+                ctx.stall
+            };
+            let stall = last_progress + window;
             let bound = start + ctx.bound;
             if stall < bound {
                 (stall, "stall")
@@ -226,6 +249,9 @@ pub async fn run_cell(
                     if !is_err {
                         if st.crash.is_none() {
                             st.crash = crate::checks::crash_in(&line);
+                        }
+                        if st.boot.is_none() && st.boot_stall.is_none() {
+                            st.boot_stall = crate::checks::stall_in(&line);
                         }
                         if on_line(&line, &mut st, &mut src, column, round, progress, start).await {
                             last_progress = Instant::now();
@@ -248,7 +274,7 @@ pub async fn run_cell(
                         kill(&mut child).await;
                     }
                     _ => {
-                        let after_s = if why == "stall" { ctx.stall.as_secs() } else { start.elapsed().as_secs() };
+                        let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
                         warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
                         progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
                         hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s });
@@ -276,6 +302,7 @@ pub async fn run_cell(
         guest_rc: st.guest_rc,
         vmm_rc,
         guest_crash: st.crash,
+        boot_stall: st.boot_stall,
         bar0_reserved: None,
         lower_bound: src.lower_bound(),
         wall_s: start.elapsed().as_secs_f64(),

@@ -285,6 +285,10 @@ fn retries_serial_report_and_report_from() {
         "{stdout}"
     );
     assert!(
+        stderr.contains("cell 1/3 round 2 qemu+patched: booting"),
+        "{stderr}"
+    );
+    assert!(
         stdout.contains("---- end of guest qemu+patched-r2 log ----"),
         "{stdout}"
     );

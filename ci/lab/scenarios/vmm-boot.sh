@@ -1,0 +1,11 @@
+# Scenario: our VMM boots the guest (no devices) to its init, which reports
+# and powers off; the VMM exits 0.
+out=$(timeout "$(lab_arg guest_timeout 600)" vmm --kernel /lab/guest/baseline.bzImage \
+	--initrd /lab/guest/initramfs.cpio --memory 1024M \
+	--cmdline "console=ttyS0 quiet panic=-1 lab.mode=boot" </dev/null 2>&1)
+rc=$?
+ok=false
+printf '%s\n' "$out" | grep -q '"event":"boot"' && printf '%s\n' "$out" | grep -q 'LAB-GUEST-DONE@@ rc=0' && [ $rc -eq 0 ] && ok=true
+printf '@@LAB-CHECK@@ {"name":"vmm-boot","ok":%s,"detail":"VMM exit %s; %s"}\n' "$ok" "$rc" \
+	"$(printf '%s\n' "$out" | grep -o 'event":"boot[^}]*' | head -n 1 | tr '"\\' "''")"
+[ $ok = true ]

@@ -7,7 +7,8 @@ use crate::cli::{Config, Mode};
 use crate::guest::run_phase_name;
 
 /// Guest debugfs counters reported per phase (the patched guest has them).
-pub const GUEST_COUNTERS: &str = "/sys/kernel/debug/virtio-iommu,/sys/kernel/debug/iommu-dma-pool";
+pub const GUEST_COUNTERS: &str =
+    "/sys/kernel/debug/virtio-iommu,/sys/kernel/debug/iommu-dma-pool,/sys/kernel/debug/iommu-dma-reuse";
 
 /// One VM boot: a column in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

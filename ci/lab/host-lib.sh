@@ -35,6 +35,8 @@ bench_args() {
 		--guest-cpus "$(lab_arg guest_cpus 1)" --rounds 1 --first-round "$(lab_arg round 1)" \
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache
+	[ "$(lab_arg kvm_exits 0)" = 1 ] && echo --kvm-exits
+	return 0
 }
 
 # guest_crash LOG: the first line of a guest kernel crash in LOG (a double

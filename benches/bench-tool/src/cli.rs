@@ -118,6 +118,11 @@ pub struct Args {
     /// every VM that did not finish well, between `---- guest ... ----` lines.
     #[arg(long)]
     pub serial_report: bool,
+    /// Count the host's KVM exits by reason in every measured phase (ftrace
+    /// hist triggers on the kvm events: needs root, tracefs and
+    /// CONFIG_HIST_TRIGGERS); the table gains "KVM exits per I/O".
+    #[arg(long)]
+    pub kvm_exits: bool,
     /// Start nothing: read cells (a results.json, or `@@LAB-CELL@@` / JSON
     /// lines of cells) and write the table, results.json and chart for the
     /// columns, block sizes, jobs and rounds given, as a run would.

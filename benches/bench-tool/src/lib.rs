@@ -15,6 +15,7 @@ pub mod cli;
 pub mod columns;
 pub mod guest;
 pub mod image;
+pub mod kvm_exits;
 pub mod metrics;
 pub mod plan;
 pub mod preflight;

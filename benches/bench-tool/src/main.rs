@@ -305,6 +305,19 @@ async fn run(cfg: Config) -> u8 {
         }
     }
 
+    // KVM exits per phase, when asked (triggers removed when this drops).
+    let kvm_exits = if a.kvm_exits {
+        match viommu_bench::kvm_exits::KvmExits::install(None) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+
     // 4. Every cell.
     let t0 = Instant::now();
     let mut progress = Progress::new(cells.len(), a.rounds, estimate);
@@ -314,6 +327,7 @@ async fn run(cfg: Config) -> u8 {
         bound: plan::cell_bound(&cfg),
         log_dir: &out.join("logs"),
         cancel: cancel.clone(),
+        kvm_exits: kvm_exits.as_ref(),
     };
     let mut results = Vec::new();
     let mut interrupted = *cancel.borrow();

@@ -3,6 +3,8 @@
 //! (the no-vIOMMU column), requests and VFIO calls per I/O, the bounce
 //! pool's hit rate, and which differences are beyond the noise.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
@@ -82,9 +84,9 @@ pub struct LazyRow {
 
 /// Where our VMM's virtio-iommu time goes in one column and phase
 /// (medians over rounds): the device's busy time and the part of it in
-/// VFIO calls, against the phase's wall time. Requests are served on the
-/// notifying vCPU, so a busy share near 100% per vCPU is the ceiling of
-/// the serialised path.
+/// VFIO calls, against the phase's wall time. Requests are served by the
+/// VMM's one virtio-iommu device thread, so a busy share near 100% is the
+/// ceiling of that serialised path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimeRow {
     /// Phase name.
@@ -104,6 +106,20 @@ pub struct TimeRow {
     pub requests_per_busy_ms: Option<f64>,
 }
 
+/// KVM exits per I/O in one phase (`--kvm-exits`): per column, the median
+/// over rounds of each reason's count divided by the phase's I/Os.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitRow {
+    /// Phase name.
+    pub phase: String,
+    /// Column tag.
+    pub column: String,
+    /// All exits per I/O.
+    pub total: f64,
+    /// Per reason (`exit.NPF`, `msr.6e0.w`, `mmio.fee000b0`, ...).
+    pub per_io: BTreeMap<String, f64>,
+}
+
 /// Everything the table shows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -120,6 +136,9 @@ pub struct Summary {
     /// Where the time goes (our VMM's columns, device busy and VFIO time).
     #[serde(default)]
     pub time: Vec<TimeRow>,
+    /// KVM exits per I/O (`--kvm-exits` runs only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exits: Vec<ExitRow>,
     /// Per column, what else the cells showed: the drive's BAR0 left
     /// usable as an IOVA, retried guest crashes.
     #[serde(default)]
@@ -158,6 +177,7 @@ pub fn summarize(
     let mut groups = Vec::new();
     let mut lazy = Vec::new();
     let mut time = Vec::new();
+    let mut exits = Vec::new();
     for ph in phases {
         let ceiling_iops = |round: u32| {
             let c = ceiling?;
@@ -278,6 +298,11 @@ pub fn summarize(
                 }
             }
         }
+        for col in columns {
+            if let Some(e) = exit_row(col, ph, cells) {
+                exits.push(e);
+            }
+        }
         let verdict = verdict(&rows, ceiling.map(|c| c.tag.as_str()), rounds);
         groups.push(Group {
             phase: ph.name.clone(),
@@ -328,8 +353,94 @@ pub fn summarize(
         groups,
         lazy,
         time,
+        exits,
     }
 }
+
+/// The KVM exits per I/O of `col` in `ph`, if any of its cells counted them.
+fn exit_row(col: &Column, ph: &Phase, cells: &[CellResult]) -> Option<ExitRow> {
+    let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut totals = Vec::new();
+    for c in cells.iter().filter(|c| c.column == col.tag) {
+        let Some(p) = usable(c, &ph.name) else {
+            continue;
+        };
+        let (Some(f), Some(k)) = (p.fio.as_ref(), p.kvm_exits.as_ref()) else {
+            continue;
+        };
+        let ios = (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64;
+        if ios <= 0.0 {
+            continue;
+        }
+        totals.push(
+            k.iter()
+                .filter(|(r, _)| r.starts_with("exit."))
+                .map(|(_, n)| *n as f64)
+                .sum::<f64>()
+                / ios,
+        );
+        for (r, n) in k {
+            per.entry(r.clone()).or_default().push(*n as f64 / ios);
+        }
+    }
+    let total = median(&totals)?;
+    let rounds = totals.len();
+    let per_io = per
+        .into_iter()
+        .map(|(r, mut v)| {
+            v.resize(rounds, 0.0); // a reason missing in a round counted 0
+            (r, median(&v).unwrap_or(0.0))
+        })
+        .collect();
+    Some(ExitRow {
+        phase: ph.name.clone(),
+        column: col.tag.clone(),
+        total,
+        per_io,
+    })
+}
+
+/// Per phase: the header (reason, then the columns) and one row per reason
+/// that reaches 0.01 per I/O in some column, the biggest first (at most 12).
+fn exit_tables(s: &Summary) -> Vec<(String, Vec<String>, Vec<Vec<String>>)> {
+    let mut out = Vec::new();
+    let mut phases: Vec<&str> = s.exits.iter().map(|e| e.phase.as_str()).collect();
+    phases.dedup();
+    for ph in phases {
+        let rows: Vec<&ExitRow> = s.exits.iter().filter(|e| e.phase == ph).collect();
+        let mut head = vec!["per I/O".to_string()];
+        head.extend(rows.iter().map(|e| e.column.clone()));
+        let mut reasons: Vec<(String, f64)> = Vec::new();
+        for e in &rows {
+            for (r, v) in &e.per_io {
+                match reasons.iter_mut().find(|(n, _)| n == r) {
+                    Some(x) => x.1 = x.1.max(*v),
+                    None => reasons.push((r.clone(), *v)),
+                }
+            }
+        }
+        reasons.retain(|(_, v)| *v >= 0.01);
+        reasons.sort_by(|a, b| b.1.total_cmp(&a.1));
+        reasons.truncate(12);
+        let mut body = vec![{
+            let mut r = vec!["all exits".to_string()];
+            r.extend(rows.iter().map(|e| format!("{:.3}", e.total)));
+            r
+        }];
+        for (r, _) in reasons {
+            let mut line = vec![r.clone()];
+            line.extend(
+                rows.iter()
+                    .map(|e| format!("{:.3}", e.per_io.get(&r).copied().unwrap_or(0.0))),
+            );
+            body.push(line);
+        }
+        out.push((ph.to_string(), head, body));
+    }
+    out
+}
+
+const EXITS_NOTE: &str = "KVM exits per I/O (host tracepoints kvm_exit by reason, kvm_msr by MSR, kvm_mmio by address, kvm_pio by port, kvm_userspace_exit by reason, counted over the phase; medians over rounds)";
 
 /// The best column (by median IOPS, the ceiling aside) and which others
 /// it beats beyond the noise.
@@ -508,7 +619,7 @@ const TIME_HEADER: [&str; 7] = [
     "requests per busy ms",
 ];
 
-const TIME_NOTE: &str = "Where our VMM's virtio-iommu time goes (device counters viommu_busy_ns_total and viommu_backend_{map,unmap}_ns_total over the phase, medians; wall = the fio phase's runtime; requests are served on the notifying vCPU, so busy time is the serialised path's load)";
+const TIME_NOTE: &str = "Where our VMM's virtio-iommu time goes (device counters viommu_busy_ns_total and viommu_backend_{map,unmap}_ns_total over the phase, medians; wall = the fio phase's runtime; requests are served by the VMM's one virtio-iommu device thread, so a busy share near 100% is that path's ceiling)";
 
 fn notes(s: &Summary) -> String {
     let mut n = format!(
@@ -556,6 +667,13 @@ pub fn render_text(s: &Summary) -> String {
         out += &aligned(&rows);
         out += "\n";
     }
+    for (ph, head, body) in exit_tables(s) {
+        out += &format!("\n== KVM exits per I/O: {ph} ==\n");
+        let mut rows = vec![head];
+        rows.extend(body);
+        out += &aligned(&rows);
+        out += "\n";
+    }
     out += &format!("\n{}\n", notes(s));
     out
 }
@@ -598,6 +716,13 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let tr: Vec<Vec<String>> = s.time.iter().map(time_cells).collect();
         out += &format!("\n{TIME_NOTE}:\n\n{}", md_table(&th, &tr));
     }
+    let exit_tables = exit_tables(s);
+    if !exit_tables.is_empty() {
+        out += &format!("\n{EXITS_NOTE}:\n");
+        for (ph, head, body) in exit_tables {
+            out += &format!("\n{ph}:\n\n{}", md_table(&head, &body));
+        }
+    }
     out += &format!("\n{}\n", notes(s));
     out
 }
@@ -637,6 +762,7 @@ pub(crate) mod tests {
                     ..Default::default()
                 }),
                 device: dev,
+                kvm_exits: None,
             },
         );
         CellResult {
@@ -699,6 +825,35 @@ pub(crate) mod tests {
             cells.push(cell("no-viommu", r as u32, c, None, false));
         }
         (cols, phases, cells)
+    }
+
+    #[test]
+    fn kvm_exits_per_io_by_reason() {
+        let (cols, phases, mut cells) = fixture();
+        // ours: 3000/3300/2900 IOPS x 10 s; 0.5 MSR exits and 0.25 NPF per I/O.
+        for c in cells.iter_mut().filter(|c| c.column == "ours+patched-lazy") {
+            let p = c.phases.get_mut("randread-4k").unwrap();
+            let ios = p.fio.as_ref().unwrap().read_iops * 10;
+            p.kvm_exits = Some(
+                [
+                    ("exit.MSR".to_string(), ios / 2),
+                    ("exit.NPF".to_string(), ios / 4),
+                    ("msr.6e0.w".to_string(), ios / 2),
+                ]
+                .into_iter()
+                .collect(),
+            );
+        }
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert_eq!(s.exits.len(), 1, "only the column that counted");
+        let e = &s.exits[0];
+        assert!((e.total - 0.75).abs() < 1e-9, "{}", e.total);
+        assert!((e.per_io["msr.6e0.w"] - 0.5).abs() < 1e-9);
+        let text = render_text(&s);
+        assert!(text.contains("KVM exits per I/O: randread-4k"), "{text}");
+        assert!(text.contains("exit.NPF"), "{text}");
+        let md = render_markdown(&s, "t");
+        assert!(md.contains("| msr.6e0.w | 0.500 |"), "{md}");
     }
 
     #[test]

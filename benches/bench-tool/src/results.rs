@@ -41,6 +41,9 @@ pub struct PhaseResult {
     pub fio: Option<FioRecord>,
     /// What the device did during the phase (our VMM's metrics, or QEMU's trace).
     pub device: Option<DeviceCounters>,
+    /// KVM exits by reason during the phase (`--kvm-exits`; host-wide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_exits: Option<BTreeMap<String, u64>>,
 }
 
 /// One VM boot: a column in a round.

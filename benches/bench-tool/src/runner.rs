@@ -122,6 +122,8 @@ pub struct CellCtx<'a> {
     pub log_dir: &'a Path,
     /// Flips to true on Ctrl-C/SIGTERM.
     pub cancel: watch::Receiver<bool>,
+    /// KVM exit counting per phase (`--kvm-exits`).
+    pub kvm_exits: Option<&'a crate::kvm_exits::KvmExits>,
 }
 
 fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
@@ -253,7 +255,7 @@ pub async fn run_cell(
                         if st.boot.is_none() && st.boot_stall.is_none() {
                             st.boot_stall = crate::checks::stall_in(&line);
                         }
-                        if on_line(&line, &mut st, &mut src, column, round, progress, start).await {
+                        if on_line(&line, &mut st, &mut src, ctx.kvm_exits, (column, round, progress, start)).await {
                             last_progress = Instant::now();
                         }
                         if st.guest_rc.is_some() && done_at.is_none() {
@@ -321,10 +323,8 @@ async fn on_line(
     line: &str,
     st: &mut Cell,
     src: &mut CounterSource,
-    column: &str,
-    round: u32,
-    progress: &Progress,
-    start: Instant,
+    kvm: Option<&crate::kvm_exits::KvmExits>,
+    (column, round, progress, start): (&str, u32, &Progress, Instant),
 ) -> bool {
     let m = match parse_line(line) {
         Ok(Some(m)) => m,
@@ -344,9 +344,15 @@ async fn on_line(
                 Ok(None) => {}
                 Err(e) => warn!("{column} {n}: {e}"),
             }
+            if let Some(Err(e)) = kvm.map(|k| k.clear()) {
+                warn!("{column} {n}: {e}");
+            }
             st.phase = n;
         }
         Marker::PhaseEnd(n) => {
+            if let Some(k) = kvm {
+                st.phases.entry(n.clone()).or_default().kvm_exits = Some(k.read());
+            }
             match src.snapshot().await {
                 Ok(Some(end)) => {
                     if let Some(b) = st.begin.get(&n) {
@@ -425,6 +431,7 @@ mod tests {
             bound: Duration::from_secs(60),
             log_dir: dir,
             cancel: rx,
+            kvm_exits: None,
         }
     }
 

@@ -103,6 +103,24 @@ class CollectorTest(unittest.TestCase):
             no_pool = "ours-lazy+pool: hits stayed 0 in every phase (the path under test was not taken)"
             self.assertEqual(problems, [] if ok else [no_lazy, no_pool])
 
+    def test_idle_phase_of_the_reuse_cache(self):
+        def idle(entries, held, unmapped, flushes):
+            fio_rec = fio("idle", 0, counters={"iommu-dma-reuse/bytes": -held})
+            fio_rec["after"] = {"iommu-dma-reuse/entries": entries, "iommu-dma-reuse/bytes": 0}
+            c = cell("ours+lazy+reuse")
+            c["phases"]["idle"] = {"fio": fio_rec, "device": {"bytes_mapped": 0, "bytes_unmapped": unmapped,
+                                                              "flush_requests": flushes}}
+            return lab.idle_problems(c)
+        self.assertEqual(idle(0, 8192, 8192, 1), ([], []))
+        self.assertEqual(idle(0, 8192, 12288, 2), ([], []), "earlier evictions flushed too")
+        self.assertEqual(idle(3, 8192, 8192, 1)[0], ["the reuse cache still held 3 entries after the idle phase"])
+        self.assertEqual(idle(0, 8192, 4096, 1)[0],
+                         ["the cache released 8192 bytes in the idle phase but the host unmapped only 4096"])
+        self.assertIn("without an IOTLB_FLUSH", idle(0, 8192, 8192, 0)[0][0])
+        self.assertEqual(idle(0, 0, 0, 0), ([], ["the reuse cache held nothing when the idle phase began (only its emptiness was checked)"]))
+        self.assertEqual(lab.idle_problems(cell("x")), (["no idle phase reported"], []))
+        self.assertEqual(lab.SCENARIOS["smoke-6.12"]["idle_check"], ["ours+lazy+reuse"])
+
     def test_checks_scenarios(self):
         _, (problems, _) = judge("vmm-errors", [], [HOST, '@@LAB-CHECK@@ {"name":"busy-device","ok":false,"detail":"exit 1"}', "@@LAB-DONE@@ rc=1"])
         self.assertEqual(problems, ["lab host of round 1: the scenario exited 1", "check busy-device: exit 1"])

@@ -72,7 +72,7 @@ const CPUID_TSC_DEADLINE: u32 = 1 << 24;
 /// cloud-hypervisor and Firecracker set it too. Without it the guest
 /// programs its one-shot timer through the xAPIC's TMICT register: an MMIO
 /// exit KVM has to decode, on every idle entry and exit, where the deadline
-/// is one WRMSR exit (the lab counted 0.17-0.32 TMICT writes per I/O at
+/// is one WRMSR exit (the lab counted 0.07-0.32 TMICT writes per I/O at
 /// 4k-64k randread, none behind QEMU; `benches/results/exits-per-io-*`).
 pub fn add_emulated_features(cpuid: &mut CpuId, tsc_deadline: bool) {
     for e in cpuid.as_mut_slice() {

@@ -118,6 +118,13 @@ pub struct Args {
     /// every VM that did not finish well, between `---- guest ... ----` lines.
     #[arg(long)]
     pub serial_report: bool,
+    /// After the measured runs, one more phase `idle` of this many
+    /// milliseconds with no I/O, reported with the guest counters' values at
+    /// its end: long enough for the reuse cache's window plus the flush
+    /// queue's, it shows what lazy domains held is gone from the host
+    /// (results.json: the phase's `device.bytes_unmapped` and `fio.after`).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub idle_ms: u64,
     /// Count the host's KVM exits by reason in every measured phase (ftrace
     /// hist triggers on the kvm events: needs root, tracefs and
     /// CONFIG_HIST_TRIGGERS); the table gains "KVM exits per I/O".

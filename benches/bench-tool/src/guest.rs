@@ -67,6 +67,10 @@ pub struct FioRecord {
     /// Guest debugfs counters, after minus before the run.
     #[serde(default)]
     pub counters: BTreeMap<String, i64>,
+    /// The same counters' values after the run (the idle phase only: its
+    /// gauges, e.g. the reuse cache's live `entries`, must reach 0).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub after: BTreeMap<String, i64>,
 }
 
 fn one() -> u32 {

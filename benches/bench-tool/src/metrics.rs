@@ -41,6 +41,14 @@ pub struct DeviceCounters {
     /// (`viommu_backend_{map,unmap}_ns_total`; our VMM only).
     #[serde(default)]
     pub vfio_ns: u64,
+    /// Bytes the device's successful host map calls mapped
+    /// (`viommu_backend_bytes_mapped_total`; our VMM only).
+    #[serde(default)]
+    pub bytes_mapped: u64,
+    /// Bytes its successful host unmap calls unmapped
+    /// (`viommu_backend_bytes_unmapped_total`; our VMM only).
+    #[serde(default)]
+    pub bytes_unmapped: u64,
 }
 
 impl DeviceCounters {
@@ -58,6 +66,8 @@ impl DeviceCounters {
             merged_ranges: self.merged_ranges.saturating_sub(earlier.merged_ranges),
             busy_ns: self.busy_ns.saturating_sub(earlier.busy_ns),
             vfio_ns: self.vfio_ns.saturating_sub(earlier.vfio_ns),
+            bytes_mapped: self.bytes_mapped.saturating_sub(earlier.bytes_mapped),
+            bytes_unmapped: self.bytes_unmapped.saturating_sub(earlier.bytes_unmapped),
         }
     }
 
@@ -184,6 +194,8 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         merged_ranges: n("viommu_merged_ranges_total"),
         busy_ns: n("viommu_busy_ns_total"),
         vfio_ns: n("viommu_backend_map_ns_total") + n("viommu_backend_unmap_ns_total"),
+        bytes_mapped: n("viommu_backend_bytes_mapped_total"),
+        bytes_unmapped: n("viommu_backend_bytes_unmapped_total"),
     })
 }
 
@@ -250,6 +262,8 @@ mod tests {
         c.busy_ns = 900_000_000;
         c.backend.map_ns = 300_000_000;
         c.backend.unmap_ns = 200_000_000;
+        c.backend.bytes_mapped = 1 << 30;
+        c.backend.bytes_unmapped = 3 << 28;
         viommu_counters::prometheus_text("viommu", &c)
     }
 
@@ -270,6 +284,7 @@ mod tests {
         assert_eq!(c.merged_ranges, 20000);
         assert_eq!(c.busy_ns, 900_000_000);
         assert_eq!(c.vfio_ns, 500_000_000);
+        assert_eq!((c.bytes_mapped, c.bytes_unmapped), (1 << 30, 3 << 28));
         assert_eq!(c.requests(), 30240 + 26877 + 1245);
         // No virtio-iommu: the VMM serves an empty text.
         assert_eq!(parse_prometheus("").unwrap(), DeviceCounters::default());

@@ -81,8 +81,13 @@ pub fn guest_cmdline(cfg: &Config) -> String {
     let a = &cfg.args;
     let bs: Vec<&str> = cfg.bs.iter().map(|b| b.label.as_str()).collect();
     let nj: Vec<String> = cfg.numjobs.iter().map(|n| n.to_string()).collect();
+    let idle = if a.idle_ms > 0 {
+        format!(" lab.idle_ms={}", a.idle_ms)
+    } else {
+        String::new()
+    };
     format!(
-        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}",
+        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}",
         a.mode.as_str(),
         a.rw.as_str(),
         bs.join(","),
@@ -190,6 +195,22 @@ mod tests {
         );
         let c = guest_cmdline(&cfg);
         assert!(c.contains("lab.rw=randrw lab.bs=4k,128k lab.runtime=10 lab.iodepth=64 lab.verify=8M lab.numjobs=1,2"), "{c}");
+        assert!(
+            !c.contains("lab.idle_ms"),
+            "no idle phase unless asked: {c}"
+        );
         assert_eq!(estimate_cell(&cfg), Duration::from_secs(15 + 9 + 4 * 12));
+        let idle = Args::try_parse_from([
+            "viommu-bench",
+            "--device",
+            "01:00.0",
+            "--dry-run",
+            "--idle-ms",
+            "3000",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        assert!(guest_cmdline(&idle).ends_with(" lab.idle_ms=3000"));
     }
 }

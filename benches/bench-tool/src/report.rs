@@ -814,6 +814,7 @@ pub(crate) mod tests {
             merged_ranges: 40,
             busy_ns: 4_000_000_000,
             vfio_ns: 1_000_000_000,
+            ..Default::default()
         });
         let mut cells = vec![];
         for (r, (a, b, c)) in [(1000, 3000, 4000), (1100, 3300, 4400), (1050, 2900, 4200)]

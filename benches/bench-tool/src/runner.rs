@@ -405,6 +405,13 @@ fn judge(st: &Cell, vmm_rc: Option<i32>) -> CellStatus {
         _ if !st.phases.keys().any(|n| n.starts_with("verify-")) => {
             failed("no write+verify pass ran".into())
         }
+        // The guest's end is the VMM's: power-off exits 0, a guest that
+        // reboots (lab.end=reboot) 3 or 4 (our VMM's reset and triple
+        // fault); anything else (a seccomp kill, 159; a crash) is the
+        // VMM failing after a good run.
+        _ if vmm_rc.is_some_and(|c| !matches!(c, 0 | 3 | 4)) => failed(format!(
+            "the guest finished but the VMM exited {rc} (not 0, 3 or 4; see the log)"
+        )),
         _ => CellStatus::Ok,
     }
 }
@@ -533,6 +540,32 @@ echo '@@LAB-GUEST-DONE@@ rc=1'
             "{:?}",
             r.status
         );
+        // A good run whose VMM then dies (a seccomp kill: 159) failed; a
+        // rebooting guest's VMM may exit 3 or 4.
+        for (code, ok) in [(159, false), (3, true), (0, true)] {
+            let r = run_cell(
+                &script_launch(d.path(), &format!("{GOOD}exit {code}\n")),
+                "fake",
+                0,
+                &mut ctx(d.path(), watch::channel(false).1, 15),
+                &p,
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                r.status == CellStatus::Ok,
+                ok,
+                "exit {code}: {:?}",
+                r.status
+            );
+            if !ok {
+                assert!(
+                    matches!(&r.status, CellStatus::Failed { reason, .. } if reason.contains("the VMM exited 159")),
+                    "{:?}",
+                    r.status
+                );
+            }
+        }
     }
 
     #[tokio::test]

@@ -18,6 +18,9 @@
 //! vmm: seccomp: thread viommu made a denied system call (number 110); exiting
 //! ```
 //!
+//! `open` and `openat` are the exception: they fail with `EACCES` (see
+//! `FAIL_WITH_EACCES` for why) instead of trapping.
+//!
 //! `--seccomp=false` installs no filter (for debugging with strace, gdb or
 //! extra logging). The lists are below, one line each with why.
 
@@ -30,8 +33,24 @@ use seccompiler::{
     SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
 
-/// A compiled filter, ready to install on a thread.
-pub type Filter = seccompiler::BpfProgram;
+/// A thread's compiled filters, ready to install (all of them: the kernel
+/// applies the strictest answer of any).
+pub type Filter = Vec<seccompiler::BpfProgram>;
+
+/// The calls that fail with `EACCES` instead of ending the VMM: opening a
+/// file. No filtered thread has a file to open, but glibc's allocator
+/// does once, lazily: the first time a thread's arena gives memory back it
+/// reads `/proc/sys/vm/overcommit_memory` (glibc `check_may_shrink_heap`;
+/// seen in the lab on the device thread after a burst of unmaps), and it
+/// takes a failed open as "no" and uses `madvise` instead. A trap here
+/// killed the VMM mid-run; an error keeps the file closed and the VMM up.
+const FAIL_WITH_EACCES: [(libc::c_long, &str); 2] = [
+    (
+        libc::SYS_openat,
+        "glibc malloc's one-time read of overcommit_memory",
+    ),
+    (libc::SYS_open, "the same, where libc uses open"),
+];
 
 /// Exit code of the process after a denied system call: 128 + SIGSYS.
 pub const DENIED_EXIT_CODE: i32 = 128 + libc::SIGSYS;
@@ -293,10 +312,31 @@ pub fn build(kind: ThreadKind) -> Result<Filter, SeccompError> {
     if !ioctl_rules.is_empty() {
         rules.insert(libc::SYS_ioctl, ioctl_rules);
     }
+    // The open calls pass this filter and fail in the next one.
+    for (nr, _why) in FAIL_WITH_EACCES {
+        rules.insert(nr, Vec::new());
+    }
     let arch = std::env::consts::ARCH.try_into().map_err(err)?;
-    let filter =
-        SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch).map_err(err)?;
-    filter.try_into().map_err(err)
+    let main: seccompiler::BpfProgram =
+        SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, arch)
+            .and_then(TryInto::try_into)
+            .map_err(err)?;
+    let opens = FAIL_WITH_EACCES
+        .iter()
+        .map(|(nr, _)| (*nr, Vec::new()))
+        .collect();
+    let eacces = libc::EACCES.unsigned_abs();
+    let no_files: seccompiler::BpfProgram = SeccompFilter::new(
+        opens,
+        SeccompAction::Allow,
+        SeccompAction::Errno(eacces),
+        arch,
+    )
+    .and_then(TryInto::try_into)
+    .map_err(err)?;
+    // In this order: installing a filter takes prctl and seccomp calls,
+    // which the main filter would trap.
+    Ok(vec![no_files, main])
 }
 
 // ---- threads and the report -----------------------------------------------
@@ -323,8 +363,8 @@ where
             let len = owned.len().min(15);
             n[..len].copy_from_slice(&owned.as_bytes()[..len]);
             NAME.with(|c| c.set(n));
-            if let Some(p) = filter {
-                if let Err(e) = seccompiler::apply_filter(&p) {
+            for p in filter.iter().flatten() {
+                if let Err(e) = seccompiler::apply_filter(p) {
                     let _ = tx.send(Err(e.to_string()));
                     return;
                 }
@@ -355,7 +395,7 @@ where
 /// `_sigsys { void *_call_addr; int _syscall; unsigned _arch; }`.
 const SI_SYSCALL_OFFSET: usize = 24;
 
-extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // Only async-signal-safe work: stack buffers, write(2), _exit(2).
     let nr = if info.is_null() {
         -1
@@ -398,13 +438,38 @@ extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut
         put(b"-");
     }
     put(&digits[d..]);
-    put(b"); exiting; --seccomp=false turns the filters off\n");
+    put(b")");
+    // Where the call was made (for addr2line against the binary, with the
+    // load address from a rerun under --seccomp=false): which code path
+    // wants the call.
+    let rip = call_site(ctx);
+    if rip != 0 {
+        put(b" at 0x");
+        for shift in (0..16).rev() {
+            put(&[b"0123456789abcdef"[((rip >> (shift * 4)) & 0xf) as usize]]);
+        }
+    }
+    put(b"; exiting; --seccomp=false turns the filters off\n");
     // SAFETY: write(2) and _exit(2) are async-signal-safe; `line[..n]` is
     // initialised. Both are allowed in every filter.
     unsafe {
         libc::write(2, line.as_ptr().cast(), n);
         libc::_exit(DENIED_EXIT_CODE);
     }
+}
+
+/// The instruction pointer of the denied call, from the signal's context.
+fn call_site(ctx: *mut libc::c_void) -> u64 {
+    if ctx.is_null() {
+        return 0;
+    }
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid
+    // ucontext_t as the third argument; only its registers are read.
+    let g = unsafe { &(*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+    usize::try_from(libc::REG_RIP)
+        .ok()
+        .and_then(|i| g.get(i))
+        .map_or(0, |r| *r as u64)
 }
 
 /// Install the SIGSYS handler that reports a denied system call (once per

@@ -59,3 +59,22 @@ fn a_filtered_thread_allocates_logs_locks_and_exits() {
         assert_eq!(*shared.lock().unwrap(), vec![8 << 20, 100, 1]);
     }
 }
+
+#[test]
+fn a_filtered_thread_that_opens_a_file_gets_eacces_and_lives() {
+    // glibc's allocator opens /proc/sys/vm/overcommit_memory the first
+    // time an arena shrinks (the lab's device thread did, after a burst of
+    // unmaps, and the trap ended the VMM). Many medium blocks, freed, make
+    // this thread's arena shrink; the explicit open checks the answer.
+    for k in KINDS {
+        let filter = Policy::default().filter(k).unwrap();
+        let h = spawn("opener", filter, move || {
+            let blocks: Vec<Vec<u8>> = (0..2048).map(|i| vec![i as u8; 48 << 10]).collect();
+            drop(blocks);
+            let e = std::fs::File::open("/proc/sys/vm/overcommit_memory").unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{k:?}: {e}");
+        })
+        .unwrap();
+        h.join().unwrap();
+    }
+}

@@ -36,34 +36,9 @@ use viommu_device::{
     VIRTIO_IOMMU_F_POOL_HINT, VIRTIO_IOMMU_F_PROBE,
 };
 
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes([self.u8()?, self.u8()?]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes([
-            self.u8()?,
-            self.u8()?,
-            self.u8()?,
-            self.u8()?,
-        ]))
-    }
-    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-}
+#[path = "common/input.rs"]
+mod input;
+use input::Input;
 
 fn features(setup: u8) -> u64 {
     let mut f = (1u64 << 32)

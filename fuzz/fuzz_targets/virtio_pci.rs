@@ -28,29 +28,9 @@ use vmm::devices::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
 use vmm::pci::msix::MsiSender;
 use vmm::pci::PciDevice;
 
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes([self.u8()?, self.u8()?]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes([
-            self.u8()?,
-            self.u8()?,
-            self.u8()?,
-            self.u8()?,
-        ]))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from(self.u32()?) | u64::from(self.u32()?) << 32)
-    }
-}
+#[path = "common/input.rs"]
+mod input;
+use input::Input;
 
 #[derive(Default)]
 struct State {

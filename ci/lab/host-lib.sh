@@ -36,6 +36,7 @@ bench_args() {
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache
 	[ "$(lab_arg kvm_exits 0)" = 1 ] && echo --kvm-exits
+	[ "$(lab_arg retry_hung 0)" = 1 ] && echo --retry-hung
 	printf '%s\n' --idle-ms "$(lab_arg idle_ms 0)"
 	return 0
 }

@@ -351,7 +351,18 @@ async fn run(cfg: Config) -> u8 {
             };
             apply_bar0(&mut r, col, facts.bar0.as_deref());
             let retry = (earlier.len() < a.retries as usize)
-                .then(|| retry_reason(&r, col.vmm))
+                .then(|| {
+                    retry_reason(&r, col.vmm).or_else(|| match &r.status {
+                        viommu_bench::results::CellStatus::Hung { phase, after_s }
+                            if a.retry_hung =>
+                        {
+                            Some(format!(
+                                "the guest hung in {phase} (no I/O for {after_s} s; --retry-hung)"
+                            ))
+                        }
+                        _ => None,
+                    })
+                })
                 .flatten();
             let Some(why) = retry else {
                 r.warnings.append(&mut earlier);

@@ -149,6 +149,11 @@ fn median(v: &[f64]) -> Option<f64> {
     Spread::of(v).map(|s| s.median)
 }
 
+/// The I/Os of a phase: the bytes fio moved over the block size.
+fn ios_of(f: &crate::guest::FioRecord, ph: &Phase) -> f64 {
+    (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64
+}
+
 /// Whether `cell` measured `phase` usably: not hung, no failed verify, and
 /// fio reported the phase without error.
 fn usable<'a>(cell: &'a CellResult, phase: &str) -> Option<&'a crate::results::PhaseResult> {
@@ -208,7 +213,7 @@ pub fn summarize(
                 if let Some(base) = ceiling_iops(c.round).filter(|b| *b > 0.0) {
                     ratio.push(i / base);
                 }
-                let ios = (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64;
+                let ios = ios_of(f, ph);
                 if col.iommu == Iommu::Viommu && ios > 0.0 {
                     let dev = p.device.filter(|d| d.requests() > 0 || d.vfio_calls > 0);
                     let guest =
@@ -368,7 +373,7 @@ fn exit_row(col: &Column, ph: &Phase, cells: &[CellResult]) -> Option<ExitRow> {
         let (Some(f), Some(k)) = (p.fio.as_ref(), p.kvm_exits.as_ref()) else {
             continue;
         };
-        let ios = (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64;
+        let ios = ios_of(f, ph);
         if ios <= 0.0 {
             continue;
         }

@@ -67,7 +67,13 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
     if let Some(path) = &cfg.api_socket {
-        let state = api::info::state(&cfg, &exit, devices.viommu_counters(), &devices.vfio_bdfs());
+        let state = api::info::state(
+            &cfg,
+            &exit,
+            devices.viommu_counters(),
+            Some(devices.liveness()),
+            &devices.vfio_bdfs(),
+        );
         api::spawn(path, state, seccomp.filter(ThreadKind::Api)?)?;
         tracing::info!(path = %path.display(), "API socket ready");
     }

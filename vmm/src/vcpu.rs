@@ -441,7 +441,10 @@ impl Vcpu {
                     }
                     continue;
                 }
-                Ok(VcpuExit::Shutdown) => ExitReason::TripleFault,
+                Ok(VcpuExit::Shutdown) => {
+                    log_triple_fault(&self.fd, id);
+                    ExitReason::TripleFault
+                }
                 Ok(VcpuExit::SystemEvent(kind, _)) => match kind {
                     KVM_SYSTEM_EVENT_SHUTDOWN => ExitReason::PowerOff,
                     KVM_SYSTEM_EVENT_RESET => ExitReason::Reset,
@@ -463,6 +466,33 @@ impl Vcpu {
             self.exit.request(reason);
             return;
         }
+    }
+}
+
+/// Log where vCPU `id` was when the guest triple-faulted (a guest reboot
+/// through its last-resort method, or a crash whose exception handling
+/// failed: the registers tell which).
+fn log_triple_fault(fd: &VcpuFd, id: u8) {
+    match (fd.get_regs(), fd.get_sregs()) {
+        (Ok(r), Ok(s)) => tracing::warn!(
+            vcpu = id,
+            rip = format_args!("{:#x}", r.rip),
+            rsp = format_args!("{:#x}", r.rsp),
+            rflags = format_args!("{:#x}", r.rflags),
+            cs = format_args!("{:#x}", s.cs.selector),
+            cr0 = format_args!("{:#x}", s.cr0),
+            cr2 = format_args!("{:#x}", s.cr2),
+            cr3 = format_args!("{:#x}", s.cr3),
+            cr4 = format_args!("{:#x}", s.cr4),
+            idt = format_args!("{:#x}", s.idt.base),
+            "the guest triple-faulted"
+        ),
+        (r, s) => tracing::warn!(
+            vcpu = id,
+            regs = ?r.err(),
+            sregs = ?s.err(),
+            "the guest triple-faulted; its registers cannot be read"
+        ),
     }
 }
 

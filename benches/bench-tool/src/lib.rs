@@ -16,6 +16,7 @@ pub mod columns;
 pub mod guest;
 pub mod image;
 pub mod kvm_exits;
+pub mod liveness;
 pub mod metrics;
 pub mod plan;
 pub mod preflight;

@@ -142,6 +142,23 @@ impl HttpSocket {
     }
 }
 
+impl HttpSocket {
+    /// The whole `GET /metrics` body (an answer within 5 s).
+    pub async fn text(&self) -> Result<String, MetricsError> {
+        let answer = tokio::time::timeout(Duration::from_secs(5), self.ask())
+            .await
+            .map_err(|_| MetricsError::Timeout(self.path.clone()))??;
+        match answer.split_once("\r\n\r\n") {
+            Some((head, body))
+                if head.lines().next().and_then(|l| l.split(' ').nth(1)) == Some("200") =>
+            {
+                Ok(body.to_string())
+            }
+            _ => Err(MetricsError::BadAnswer(answer.chars().take(200).collect())),
+        }
+    }
+}
+
 impl MetricsEndpoint for HttpSocket {
     async fn fetch(&self) -> Result<DeviceCounters, MetricsError> {
         let answer = tokio::time::timeout(Duration::from_secs(5), self.ask())

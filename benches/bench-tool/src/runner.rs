@@ -278,6 +278,12 @@ pub async fn run_cell(
                     _ => {
                         let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
                         warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
+                        if let Some(sock) = &launch.api_socket {
+                            let why = hang_state(sock).await;
+                            warn!("{column} round {}: state at the hang: {why}", round + 1);
+                            let _ = writeln!(log, "# state at the hang: {why}");
+                            st.warnings.push(format!("state at the hang: {why}"));
+                        }
                         progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
                         hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s });
                         kill(&mut child).await;
@@ -311,6 +317,23 @@ pub async fn run_cell(
         command: launch.display(),
         log: log_path,
     })
+}
+
+/// Our VMM's liveness gauges read twice, a second apart, and what they
+/// say (see [`crate::liveness`]).
+async fn hang_state(sock: &std::path::Path) -> String {
+    let ep = crate::metrics::HttpSocket::new(sock);
+    let first = match ep.text().await {
+        Ok(t) => t,
+        Err(e) => return format!("the VMM's API did not answer ({e})"),
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let then = ep.text().await.unwrap_or_default();
+    let (a, b) = (
+        crate::liveness::parse(&first),
+        crate::liveness::parse(&then),
+    );
+    format!("{} [{:?}]", crate::liveness::diagnose(&a, &b), b)
 }
 
 async fn kill(child: &mut tokio::process::Child) {

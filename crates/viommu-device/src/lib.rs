@@ -432,6 +432,15 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         })
     }
 
+    /// Where the device stands on the request queue, if activated: the
+    /// next available index it will take and the next used index it will
+    /// write (a liveness probe compares them with the driver's indices).
+    pub fn request_queue_position(&self) -> Option<(u16, u16)> {
+        self.active
+            .as_ref()
+            .map(|a| (a.requestq.next_avail(), a.requestq.next_used()))
+    }
+
     /// Counters since creation.
     pub fn counters(&self) -> Counters {
         self.counters

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::liveness::Liveness;
 use super::ApiState;
 use crate::cli::VmConfig;
 use crate::devices::exit::VmExit;
@@ -37,12 +38,13 @@ struct VfioInfo<'a> {
 }
 
 /// What the control plane answers from: `cfg` described, the virtio-iommu's
-/// counters (if any) as metrics, shutdown through `exit`; `vfio_bdfs` are
-/// the guest BDFs of `cfg.vfio`, in order.
+/// counters (if any) and the `liveness` gauges as metrics, shutdown through
+/// `exit`; `vfio_bdfs` are the guest BDFs of `cfg.vfio`, in order.
 pub fn state(
     cfg: &VmConfig,
     exit: &Arc<VmExit>,
     viommu: Option<Arc<Mutex<viommu_device::Counters>>>,
+    liveness: Option<Liveness>,
     vfio_bdfs: &[Bdf],
 ) -> ApiState {
     let info = VmInfo {
@@ -72,12 +74,18 @@ pub fn state(
             })
             .collect(),
     };
-    let metrics = Box::new(move || match &viommu {
-        Some(c) => {
-            let c = *c.lock().unwrap_or_else(|e| e.into_inner());
-            viommu_counters::prometheus_text("viommu", &c)
+    let metrics = Box::new(move || {
+        let mut text = match &viommu {
+            Some(c) => {
+                let c = *c.lock().unwrap_or_else(|e| e.into_inner());
+                viommu_counters::prometheus_text("viommu", &c)
+            }
+            None => String::new(),
+        };
+        if let Some(l) = &liveness {
+            text += &l.render();
         }
-        None => String::new(),
+        text
     });
     ApiState {
         info: serde_json::to_value(&info).unwrap_or_default(),
@@ -114,7 +122,7 @@ mod tests {
             seccomp: Default::default(),
         };
         let exit = Arc::new(VmExit::new().unwrap());
-        let s = state(&cfg, &exit, None, &[Bdf::slot(1)]);
+        let s = state(&cfg, &exit, None, None, &[Bdf::slot(1)]);
         assert_eq!(s.info["cpus"], 2);
         assert_eq!(s.info["vfio"][0]["host"], "0000:01:00.0");
         assert_eq!(s.info["vfio"][0]["guest"], "0000:00:01.0");

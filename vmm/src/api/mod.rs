@@ -3,7 +3,8 @@
 //!
 //! - `GET /metrics`: every counter of the virtio-iommu in the Prometheus
 //!   text exposition format (HELP and TYPE lines, counters ending in
-//!   `_total`), for a scraper or `vmmctl SOCKET metrics`;
+//!   `_total`), for a scraper or `vmmctl SOCKET metrics`, and the liveness
+//!   gauges of the device thread and the console UART ([`liveness`]);
 //! - `GET /api/v1/vm.info`: what the VM is (vCPUs, memory, kernel,
 //!   devices), as JSON;
 //! - `PUT /api/v1/vm.shutdown`: stop the VM (the VMM exits with code 0);
@@ -21,6 +22,7 @@
 
 pub mod http;
 pub mod info;
+pub mod liveness;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -34,7 +34,7 @@ use crate::devices::console::{console, ConsoleFlusher, ConsoleOut, CONSOLE_BUFFE
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::SerialDevice;
-use crate::devices::viommu::DeviceThread;
+use crate::devices::viommu::{DeviceThread, ThreadStatus};
 use crate::error::{io_err, kvm_err, VmmError};
 use crate::layout::*;
 use crate::pci::alloc::BarWindows;
@@ -74,6 +74,7 @@ pub struct DeviceManager<'a> {
     console: ConsoleFlusher,
     viot: Option<ViotConfig>,
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
+    viommu_status: Option<Arc<ThreadStatus>>,
     /// The virtio-iommu's device thread: stopped before the DMA mappings
     /// are removed.
     viommu_thread: Option<DeviceThread>,
@@ -123,6 +124,7 @@ impl<'a> DeviceManager<'a> {
             endpoints: Vec::new(),
             viot: None,
             viommu_counters: None,
+            viommu_status: None,
             viommu_thread: None,
             seccomp,
             armed: true,
@@ -189,6 +191,14 @@ impl<'a> DeviceManager<'a> {
     /// The virtio-iommu's counters, if there is a virtio-iommu.
     pub fn viommu_counters(&self) -> Option<Arc<Mutex<viommu_device::Counters>>> {
         self.viommu_counters.clone()
+    }
+
+    /// Where the liveness gauges of `GET /metrics` come from.
+    pub fn liveness(&self) -> crate::api::liveness::Liveness {
+        crate::api::liveness::Liveness {
+            serial: self.serial.clone(),
+            viommu: self.viommu_status.clone(),
+        }
     }
 
     /// The guest BDF of each passed-through device, in `--vfio` order.

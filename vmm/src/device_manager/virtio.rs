@@ -33,6 +33,7 @@ impl DeviceManager<'_> {
             .map_err(io_err("cannot start the virtio-iommu device thread"))?;
         self.viommu_thread = Some(thread);
         let counters = device.counters();
+        self.viommu_status = Some(device.status());
         let kicks = device
             .kick_eventfds()
             .map_err(io_err("cannot copy the virtio-iommu kick eventfds"))?;

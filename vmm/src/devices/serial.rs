@@ -2,6 +2,7 @@
 //! irqfd.
 
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use vm_superio::{serial::NoEvents, Serial, Trigger};
@@ -9,27 +10,70 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::bus::BusDevice;
 
-/// Raises the UART's IRQ by writing the irqfd registered for its GSI.
+/// Raises the UART's IRQ by writing the irqfd registered for its GSI,
+/// and counts the edges.
 #[derive(Debug)]
-pub struct IrqfdTrigger(pub EventFd);
+pub struct IrqfdTrigger {
+    irqfd: EventFd,
+    raised: AtomicU64,
+}
 
 impl Trigger for IrqfdTrigger {
     type E = std::io::Error;
     fn trigger(&self) -> std::io::Result<()> {
-        self.0.write(1)
+        self.raised.fetch_add(1, Ordering::Relaxed);
+        self.irqfd.write(1)
     }
+}
+
+/// Line control register offset and its divisor-latch access bit.
+const LCR: u64 = 3;
+const LCR_DLAB: u8 = 0x80;
+
+/// The UART as a liveness probe sees it: a guest whose console stopped
+/// mid-line with the transmit interrupt enabled and pending has not taken
+/// that interrupt (interrupts off, or stuck).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SerialReading {
+    /// Bytes the guest wrote to the transmit register.
+    pub tx_bytes: u64,
+    /// Interrupt edges raised.
+    pub irqs: u64,
+    /// Interrupt enable register.
+    pub ier: u8,
+    /// Interrupt identification (pending) bits, as the guest would read them.
+    pub iir: u8,
 }
 
 /// The UART on the port bus.
 pub struct SerialDevice {
     uart: Serial<IrqfdTrigger, NoEvents, Box<dyn Write + Send>>,
+    lcr: u8,
+    tx_bytes: u64,
 }
 
 impl SerialDevice {
     /// A UART raising `irq` and writing what the guest sends to `out`.
     pub fn new(irq: EventFd, out: Box<dyn Write + Send>) -> Self {
+        let trigger = IrqfdTrigger {
+            irqfd: irq,
+            raised: AtomicU64::new(0),
+        };
         SerialDevice {
-            uart: Serial::new(IrqfdTrigger(irq), out),
+            uart: Serial::new(trigger, out),
+            lcr: 0,
+            tx_bytes: 0,
+        }
+    }
+
+    /// The UART's registers and counts now.
+    pub fn reading(&self) -> SerialReading {
+        let st = self.uart.state();
+        SerialReading {
+            tx_bytes: self.tx_bytes,
+            irqs: self.uart.interrupt_evt().raised.load(Ordering::Relaxed),
+            ier: st.interrupt_enable,
+            iir: st.interrupt_identification,
         }
     }
 
@@ -53,6 +97,11 @@ impl BusDevice for SerialDevice {
 
     fn write(&mut self, offset: u64, data: &[u8]) {
         if let Some(&v) = data.first() {
+            match offset {
+                0 if self.lcr & LCR_DLAB == 0 => self.tx_bytes += 1,
+                LCR => self.lcr = v,
+                _ => {}
+            }
             if let Err(e) = self.uart.write(offset as u8, v) {
                 tracing::warn!("serial write failed: {e:?}");
             }
@@ -116,10 +165,19 @@ mod tests {
             s.write(0, &[*b]);
         }
         assert_eq!(&*out.0.lock().unwrap(), b"hi\n");
+        assert_eq!(s.reading().tx_bytes, 3);
+        // Divisor latch writes are not output.
+        s.write(3, &[0x80]);
+        s.write(0, &[1]);
+        s.write(3, &[0x03]);
+        assert_eq!(s.reading().tx_bytes, 3);
         // Enable the "data available" interrupt (IER bit 0), then feed input.
         s.write(1, &[0x01]);
         assert_eq!(s.enqueue_input(b"x"), 1);
         assert!(irq.read().unwrap() >= 1);
+        let r = s.reading();
+        assert_eq!((r.ier, r.irqs), (0x01, 1));
+        assert_ne!(r.iir & 0x04, 0, "data-available interrupt pending");
         let mut lsr = [0u8];
         s.read(5, &mut lsr);
         assert_eq!(lsr[0] & 1, 1, "LSR data ready");

@@ -33,16 +33,21 @@
 //!   (a mutex held for a table lookup, never across a host call).
 //! - The counters for `GET /metrics` are a snapshot the thread refreshes
 //!   after each notification and reset.
+//! - [`ThreadStatus`] tells, from outside, whether the thread is stuck or
+//!   idle and whether the driver is waiting for it: how long the current
+//!   notification has been served, where the device stands on the request
+//!   queue, and the driver's indices read from guest memory when asked.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use viommu_device::{Counters, IommuInterrupt, VirtioIommu};
-use virtio_queue::Queue;
-use vm_memory::GuestMemoryMmap;
+use virtio_queue::{Queue, QueueT};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
@@ -85,6 +90,97 @@ struct Shared {
     config: Mutex<Vec<u8>>,
     counters: Arc<Mutex<Counters>>,
     reset_pending: AtomicBool,
+    status: Arc<ThreadStatus>,
+}
+
+/// The device thread's liveness, readable from any thread (`GET /metrics`).
+pub struct ThreadStatus {
+    start: Instant,
+    /// Times the thread woke from `poll(2)`.
+    wakeups: AtomicU64,
+    /// Microseconds since `start` (+1) when the notification being served
+    /// began; 0 while the thread waits.
+    serving_since: AtomicU64,
+    /// The device's next available and next used index after its last
+    /// drain (`u32::MAX` before activation).
+    next_avail: AtomicU32,
+    next_used: AtomicU32,
+    /// Guest memory and the request queue's avail and used ring addresses,
+    /// from activation to reset.
+    rings: Mutex<Option<(GuestMemoryMmap, GuestAddress, GuestAddress)>>,
+}
+
+/// A reading of [`ThreadStatus`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatusReading {
+    /// Times the thread woke.
+    pub wakeups: u64,
+    /// Milliseconds the current notification has been served (0: waiting).
+    pub serving_ms: u64,
+    /// The driver's avail index, read from guest memory now.
+    pub driver_avail: Option<u16>,
+    /// The used index in guest memory now.
+    pub used: Option<u16>,
+    /// The device's next available index after its last drain.
+    pub device_next_avail: Option<u16>,
+}
+
+impl ThreadStatus {
+    fn new() -> Self {
+        ThreadStatus {
+            start: Instant::now(),
+            wakeups: AtomicU64::new(0),
+            serving_since: AtomicU64::new(0),
+            next_avail: AtomicU32::new(u32::MAX),
+            next_used: AtomicU32::new(u32::MAX),
+            rings: Mutex::new(None),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    fn begin(&self) {
+        self.serving_since.store(self.now_us(), Ordering::Release);
+    }
+
+    fn end(&self, position: Option<(u16, u16)>) {
+        let (a, u) = position.map_or((u32::MAX, u32::MAX), |(a, u)| (a.into(), u.into()));
+        self.next_avail.store(a, Ordering::Release);
+        self.next_used.store(u, Ordering::Release);
+        self.serving_since.store(0, Ordering::Release);
+    }
+
+    /// The thread's state now.
+    pub fn read(&self) -> StatusReading {
+        let since = self.serving_since.load(Ordering::Acquire);
+        let serving_ms = if since == 0 {
+            0
+        } else {
+            self.now_us().saturating_sub(since) / 1000
+        };
+        let (driver_avail, used) = match &*self.rings.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((mem, avail, used)) => {
+                let idx = |ring: &GuestAddress| {
+                    ring.checked_add(2)
+                        .and_then(|a| mem.read_obj::<u16>(a).ok())
+                        .map(u16::from_le)
+                };
+                (idx(avail), idx(used))
+            }
+            None => (None, None),
+        };
+        StatusReading {
+            wakeups: self.wakeups.load(Ordering::Relaxed),
+            serving_ms,
+            driver_avail,
+            used,
+            device_next_avail: u16::try_from(self.next_avail.load(Ordering::Acquire)).ok(),
+        }
+    }
 }
 
 impl Shared {
@@ -153,6 +249,7 @@ impl ViommuDevice {
             config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
             counters: Arc::new(Mutex::new(Counters::default())),
             reset_pending: AtomicBool::new(false),
+            status: Arc::new(ThreadStatus::new()),
         });
         shared.snapshot_config(&model);
         shared.snapshot_counters(&model);
@@ -187,6 +284,11 @@ impl ViommuDevice {
     /// The counters snapshot, shared.
     pub fn counters(&self) -> Arc<Mutex<Counters>> {
         self.shared.counters.clone()
+    }
+
+    /// The device thread's liveness, shared.
+    pub fn status(&self) -> Arc<ThreadStatus> {
+        self.shared.status.clone()
     }
 
     /// Copies of the kick eventfds, in queue order, to register as the
@@ -244,6 +346,18 @@ impl VirtioDevice for ViommuDevice {
         queues: Vec<Queue>,
         interrupt: Arc<dyn VirtioInterrupt>,
     ) -> Result<(), ActivateError> {
+        if let Some(q) = queues.first() {
+            *self
+                .shared
+                .status
+                .rings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some((
+                mem.clone(),
+                GuestAddress(q.avail_ring()),
+                GuestAddress(q.used_ring()),
+            ));
+        }
         let (reply, answer) = sync_channel(1);
         self.send(Command::Activate {
             mem,
@@ -267,6 +381,12 @@ impl VirtioDevice for ViommuDevice {
     }
 
     fn reset(&mut self) {
+        *self
+            .shared
+            .status
+            .rings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         self.shared.reset_pending.store(true, Ordering::Release);
         self.send(Command::Reset);
     }
@@ -304,6 +424,9 @@ impl Worker {
                 tracing::error!("virtio-iommu device thread: poll: {e}");
                 return;
             }
+            let status = self.shared.status.clone();
+            status.wakeups.fetch_add(1, Ordering::Relaxed);
+            status.begin();
             // Commands first: a reset or activation ordered before a kick
             // is applied before the kick is served.
             let _ = self.wake.read();
@@ -318,6 +441,7 @@ impl Worker {
                     self.notify(q);
                 }
             }
+            status.end(self.model.request_queue_position());
         }
     }
 

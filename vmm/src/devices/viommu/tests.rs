@@ -275,3 +275,37 @@ fn exposes_the_model_through_the_virtio_trait() {
     assert_eq!(r.dev.queue_max_sizes().len(), 2);
     assert_ne!(r.dev.features() & (1 << 32), 0, "VERSION_1");
 }
+
+#[test]
+fn status_tells_a_thread_stuck_in_a_host_call_from_one_waiting() {
+    let mut r = rig();
+    let status = r.dev.status();
+    until("the activation", || {
+        let s = status.read();
+        s.device_next_avail == Some(0) && s.driver_avail == Some(0) && s.serving_ms == 0
+    });
+    r.mapper.close();
+    r.kick(&[
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ]);
+    r.mapper.wait_for_waiter();
+    std::thread::sleep(Duration::from_millis(30));
+    // Inside the host map: serving for a while, the driver ahead.
+    let s = status.read();
+    assert!(s.serving_ms >= 20, "{s:?}");
+    assert_eq!(
+        (s.driver_avail, s.used, s.device_next_avail),
+        (Some(2), Some(0), Some(0))
+    );
+    r.mapper.open();
+    until("the drain", || {
+        let s = status.read();
+        s.serving_ms == 0 && s.device_next_avail == Some(2) && s.used == Some(2)
+    });
+    assert!(status.read().wakeups >= 2);
+    // After a reset the rings are the driver's again: nothing is read.
+    r.dev.reset();
+    until("the reset", || !r.dev.reset_pending());
+    assert_eq!(status.read().driver_avail, None);
+}

@@ -1,0 +1,132 @@
+//! What our VMM says about a guest the tool found hung: its liveness
+//! gauges (`GET /metrics`, vmm/src/api/liveness.rs) read twice, a second
+//! apart, before the guest is killed, and a one-line reading of them for
+//! the cell's warnings. It tells a virtio-iommu that does not answer (a
+//! missed kick, a host call that does not return) from a guest that does
+//! not take interrupts or writes nothing.
+
+use std::collections::BTreeMap;
+
+/// The gauges of one reading; `None` when the VMM did not report it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Bytes the guest wrote to the UART.
+    pub serial_tx: Option<u64>,
+    /// The UART's interrupt enable register.
+    pub ier: Option<u64>,
+    /// The UART's pending interrupt bits.
+    pub iir: Option<u64>,
+    /// Milliseconds the device thread has served the current notification.
+    pub serving_ms: Option<u64>,
+    /// The driver's avail index.
+    pub driver_avail: Option<u64>,
+    /// The used index in guest memory.
+    pub used: Option<u64>,
+    /// The avail index the device takes next.
+    pub device_next_avail: Option<u64>,
+}
+
+/// The liveness gauges in a Prometheus text.
+pub fn parse(text: &str) -> Gauges {
+    let v: BTreeMap<&str, u64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.trim().rsplit_once(' ')?;
+            Some((k, v.parse().ok()?))
+        })
+        .collect();
+    let g = |k: &str| v.get(k).copied();
+    Gauges {
+        serial_tx: g("vmm_serial_tx_bytes_total"),
+        ier: g("vmm_serial_ier"),
+        iir: g("vmm_serial_iir"),
+        serving_ms: g("viommu_thread_serving_ms"),
+        driver_avail: g("viommu_requestq_driver_avail"),
+        used: g("viommu_requestq_used"),
+        device_next_avail: g("viommu_requestq_device_next_avail"),
+    }
+}
+
+/// UART register bits.
+const IER_THRI: u64 = 0x02;
+const IIR_THRI: u64 = 0x02;
+
+/// What two readings a second apart (`first`, `then`) say about the hang.
+pub fn diagnose(first: &Gauges, then: &Gauges) -> String {
+    let mut out = Vec::new();
+    match (then.driver_avail, then.device_next_avail, then.used, then.serving_ms) {
+        (_, _, _, Some(ms)) if ms >= 1000 => out.push(format!(
+            "the virtio-iommu device thread has been serving one notification for {ms} ms (a host call that does not return?)"
+        )),
+        (Some(a), Some(n), _, _) if a != n => out.push(format!(
+            "the driver published virtio-iommu requests the device has not taken (avail {a}, device at {n}) and the device thread is waiting: a missed kick"
+        )),
+        (Some(a), _, Some(u), _) if a != u => out.push(format!(
+            "the device took virtio-iommu requests it has not completed (avail {a}, used {u})"
+        )),
+        (Some(_), Some(_), Some(_), _) => {
+            out.push("the virtio-iommu has no request outstanding".to_string())
+        }
+        _ => {}
+    }
+    match (first.serial_tx, then.serial_tx, then.ier, then.iir) {
+        (Some(a), Some(b), _, _) if b > a => {
+            out.push(format!("console bytes still arrive ({} in 1 s)", b - a))
+        }
+        (Some(_), Some(_), Some(ier), Some(iir)) if ier & IER_THRI != 0 && iir & IIR_THRI != 0 => out.push(
+            "the console's transmit interrupt is enabled and pending but the guest does not take it (a vCPU with interrupts off, or a lost interrupt)"
+                .to_string(),
+        ),
+        (Some(_), Some(_), Some(ier), _) if ier & IER_THRI != 0 => out.push(
+            "the console's transmit interrupt is enabled, none pending, no byte arrives (an interrupt the guest took without sending more?)"
+                .to_string(),
+        ),
+        (Some(_), Some(_), Some(_), _) => {
+            out.push("the guest writes nothing to its console (transmit interrupt off)".to_string())
+        }
+        _ => {}
+    }
+    if out.is_empty() {
+        return "the VMM reported no liveness gauges".to_string();
+    }
+    out.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(tx: u64, ier: u64, iir: u64, serving: u64, avail: u64, used: u64, next: u64) -> String {
+        format!(
+            "# TYPE vmm_serial_tx_bytes_total counter\nvmm_serial_tx_bytes_total {tx}\nvmm_serial_ier {ier}\nvmm_serial_iir {iir}\n\
+             viommu_thread_serving_ms {serving}\nviommu_requestq_driver_avail {avail}\nviommu_requestq_used {used}\n\
+             viommu_requestq_device_next_avail {next}\nviommu_requests_total{{type=\"map\"}} 3\n"
+        )
+    }
+
+    #[test]
+    fn tells_the_device_from_the_guest() {
+        let g = parse(&text(10, 3, 2, 0, 7, 5, 5));
+        assert_eq!(g.driver_avail, Some(7));
+        let d = diagnose(&g, &g);
+        assert!(d.contains("missed kick"), "{d}");
+        assert!(d.contains("does not take it"), "{d}");
+
+        let stuck = parse(&text(10, 1, 1, 2500, 7, 5, 5));
+        let d = diagnose(&stuck, &stuck);
+        assert!(d.contains("2500 ms"), "{d}");
+        assert!(d.contains("writes nothing"), "{d}");
+
+        let idle = parse(&text(10, 3, 1, 0, 9, 9, 9));
+        let later = parse(&text(30, 3, 1, 0, 9, 9, 9));
+        let d = diagnose(&idle, &later);
+        assert!(d.contains("no request outstanding"), "{d}");
+        assert!(d.contains("20 in 1 s"), "{d}");
+
+        assert_eq!(
+            diagnose(&parse(""), &parse("")),
+            "the VMM reported no liveness gauges"
+        );
+    }
+}

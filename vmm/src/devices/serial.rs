@@ -1,9 +1,21 @@
 //! The 16550 UART console (COM1) from `vm-superio`, interrupting through an
-//! irqfd.
+//! irqfd, and a watchdog that raises its interrupt again when the guest
+//! leaves it pending.
+//!
+//! An irqfd raises an edge, once, when the UART's pending bits go from none
+//! to some; the guest's handler clears them by reading IIR. If that edge is
+//! lost on its way, nothing raises another one: the guest's console stops
+//! mid-line, every writer to it blocks, and the guest looks hung (seen in
+//! the nested lab, with the transmit interrupt pending for minutes and no
+//! virtio-iommu request outstanding). A real UART holds its line while
+//! anything is pending, so the watchdog ([`spawn_irq_watchdog`]) raises the
+//! edge again when the same pending interrupt has gone untaken (no IIR
+//! read) for [`IRQ_RETRIGGER_AFTER`]; the count is in `GET /metrics`.
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use vm_superio::{serial::NoEvents, Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
@@ -26,6 +38,13 @@ impl Trigger for IrqfdTrigger {
     }
 }
 
+/// How long a pending UART interrupt may go untaken (no IIR read) before
+/// the watchdog raises it again (between one and two periods).
+pub const IRQ_RETRIGGER_AFTER: Duration = Duration::from_millis(200);
+
+/// Interrupt identification register offset, and its "none pending" bit.
+const IIR: u64 = 2;
+const IIR_NONE: u8 = 0x01;
 /// Line control register offset and its divisor-latch access bit.
 const LCR: u64 = 3;
 const LCR_DLAB: u8 = 0x80;
@@ -43,6 +62,8 @@ pub struct SerialReading {
     pub ier: u8,
     /// Interrupt identification (pending) bits, as the guest would read them.
     pub iir: u8,
+    /// Interrupts the watchdog raised again.
+    pub retriggers: u64,
 }
 
 /// The UART on the port bus.
@@ -50,6 +71,11 @@ pub struct SerialDevice {
     uart: Serial<IrqfdTrigger, NoEvents, Box<dyn Write + Send>>,
     lcr: u8,
     tx_bytes: u64,
+    /// IIR reads so far (each one is the guest taking what is pending).
+    iir_reads: u64,
+    /// `iir_reads` when the watchdog last saw an interrupt pending.
+    pending_seen_at: Option<u64>,
+    retriggers: u64,
 }
 
 impl SerialDevice {
@@ -63,7 +89,31 @@ impl SerialDevice {
             uart: Serial::new(trigger, out),
             lcr: 0,
             tx_bytes: 0,
+            iir_reads: 0,
+            pending_seen_at: None,
+            retriggers: 0,
         }
+    }
+
+    /// The watchdog's tick: raise the interrupt again if the one pending
+    /// now was already pending at the previous tick and the guest has not
+    /// read IIR since. Returns whether it did.
+    pub fn retrigger_stale_irq(&mut self) -> bool {
+        let pending = self.uart.state().interrupt_identification & IIR_NONE == 0;
+        if !pending {
+            self.pending_seen_at = None;
+            return false;
+        }
+        if self.pending_seen_at != Some(self.iir_reads) {
+            self.pending_seen_at = Some(self.iir_reads);
+            return false;
+        }
+        if let Err(e) = self.uart.interrupt_evt().trigger() {
+            tracing::warn!("cannot raise the serial interrupt again: {e}");
+            return false;
+        }
+        self.retriggers += 1;
+        true
     }
 
     /// The UART's registers and counts now.
@@ -74,6 +124,7 @@ impl SerialDevice {
             irqs: self.uart.interrupt_evt().raised.load(Ordering::Relaxed),
             ier: st.interrupt_enable,
             iir: st.interrupt_identification,
+            retriggers: self.retriggers,
         }
     }
 
@@ -91,6 +142,9 @@ impl SerialDevice {
 
 impl BusDevice for SerialDevice {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
+        if offset == IIR {
+            self.iir_reads += 1;
+        }
         let v = self.uart.read(offset as u8);
         data.fill(v);
     }
@@ -107,6 +161,33 @@ impl BusDevice for SerialDevice {
             }
         }
     }
+}
+
+/// Run the UART's interrupt watchdog on a thread of its own (with
+/// `seccomp` installed first, if given), every [`IRQ_RETRIGGER_AFTER`], for
+/// the life of the process.
+pub fn spawn_irq_watchdog(
+    serial: Arc<Mutex<SerialDevice>>,
+    seccomp: Option<crate::seccomp::Filter>,
+) -> std::io::Result<()> {
+    crate::seccomp::spawn("serial-irq", seccomp, move || loop {
+        std::thread::sleep(IRQ_RETRIGGER_AFTER);
+        let mut s = serial.lock().unwrap_or_else(|e| e.into_inner());
+        if s.retrigger_stale_irq() {
+            let n = s.retriggers;
+            drop(s);
+            // The first, then every hundredth: a guest that stays stuck
+            // with interrupts off would fill the log otherwise.
+            if n == 1 || n % 100 == 0 {
+                tracing::warn!(
+                    retriggers = n,
+                    "the console UART's interrupt went untaken for {} ms; raised it again",
+                    IRQ_RETRIGGER_AFTER.as_millis()
+                );
+            }
+        }
+    })?;
+    Ok(())
 }
 
 /// Forward host stdin to the UART until EOF, from a thread of its own
@@ -184,5 +265,29 @@ mod tests {
         let mut rbr = [0u8];
         s.read(0, &mut rbr);
         assert_eq!(rbr[0], b'x');
+    }
+
+    #[test]
+    fn the_watchdog_raises_an_untaken_interrupt_again() {
+        let irq = EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK).unwrap();
+        let mut s = SerialDevice::new(irq.try_clone().unwrap(), Box::new(Shared::default()));
+        s.write(1, &[0x01]);
+        assert_eq!(s.enqueue_input(b"x"), 1);
+        let _ = irq.read();
+        // Untaken over two watchdog ticks: raised again, once per tick.
+        assert!(!s.retrigger_stale_irq(), "first sight");
+        assert!(s.retrigger_stale_irq(), "still pending, no IIR read");
+        assert_eq!(irq.read().unwrap(), 1);
+        assert_eq!(s.reading().retriggers, 1);
+        // The guest reads IIR (takes it): the count starts over.
+        let mut iir = [0u8];
+        s.read(2, &mut iir);
+        s.write(1, &[0x01]); // the data is still there: pending again
+        assert!(!s.retrigger_stale_irq());
+        s.read(0, &mut [0u8]);
+        s.read(2, &mut iir);
+        assert!(!s.retrigger_stale_irq(), "nothing pending");
+        assert!(!s.retrigger_stale_irq());
+        assert_eq!(s.reading().retriggers, 1);
     }
 }

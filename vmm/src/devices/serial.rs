@@ -178,7 +178,7 @@ pub fn spawn_irq_watchdog(
             drop(s);
             // The first, then every hundredth: a guest that stays stuck
             // with interrupts off would fill the log otherwise.
-            if n == 1 || n % 100 == 0 {
+            if n == 1 || n.is_multiple_of(100) {
                 tracing::warn!(
                     retriggers = n,
                     "the console UART's interrupt went untaken for {} ms; raised it again",

@@ -69,11 +69,13 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     spawn_irq_watchdog(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the serial interrupt watchdog"))?;
     if let Some(path) = &cfg.api_socket {
+        let mut liveness = devices.liveness();
+        liveness.vcpu_clocks = threads.iter().map(cpu_clock).collect();
         let state = api::info::state(
             &cfg,
             &exit,
             devices.viommu_counters(),
-            Some(devices.liveness()),
+            Some(liveness),
             &devices.vfio_bdfs(),
         );
         api::spawn(path, state, seccomp.filter(ThreadKind::Api)?)?;
@@ -145,6 +147,17 @@ fn start_vcpus(vcpus: Vec<vcpu::Vcpu>, seccomp: Policy) -> Result<Vec<JoinHandle
         );
     }
     Ok(threads)
+}
+
+/// The CPU-time clock of a running thread (`None` if it has none): read
+/// after the thread is gone, it fails (`EINVAL`), nothing worse.
+fn cpu_clock(t: &JoinHandle<()>) -> Option<libc::clockid_t> {
+    use std::os::unix::thread::JoinHandleExt;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: the pthread handle is a live, unjoined thread's (we hold its
+    // JoinHandle); `clock` is a valid place for the answer.
+    let rc = unsafe { libc::pthread_getcpuclockid(t.as_pthread_t(), &mut clock) };
+    (rc == 0).then_some(clock)
 }
 
 /// Wait for the guest (or a vCPU, the API, a signal) to end the VM.

@@ -26,6 +26,8 @@ pub struct Gauges {
     pub used: Option<u64>,
     /// The avail index the device takes next.
     pub device_next_avail: Option<u64>,
+    /// CPU milliseconds of each vCPU thread, in vCPU order.
+    pub vcpu_cpu_ms: Vec<u64>,
 }
 
 /// The liveness gauges in a Prometheus text.
@@ -48,6 +50,9 @@ pub fn parse(text: &str) -> Gauges {
         driver_avail: g("viommu_requestq_driver_avail"),
         used: g("viommu_requestq_used"),
         device_next_avail: g("viommu_requestq_device_next_avail"),
+        vcpu_cpu_ms: (0..)
+            .map_while(|i| g(&format!("vmm_vcpu_cpu_ms_total{{vcpu=\"{i}\"}}")))
+            .collect(),
     }
 }
 
@@ -97,6 +102,24 @@ pub fn diagnose(first: &Gauges, then: &Gauges) -> String {
         }
         _ => {}
     }
+    if !then.vcpu_cpu_ms.is_empty() && then.vcpu_cpu_ms.len() == first.vcpu_cpu_ms.len() {
+        let ran: Vec<u64> = first
+            .vcpu_cpu_ms
+            .iter()
+            .zip(&then.vcpu_cpu_ms)
+            .map(|(a, b)| b.saturating_sub(*a))
+            .collect();
+        let list: Vec<String> = ran.iter().map(u64::to_string).collect();
+        out.push(format!(
+            "vCPU threads ran {} ms of that second ({})",
+            list.join("/"),
+            if ran.iter().any(|&ms| ms >= 500) {
+                "a vCPU spins: guest code with interrupts off, or a loop in KVM"
+            } else {
+                "the vCPUs are halted or blocked: waiting for an interrupt that does not come"
+            }
+        ));
+    }
     if out.is_empty() {
         return "the VMM reported no liveness gauges".to_string();
     }
@@ -144,5 +167,16 @@ mod tests {
             diagnose(&parse(""), &parse("")),
             "the VMM reported no liveness gauges"
         );
+
+        let cpu = |a: u64, b: u64| {
+            parse(&format!(
+                "vmm_vcpu_cpu_ms_total{{vcpu=\"0\"}} {a}\nvmm_vcpu_cpu_ms_total{{vcpu=\"1\"}} {b}\n"
+            ))
+        };
+        assert_eq!(cpu(5, 7).vcpu_cpu_ms, vec![5, 7]);
+        let d = diagnose(&cpu(100, 200), &cpu(1090, 201));
+        assert!(d.contains("990/1 ms") && d.contains("spins"), "{d}");
+        let d = diagnose(&cpu(100, 200), &cpu(102, 201));
+        assert!(d.contains("halted"), "{d}");
     }
 }

@@ -4,20 +4,39 @@
 # with its code and print no VFIO error (e.g. VFIO_GROUP_UNSET_CONTAINER
 # EBUSY, "Could not unbind VFIO group"), and the next guest must find the
 # NVMe working (write+verify), so nothing was left behind.
+# Then the crash test: SIGKILL in the middle of a 128k randread (the VMM
+# gets no chance to clean up: the kernel closes its VFIO and KVM files),
+# for our VMM and for stock QEMU, each followed by a fresh guest of ours
+# that must write and verify through the same NVMe.
 
-# exits_check NAME WANT_RC CMDLINE_EXTRA [SIGTERM_MARKER]: boot the patched
-# guest under our VMM; with SIGTERM_MARKER, send SIGTERM to the VMM once the
-# guest printed it.
-exits_check() {
-	name=$1 want=$2 extra=$3 marker=${4:-}
-	log=/tmp/exit-$name.log
-	vmm --kernel /lab/guest/patched.bzImage --initrd /lab/guest/initramfs.cpio \
-		--memory 1024M --cpus 2 --vfio "/sys/bus/pci/devices/$BDF" --viommu \
-		--cmdline "console=ttyS0 quiet panic=-1 lab.mode=smoke lab.bs=4k lab.verify=4M $extra" \
-		</dev/null >"$log" 2>&1 &
+# start_guest VMM LOG CMDLINE_EXTRA: boot the patched guest with the NVMe
+# behind a virtio-iommu, under our VMM (vmm) or stock QEMU (qemu), in the
+# background; $pid is the VMM's.
+start_guest() {
+	cmdline="console=ttyS0 quiet panic=-1 lab.mode=smoke lab.bs=4k lab.verify=4M $3"
+	if [ "$1" = qemu ]; then
+		qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp 2 -m 1024 -nodefaults \
+			-display none -monitor none -serial stdio -no-reboot -net none \
+			-kernel /lab/guest/patched.bzImage -initrd /lab/guest/initramfs.cpio \
+			-device virtio-iommu-pci -device "vfio-pci,host=$BDF" -append "$cmdline" \
+			</dev/null >"$2" 2>&1 &
+	else
+		vmm --kernel /lab/guest/patched.bzImage --initrd /lab/guest/initramfs.cpio \
+			--memory 1024M --cpus 2 --vfio "/sys/bus/pci/devices/$BDF" --viommu \
+			--cmdline "$cmdline" </dev/null >"$2" 2>&1 &
+	fi
 	pid=$!
+}
+
+# exits_check NAME WANT_RC CMDLINE_EXTRA [MARKER [SIGNAL [VMM]]]: boot the
+# patched guest under VMM (default: ours); with MARKER, send SIGNAL
+# (default TERM) to the VMM once the guest printed it.
+exits_check() {
+	name=$1 want=$2 extra=$3 marker=${4:-} sig=${5:-TERM}
+	log=/tmp/exit-$name.log
+	start_guest "${6:-vmm}" "$log" "$extra"
 	if [ -n "$marker" ]; then
-		wait_for "grep -q '$marker' $log" 3000 && kill -TERM "$pid"
+		wait_for "grep -q '$marker' $log" 3000 && kill -"$sig" "$pid"
 	fi
 	i=0
 	while kill -0 "$pid" 2>/dev/null && [ $i -lt 3000 ]; do
@@ -54,4 +73,10 @@ exits_check triple-fault 4 "lab.end=reboot reboot=t" || status=1
 exits_check sigterm 143 "lab.mode=fio lab.runtime=60" "@@LAB-PHASE@@ begin randread" || status=1
 # Nothing left behind: a fresh guest writes and verifies through the NVMe.
 exits_check after-all 0 "" || status=1
+# The crash test: killed mid-I/O, nothing cleaned up by the VMM itself.
+kill_mid_io="lab.mode=fio lab.bs=128k lab.runtime=60"
+exits_check sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL || status=1
+exits_check after-sigkill 0 "" || status=1
+exits_check qemu-sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL qemu || status=1
+exits_check after-qemu-sigkill 0 "" || status=1
 return $status

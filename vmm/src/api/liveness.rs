@@ -20,6 +20,23 @@ pub struct Liveness {
     pub serial: Arc<Mutex<SerialDevice>>,
     /// The virtio-iommu's device thread, if there is a virtio-iommu.
     pub viommu: Option<Arc<ThreadStatus>>,
+    /// The vCPU threads' CPU-time clocks, in vCPU order.
+    pub vcpu_clocks: Vec<Option<libc::clockid_t>>,
+}
+
+/// Milliseconds of CPU time on `clock`, if it can be read.
+fn cpu_ms(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; a stale clock id fails
+    // with EINVAL.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then(|| {
+        u64::try_from(ts.tv_sec).unwrap_or(0) * 1000
+            + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000
+    })
 }
 
 fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: Option<u64>) {
@@ -56,12 +73,34 @@ impl Liveness {
         );
         metric(
             &mut out,
+            "vmm_serial_irq_retriggers_total",
+            "counter",
+            "Console UART interrupts raised again because the guest left them pending (a lost edge, or a guest not taking interrupts).",
+            Some(s.retriggers),
+        );
+        metric(
+            &mut out,
             "vmm_serial_ier",
             "gauge",
             "The console UART's interrupt enable register (bit 1: transmit-empty interrupt).",
             Some(s.ier.into()),
         );
         metric(&mut out, "vmm_serial_iir", "gauge", "The console UART's pending interrupt bits (1: none pending, 2: transmit empty, 4: data available).", Some(s.iir.into()));
+        let cpu: Vec<(usize, u64)> = self
+            .vcpu_clocks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| Some((i, cpu_ms((*c)?)?)))
+            .collect();
+        if !cpu.is_empty() {
+            let _ = writeln!(
+                out,
+                "# HELP vmm_vcpu_cpu_ms_total CPU time of each vCPU thread (a hung guest whose vCPU runs flat out spins; one that does not is halted).\n# TYPE vmm_vcpu_cpu_ms_total counter"
+            );
+            for (i, ms) in cpu {
+                let _ = writeln!(out, "vmm_vcpu_cpu_ms_total{{vcpu=\"{i}\"}} {ms}");
+            }
+        }
         if let Some(t) = &self.viommu {
             let r = t.read();
             metric(

@@ -54,7 +54,7 @@ fn parse_prometheus(text: &str) -> Result<BTreeMap<String, f64>, String> {
         } else {
             let (series, value) = line.rsplit_once(' ').ok_or("sample without value")?;
             let name = series.split('{').next().unwrap_or_default();
-            if !name_ok(name) || types.get(name) != Some(&"counter") {
+            if !name_ok(name) || !matches!(types.get(name), Some(&"counter" | &"gauge")) {
                 return Err(format!("sample of an unannounced metric: {line}"));
             }
             if let Some(labels) = series.strip_prefix(name) {
@@ -204,4 +204,42 @@ fn api_filter() -> Option<crate::seccomp::Filter> {
     crate::seccomp::Policy::default()
         .filter(crate::seccomp::ThreadKind::Api)
         .unwrap()
+}
+
+#[test]
+fn liveness_gauges_are_well_formed_next_to_the_counters() {
+    use crate::devices::serial::SerialDevice;
+    use std::sync::Mutex;
+    use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+    let serial = SerialDevice::new(
+        EventFd::new(EFD_NONBLOCK).unwrap(),
+        Box::new(std::io::sink()),
+    );
+    let mut own = 0;
+    // SAFETY: the current thread's handle; `own` is a valid place.
+    let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut own) };
+    assert_eq!(rc, 0);
+    let live = super::liveness::Liveness {
+        serial: Arc::new(Mutex::new(serial)),
+        viommu: None,
+        vcpu_clocks: vec![Some(own), None],
+    };
+    let text = viommu_counters::prometheus_text("viommu", &Counters::default()) + &live.render();
+    let m = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(m["vmm_serial_ier"], 0.0);
+    assert_eq!(m["vmm_serial_iir"], 1.0, "nothing pending");
+    assert_eq!(m["vmm_serial_irq_retriggers_total"], 0.0);
+    assert!(
+        m.contains_key("vmm_vcpu_cpu_ms_total{vcpu=\"0\"}"),
+        "{text}"
+    );
+    assert!(
+        !m.contains_key("vmm_vcpu_cpu_ms_total{vcpu=\"1\"}"),
+        "no clock, no sample"
+    );
+    assert!(
+        !text.contains("viommu_thread_"),
+        "no virtio-iommu, no device thread gauges"
+    );
 }

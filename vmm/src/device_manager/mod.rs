@@ -198,6 +198,7 @@ impl<'a> DeviceManager<'a> {
         crate::api::liveness::Liveness {
             serial: self.serial.clone(),
             viommu: self.viommu_status.clone(),
+            vcpu_clocks: Vec::new(),
         }
     }
 

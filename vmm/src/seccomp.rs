@@ -282,7 +282,6 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "a guest UNMAP, DETACH, FLUSH or reset (and unmap-all)",
             ),
             (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
-            (KVM_SIGNAL_MSI(), "the used-ring interrupt"),
         ],
         ThreadKind::Api => vec![(libc::FIONBIO, "non-blocking mode of a connection")],
         ThreadKind::Signals | ThreadKind::Serial => vec![],

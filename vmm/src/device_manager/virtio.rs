@@ -67,8 +67,11 @@ impl DeviceManager<'_> {
     ) -> Result<(Bdf, u64, Vec<u64>), VmmError> {
         // The transport's one BAR is 64-bit.
         let bar = self.bars.allocate(BAR_SIZE, true)?;
-        let transport =
+        let mut transport =
             VirtioPciDevice::new(device, self.vm.memory().clone(), self.msi.clone(), bar)?;
+        transport
+            .use_irqfds(self.router.clone())
+            .map_err(io_err("cannot set up the virtio-pci interrupt irqfds"))?;
         let notify = transport.notify_addresses();
         let transport = Arc::new(Mutex::new(transport));
         let slot = self.root.add_device(transport.clone())?;

@@ -26,11 +26,11 @@
 //!   host unmaps included), and the driver waits for status 0.
 //! - Config-space reads are served from a snapshot the thread refreshes
 //!   after a config write; features are fixed at creation.
-//! - The used-ring interrupt is raised from the device thread with
-//!   `KVM_SIGNAL_MSI` (the transport's MSI-X path, see
-//!   `crate::devices::virtio::pci`): one ioctl, as an irqfd write would
-//!   be, and masking and pending bits stay in the transport's MSI-X table
-//!   (a mutex held for a table lookup, never across a host call).
+//! - The used-ring interrupt is raised from the device thread by writing
+//!   the vector's irqfd (the transport's MSI-X path, see
+//!   `crate::devices::virtio::pci`): masking and pending bits stay in the
+//!   transport's MSI-X table (a mutex held for a table lookup, never across
+//!   a host call); the thread makes no KVM ioctl.
 //! - The counters for `GET /metrics` are a snapshot the thread refreshes
 //!   after each notification and reset.
 //! - [`ThreadStatus`] tells, from outside, whether the thread is stuck or

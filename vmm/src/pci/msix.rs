@@ -107,7 +107,9 @@ impl MsixTable {
         self.enabled && !self.function_masked && self.entries[v].ctrl & CTRL_MASKED == 0
     }
 
-    fn message(&self, v: usize) -> (u64, u32) {
+    /// Vector `v`'s message (address, data), masked or not; `v` must be
+    /// in range.
+    pub fn message(&self, v: usize) -> (u64, u32) {
         let e = &self.entries[v];
         (u64::from(e.addr_hi) << 32 | u64::from(e.addr_lo), e.data)
     }

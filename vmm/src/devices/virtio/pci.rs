@@ -15,11 +15,12 @@ use virtio_bindings::virtio_config::{
 };
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::{VirtioDevice, VirtioInterrupt};
 use crate::bus::BusDevice;
 use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
-use crate::pci::msix::{send_all, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
+use crate::pci::msix::{send_all, MsiRouter, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
 use crate::pci::PciDevice;
 
 /// PCI vendor id of virtio devices.
@@ -90,11 +91,53 @@ struct Vectors {
     queues: Vec<AtomicU16>,
 }
 
+/// One interrupt line per MSI-X vector: a KVM GSI routed to the vector's
+/// message and the irqfd that raises it, so the device thread raises an
+/// interrupt with an eventfd write (no KVM ioctl; the device thread's
+/// seccomp list has none). The routes follow the guest's writes to the
+/// MSI-X table; masking and pending bits stay in the table.
+struct Irqfds {
+    router: Arc<dyn MsiRouter>,
+    /// (GSI, irqfd) by vector.
+    lines: Vec<(u32, EventFd)>,
+}
+
+impl Irqfds {
+    fn new(router: Arc<dyn MsiRouter>, vectors: usize) -> std::io::Result<Self> {
+        let mut lines = Vec::with_capacity(vectors);
+        for _ in 0..vectors {
+            let gsi = router.allocate()?;
+            let fd = EventFd::new(EFD_NONBLOCK)?;
+            router.attach(&fd, gsi)?;
+            lines.push((gsi, fd));
+        }
+        Ok(Irqfds { router, lines })
+    }
+
+    /// Route vector `v`'s line to `msg`.
+    fn route(&self, v: usize, (address, data): (u64, u32)) {
+        if let Some((gsi, _)) = self.lines.get(v) {
+            if let Err(e) = self.router.route(*gsi, address, data) {
+                tracing::error!(vector = v, gsi, "cannot route a virtio MSI-X vector: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for Irqfds {
+    fn drop(&mut self) {
+        for (gsi, fd) in &self.lines {
+            let _ = self.router.detach(fd, *gsi);
+        }
+    }
+}
+
 struct PciInterrupt {
     vectors: Arc<Vectors>,
     isr: Arc<AtomicU8>,
     msix: Arc<Mutex<MsixTable>>,
     msi: Arc<dyn MsiSender>,
+    irqfds: Option<Arc<Irqfds>>,
 }
 
 impl PciInterrupt {
@@ -108,9 +151,14 @@ impl PciInterrupt {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .raise(vector);
-        match msg {
-            Some((addr, data)) => self.msi.send(addr, data),
-            None => Ok(()),
+        let line = self
+            .irqfds
+            .as_ref()
+            .and_then(|l| l.lines.get(usize::from(vector)));
+        match (msg, line) {
+            (Some(_), Some((_, fd))) => fd.write(1),
+            (Some((addr, data)), None) => self.msi.send(addr, data),
+            (None, _) => Ok(()),
         }
     }
 }
@@ -139,6 +187,9 @@ pub struct VirtioPciDevice {
     mem: GuestMemoryMmap,
     msix: Arc<Mutex<MsixTable>>,
     msi: Arc<dyn MsiSender>,
+    /// The vectors' irqfds, once [`VirtioPciDevice::use_irqfds`] made
+    /// them; until then interrupts go through `msi`.
+    irqfds: Option<Arc<Irqfds>>,
     vectors: Arc<Vectors>,
     isr: Arc<AtomicU8>,
     queues: Vec<QueueState>,
@@ -209,6 +260,7 @@ impl VirtioPciDevice {
             mem,
             msix: Arc::new(Mutex::new(MsixTable::new(nvec))),
             msi,
+            irqfds: None,
             vectors,
             isr: Arc::new(AtomicU8::new(0)),
             queues,
@@ -221,6 +273,20 @@ impl VirtioPciDevice {
             active: false,
             resetting: None,
         })
+    }
+
+    /// Raise the device's interrupts through an irqfd per MSI-X vector,
+    /// routed by `router` (call before the device is activated). Interrupts
+    /// that become deliverable on an unmask still go through the
+    /// `MsiSender`, from the vCPU that unmasked.
+    pub fn use_irqfds(&mut self, router: Arc<dyn MsiRouter>) -> std::io::Result<()> {
+        let n = self.msix().len();
+        let lines = Irqfds::new(router, n)?;
+        for v in 0..n {
+            lines.route(v, self.msix().message(v));
+        }
+        self.irqfds = Some(Arc::new(lines));
+        Ok(())
     }
 
     /// Where BAR 0 is programmed.
@@ -397,6 +463,7 @@ impl VirtioPciDevice {
             isr: self.isr.clone(),
             msix: self.msix.clone(),
             msi: self.msi.clone(),
+            irqfds: self.irqfds.clone(),
         })
     }
 
@@ -513,6 +580,12 @@ impl BusDevice for VirtioPciDevice {
             }
             o if (MSIX_TABLE_OFFSET..MSIX_TABLE_OFFSET + 2 * REGION_SIZE).contains(&o) => {
                 let msgs = self.msix().write_table(o - MSIX_TABLE_OFFSET, data);
+                if let Some(lines) = &self.irqfds {
+                    let v = ((o - MSIX_TABLE_OFFSET) / ENTRY_SIZE) as usize;
+                    if v < self.msix().len() {
+                        lines.route(v, self.msix().message(v));
+                    }
+                }
                 send_all(&self.msi, msgs);
             }
             _ => tracing::debug!(offset, "ignored virtio-pci BAR write"),

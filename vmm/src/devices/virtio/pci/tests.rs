@@ -345,3 +345,90 @@ fn a_reset_the_device_finishes_later_shows_the_old_status_until_done() {
     r.w(STATUS, 1, 1);
     assert_eq!(r.r(STATUS, 1), 1, "a new negotiation starts");
 }
+
+/// A router that records routes and keeps the attached irqfds.
+#[derive(Default)]
+struct Router {
+    next: Mutex<u32>,
+    routes: Mutex<std::collections::BTreeMap<u32, (u64, u32)>>,
+    attached: Mutex<std::collections::BTreeMap<u32, EventFd>>,
+}
+
+impl MsiRouter for Router {
+    fn allocate(&self) -> std::io::Result<u32> {
+        let mut n = self.next.lock().unwrap();
+        *n += 1;
+        Ok(23 + *n)
+    }
+    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
+        self.routes.lock().unwrap().insert(gsi, (address, data));
+        Ok(())
+    }
+    fn attach(&self, fd: &EventFd, gsi: u32) -> std::io::Result<()> {
+        self.attached.lock().unwrap().insert(gsi, fd.try_clone()?);
+        Ok(())
+    }
+    fn detach(&self, _fd: &EventFd, gsi: u32) -> std::io::Result<()> {
+        self.attached.lock().unwrap().remove(&gsi);
+        Ok(())
+    }
+}
+
+impl Router {
+    /// Signals on `gsi`'s irqfd since the last call.
+    fn fired(&self, gsi: u32) -> u64 {
+        self.attached.lock().unwrap()[&gsi].read().unwrap_or(0)
+    }
+}
+
+#[test]
+fn interrupts_go_through_irqfds_routed_as_the_table_says() {
+    let mut r = rig();
+    let router = Arc::new(Router::default());
+    r.dev.use_irqfds(router.clone()).unwrap();
+    // One line per vector (config + 2 queues), attached, GSIs 24-26.
+    assert_eq!(router.attached.lock().unwrap().len(), 3);
+    let gsi1 = 25;
+    // Bring-up: features, MSI-X on, vector 1 programmed, queue 0 on it.
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    let msix = r.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
+    PciDevice::write_config(&mut r.dev, msix / 4, 3, &[0x80]);
+    r.w(MSIX_TABLE_OFFSET + 16, 0xfee0_1000, 4);
+    r.w(MSIX_TABLE_OFFSET + 16 + 8, 0x41, 4);
+    r.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
+    assert_eq!(router.routes.lock().unwrap()[&gsi1], (0xfee0_1000, 0x41));
+    r.w(0x16, 0, 2);
+    r.w(0x1a, 1, 2);
+    r.w(0x20, 0x1_0000, 8);
+    r.w(0x28, 0x2_0000, 8);
+    r.w(0x30, 0x3_0000, 8);
+    r.w(0x1c, 1, 2);
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    let irq = r.state.lock().unwrap().interrupt.clone().unwrap();
+
+    // The device raises queue 0: an irqfd write, no KVM_SIGNAL_MSI.
+    irq.trigger_queue(0).unwrap();
+    assert_eq!(router.fired(gsi1), 1);
+    assert!(r.msis.0.lock().unwrap().is_empty());
+
+    // Masked: nothing fires, the PBA bit is set; the unmask delivers it
+    // (from the vCPU, through the MsiSender) to the message now in the table.
+    r.w(MSIX_TABLE_OFFSET + 16 + 12, 1, 4);
+    irq.trigger_queue(0).unwrap();
+    assert_eq!(router.fired(gsi1), 0);
+    assert_eq!(r.r(MSIX_PBA_OFFSET, 1), 0b10);
+    r.w(MSIX_TABLE_OFFSET + 16 + 8, 0x42, 4);
+    assert_eq!(router.routes.lock().unwrap()[&gsi1], (0xfee0_1000, 0x42));
+    r.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
+    assert_eq!(*r.msis.0.lock().unwrap(), vec![(0xfee0_1000, 0x42)]);
+    assert_eq!(r.r(MSIX_PBA_OFFSET, 1), 0);
+
+    // Dropping the transport and its interrupt handle detaches the lines.
+    drop(irq);
+    r.state.lock().unwrap().interrupt = None;
+    drop(r);
+    assert!(router.attached.lock().unwrap().is_empty());
+}

@@ -27,6 +27,12 @@ pub struct BootInfo {
     /// type` lines joined by `;` (absent: the guest did not report them).
     #[serde(default)]
     pub resv: Option<String>,
+    /// The guest's clocksource (absent: not reported).
+    #[serde(default)]
+    pub clocksource: Option<String>,
+    /// The CPU flags the guest saw (/proc/cpuinfo), space-separated.
+    #[serde(default)]
+    pub cpu_flags: Option<String>,
 }
 
 /// One fio run's result, as the guest reports it (fio terse v3 fields).

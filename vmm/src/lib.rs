@@ -34,4 +34,5 @@ pub mod machine;
 pub mod pci;
 pub mod seccomp;
 pub mod vcpu;
+pub mod vcpu_probe;
 pub mod vm;

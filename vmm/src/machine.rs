@@ -63,6 +63,7 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let vcpus = create_vcpus(&vm, &cfg, boot.entry, &devices, &exit, &stop)?;
+    let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
     let threads = start_vcpus(vcpus, seccomp)?;
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
@@ -71,6 +72,7 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     if let Some(path) = &cfg.api_socket {
         let mut liveness = devices.liveness();
         liveness.vcpu_clocks = threads.iter().map(cpu_clock).collect();
+        liveness.vcpu_probes = probes;
         let state = api::info::state(
             &cfg,
             &exit,
@@ -127,6 +129,7 @@ fn create_vcpus(
             mmio: devices.mmio(),
             exit: exit.clone(),
             stop: stop.clone(),
+            probe: Default::default(),
         });
     }
     Ok(vcpus)

@@ -134,6 +134,8 @@ mod ioctl {
     const VFIO_TYPE: u32 = b';' as u32;
     const VFIO_BASE: u32 = 100;
     vmm_sys_util::ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
+    vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_bindings::kvm_regs);
+    vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, KVMIO, 0x83, kvm_bindings::kvm_sregs);
     vmm_sys_util::ioctl_iow_nr!(KVM_SIGNAL_MSI, KVMIO, 0xa5, kvm_bindings::kvm_msi);
     vmm_sys_util::ioctl_iow_nr!(
         KVM_SET_GSI_ROUTING,
@@ -206,6 +208,7 @@ const COMMON: &[(libc::c_long, &str)] = &[
 fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
     match kind {
         ThreadKind::Vcpu => &[
+            (libc::SYS_gettid, "its thread id, for the probe's kick"),
             (
                 libc::SYS_pread64,
                 "VFIO config space and BAR reads the guest makes",
@@ -239,6 +242,16 @@ fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
             ),
             (libc::SYS_shutdown, "closing a connection's write side"),
             (libc::SYS_fcntl, "non-blocking mode of a connection"),
+            (libc::SYS_getpid, "vm.vcpus: kicking a vCPU thread (tgkill)"),
+            (libc::SYS_tgkill, "vm.vcpus: kicking a vCPU thread"),
+            (
+                libc::SYS_nanosleep,
+                "vm.vcpus: waiting for the vCPU's answer",
+            ),
+            (
+                libc::SYS_clock_nanosleep,
+                "the same, where sleep is clock_nanosleep",
+            ),
         ],
         ThreadKind::Signals => &[(libc::SYS_rt_sigtimedwait, "sigwait for SIGTERM/SIGINT")],
         ThreadKind::Serial => &[
@@ -259,12 +272,17 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
         ThreadKind::Vcpu => vec![
             (KVM_RUN(), "run the vCPU"),
             (
+                KVM_GET_REGS(),
+                "registers for a triple fault's log and the vm.vcpus probe",
+            ),
+            (KVM_GET_SREGS(), "the same, segment and control registers"),
+            (
                 KVM_SIGNAL_MSI(),
                 "virtio-pci MSI-X: a pending vector the guest unmasks",
             ),
             (
                 KVM_SET_GSI_ROUTING(),
-                "VFIO MSI-X: the guest programs a vector",
+                "VFIO and virtio-pci MSI-X: the guest programs a vector",
             ),
             (
                 KVM_IRQFD(),

@@ -409,13 +409,17 @@ pub struct Vcpu {
     pub exit: Arc<VmExit>,
     /// Set by the main thread when the VM stops; checked after every exit.
     pub stop: Arc<AtomicBool>,
+    /// Where the API asks for this vCPU's registers.
+    pub probe: Arc<crate::vcpu_probe::VcpuProbe>,
 }
 
 impl Vcpu {
     /// Run until the VM stops.
     pub fn run(mut self) {
         let id = self.id;
+        self.probe.register_thread();
         while !self.stop.load(Ordering::Acquire) {
+            self.probe.answer(&self.fd);
             let reason = match self.fd.run() {
                 Ok(VcpuExit::IoIn(port, data)) => {
                     if !self.pio.read(u64::from(port), data) {

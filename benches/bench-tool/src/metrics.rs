@@ -131,6 +131,10 @@ impl HttpSocket {
     }
 
     async fn ask(&self) -> Result<String, MetricsError> {
+        self.get("/metrics").await
+    }
+
+    async fn get(&self, path: &str) -> Result<String, MetricsError> {
         let io = |source| MetricsError::Io {
             path: self.path.clone(),
             source,
@@ -139,7 +143,8 @@ impl HttpSocket {
             .await
             .map_err(io)?;
         s.write_all(
-            b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         )
         .await
         .map_err(io)?;
@@ -152,7 +157,12 @@ impl HttpSocket {
 impl HttpSocket {
     /// The whole `GET /metrics` body (an answer within 5 s).
     pub async fn text(&self) -> Result<String, MetricsError> {
-        let answer = tokio::time::timeout(Duration::from_secs(5), self.ask())
+        self.body("/metrics").await
+    }
+
+    /// The body of a `GET path` answered 200 within 5 s.
+    pub async fn body(&self, path: &str) -> Result<String, MetricsError> {
+        let answer = tokio::time::timeout(Duration::from_secs(5), self.get(path))
             .await
             .map_err(|_| MetricsError::Timeout(self.path.clone()))??;
         match answer.split_once("\r\n\r\n") {

@@ -333,7 +333,13 @@ async fn hang_state(sock: &std::path::Path) -> String {
         crate::liveness::parse(&first),
         crate::liveness::parse(&then),
     );
-    format!("{} [{:?}]", crate::liveness::diagnose(&a, &b), b)
+    // Where the vCPUs are (our VMM's vm.vcpus; older builds have none).
+    let vcpus = ep
+        .body("/api/v1/vm.vcpus")
+        .await
+        .map(|v| format!("; vCPUs: {}", v.trim()))
+        .unwrap_or_default();
+    format!("{} [{:?}]{vcpus}", crate::liveness::diagnose(&a, &b), b)
 }
 
 async fn kill(child: &mut tokio::process::Child) {

@@ -74,6 +74,12 @@ pub fn state(
             })
             .collect(),
     };
+    let liveness = liveness.map(Arc::new);
+    let probes = liveness.clone();
+    let vcpus = Box::new(move || match &probes {
+        Some(l) => l.vcpus_json(),
+        None => serde_json::Value::Array(Vec::new()),
+    });
     let metrics = Box::new(move || {
         let mut text = match &viommu {
             Some(c) => {
@@ -90,6 +96,7 @@ pub fn state(
     ApiState {
         info: serde_json::to_value(&info).unwrap_or_default(),
         metrics,
+        vcpus,
         exit: exit.clone(),
     }
 }

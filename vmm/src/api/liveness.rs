@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::devices::serial::SerialDevice;
 use crate::devices::viommu::ThreadStatus;
+use crate::vcpu_probe::VcpuProbe;
 
 /// Where the liveness gauges come from.
 pub struct Liveness {
@@ -22,7 +23,12 @@ pub struct Liveness {
     pub viommu: Option<Arc<ThreadStatus>>,
     /// The vCPU threads' CPU-time clocks, in vCPU order.
     pub vcpu_clocks: Vec<Option<libc::clockid_t>>,
+    /// The vCPUs' register probes, in vCPU order.
+    pub vcpu_probes: Vec<Arc<VcpuProbe>>,
 }
+
+/// How long `GET /api/v1/vm.vcpus` waits for each vCPU's answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Milliseconds of CPU time on `clock`, if it can be read.
 fn cpu_ms(clock: libc::clockid_t) -> Option<u64> {
@@ -49,6 +55,33 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: Option<u6
 }
 
 impl Liveness {
+    /// Each vCPU's registers now and its CPU time, as JSON
+    /// (`GET /api/v1/vm.vcpus`); a vCPU that does not answer in time has
+    /// `null` registers.
+    pub fn vcpus_json(&self) -> serde_json::Value {
+        let kick = vmm_sys_util::signal::SIGRTMIN();
+        let v: Vec<serde_json::Value> = self
+            .vcpu_probes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let regs = p.sample(kick, PROBE_TIMEOUT);
+                let cpu = self.vcpu_clocks.get(i).copied().flatten().and_then(cpu_ms);
+                serde_json::json!({
+                    "vcpu": i,
+                    "cpu_ms": cpu,
+                    "rip": regs.map(|r| format!("{:#x}", r.rip)),
+                    "rsp": regs.map(|r| format!("{:#x}", r.rsp)),
+                    "rflags": regs.map(|r| format!("{:#x}", r.rflags)),
+                    "interrupts_enabled": regs.map(|r| r.rflags & 0x200 != 0),
+                    "cpl": regs.map(|r| r.cs & 3),
+                    "cr3": regs.map(|r| format!("{:#x}", r.cr3)),
+                })
+            })
+            .collect();
+        serde_json::Value::Array(v)
+    }
+
     /// The gauges and counters as Prometheus text.
     pub fn render(&self) -> String {
         let mut out = String::new();

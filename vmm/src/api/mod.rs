@@ -7,6 +7,9 @@
 //!   gauges of the device thread and the console UART ([`liveness`]);
 //! - `GET /api/v1/vm.info`: what the VM is (vCPUs, memory, kernel,
 //!   devices), as JSON;
+//! - `GET /api/v1/vm.vcpus`: where each vCPU is now (instruction and stack
+//!   pointer, flags, privilege level, page table root) and its CPU time,
+//!   for a guest that stopped answering ([`liveness`]);
 //! - `PUT /api/v1/vm.shutdown`: stop the VM (the VMM exits with code 0);
 //!   answered 204.
 //!
@@ -42,12 +45,17 @@ pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Produces the current metrics as Prometheus text.
 pub type MetricsFn = Box<dyn Fn() -> String + Send + Sync>;
 
+/// Produces a JSON answer.
+pub type JsonFn = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+
 /// What the API answers from.
 pub struct ApiState {
     /// Static description of the VM, as JSON.
     pub info: serde_json::Value,
     /// Live counters.
     pub metrics: MetricsFn,
+    /// Where each vCPU is now (registers, CPU time).
+    pub vcpus: JsonFn,
     /// Where `shutdown` goes.
     pub exit: Arc<VmExit>,
 }
@@ -75,14 +83,12 @@ pub enum ApiError {
 /// The routes: `(path, method)` -> answer.
 pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
     let allowed = match path {
-        "/metrics" | "/api/v1/vm.info" => "GET",
+        "/metrics" | "/api/v1/vm.info" | "/api/v1/vm.vcpus" => "GET",
         "/api/v1/vm.shutdown" => "PUT",
-        _ => {
-            return Response::error(
-                404,
-                "no such route; try /metrics, /api/v1/vm.info or /api/v1/vm.shutdown",
-            )
-        }
+        _ => return Response::error(
+            404,
+            "no such route; try /metrics, /api/v1/vm.info, /api/v1/vm.vcpus or /api/v1/vm.shutdown",
+        ),
     };
     if method != allowed {
         let mut r = Response::error(405, "method not allowed");
@@ -92,6 +98,9 @@ pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
     match path {
         "/metrics" => Response::new(200, PROMETHEUS_CONTENT_TYPE, (state.metrics)()),
         "/api/v1/vm.info" => Response::new(200, "application/json", state.info.to_string() + "\n"),
+        "/api/v1/vm.vcpus" => {
+            Response::new(200, "application/json", (state.vcpus)().to_string() + "\n")
+        }
         _ => {
             state.exit.request(ExitReason::ApiShutdown);
             Response::no_content()

@@ -11,6 +11,7 @@ fn state(counters: Counters) -> (ApiState, Arc<VmExit>) {
         ApiState {
             info: json!({"cpus": 2}),
             metrics: Box::new(move || viommu_counters::prometheus_text("viommu", &counters)),
+            vcpus: Box::new(|| json!([{"vcpu": 0, "rip": "0xffffffff81000000"}])),
             exit: exit.clone(),
         },
         exit,
@@ -89,6 +90,12 @@ fn routes() {
         serde_json::from_slice::<serde_json::Value>(&info.body).unwrap(),
         json!({"cpus": 2})
     );
+    let vcpus = route("GET", "/api/v1/vm.vcpus", &s);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&vcpus.body).unwrap()[0]["rip"],
+        "0xffffffff81000000"
+    );
+    assert_eq!(route("PUT", "/api/v1/vm.vcpus", &s).status, 405);
     assert_eq!(route("GET", "/nope", &s).status, 404);
     let wrong = route("GET", "/api/v1/vm.shutdown", &s);
     assert_eq!((wrong.status, wrong.allow), (405, Some("PUT")));
@@ -224,6 +231,7 @@ fn liveness_gauges_are_well_formed_next_to_the_counters() {
         serial: Arc::new(Mutex::new(serial)),
         viommu: None,
         vcpu_clocks: vec![Some(own), None],
+        vcpu_probes: vec![Default::default()],
     };
     let text = viommu_counters::prometheus_text("viommu", &Counters::default()) + &live.render();
     let m = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -242,4 +250,8 @@ fn liveness_gauges_are_well_formed_next_to_the_counters() {
         !text.contains("viommu_thread_"),
         "no virtio-iommu, no device thread gauges"
     );
+    // A vCPU thread that never ran answers with its CPU time only.
+    let v = live.vcpus_json();
+    assert_eq!(v[0]["vcpu"], 0);
+    assert!(v[0]["rip"].is_null(), "{v}");
 }

@@ -3,6 +3,7 @@
 //!
 //! - `metrics`: `GET /metrics`, the counters as Prometheus text;
 //! - `info`: `GET /api/v1/vm.info`, JSON;
+//! - `vcpus`: `GET /api/v1/vm.vcpus`, where each vCPU is now, JSON;
 //! - `shutdown`: `PUT /api/v1/vm.shutdown`.
 //!
 //! Exit code 0 on a 2xx answer, 1 on another answer, 2 when the socket
@@ -29,6 +30,8 @@ enum Command {
     Metrics,
     /// What the VM is, as JSON.
     Info,
+    /// Where each vCPU is now (registers, CPU time), as JSON.
+    Vcpus,
     /// Stop the VM.
     Shutdown,
 }
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
     let (method, path) = match args.command {
         Command::Metrics => ("GET", "/metrics"),
         Command::Info => ("GET", "/api/v1/vm.info"),
+        Command::Vcpus => ("GET", "/api/v1/vm.vcpus"),
         Command::Shutdown => ("PUT", "/api/v1/vm.shutdown"),
     };
     match vmm::api::request(&args.socket, method, path) {

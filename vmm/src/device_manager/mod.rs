@@ -199,6 +199,7 @@ impl<'a> DeviceManager<'a> {
             serial: self.serial.clone(),
             viommu: self.viommu_status.clone(),
             vcpu_clocks: Vec::new(),
+            vcpu_probes: Vec::new(),
         }
     }
 

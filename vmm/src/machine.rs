@@ -12,7 +12,7 @@ use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
 
 use crate::device_manager::DeviceManager;
 use crate::devices::exit::{ExitReason, VmExit};
-use crate::devices::serial::{spawn_irq_watchdog, spawn_stdin_forwarder};
+use crate::devices::serial::spawn_stdin_forwarder;
 use crate::error::{io_err, kvm_err};
 use crate::seccomp::{Policy, ThreadKind};
 use crate::{acpi, api, boot, cli, vcpu, vm};
@@ -67,8 +67,6 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     let threads = start_vcpus(vcpus, seccomp)?;
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
-    spawn_irq_watchdog(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
-        .map_err(io_err("cannot spawn the serial interrupt watchdog"))?;
     if let Some(path) = &cfg.api_socket {
         let mut liveness = devices.liveness();
         liveness.vcpu_clocks = threads.iter().map(cpu_clock).collect();

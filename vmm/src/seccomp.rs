@@ -134,6 +134,7 @@ mod ioctl {
     const VFIO_TYPE: u32 = b';' as u32;
     const VFIO_BASE: u32 = 100;
     vmm_sys_util::ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
+    vmm_sys_util::ioctl_iow_nr!(KVM_IRQ_LINE, KVMIO, 0x61, kvm_bindings::kvm_irq_level);
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_bindings::kvm_regs);
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, KVMIO, 0x83, kvm_bindings::kvm_sregs);
     vmm_sys_util::ioctl_iow_nr!(KVM_SIGNAL_MSI, KVMIO, 0xa5, kvm_bindings::kvm_msi);
@@ -277,6 +278,10 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             ),
             (KVM_GET_SREGS(), "the same, segment and control registers"),
             (
+                KVM_IRQ_LINE(),
+                "the serial port's interrupt line after a guest access",
+            ),
+            (
                 KVM_SIGNAL_MSI(),
                 "virtio-pci MSI-X: a pending vector the guest unmasks",
             ),
@@ -302,7 +307,11 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
         ],
         ThreadKind::Api => vec![(libc::FIONBIO, "non-blocking mode of a connection")],
-        ThreadKind::Signals | ThreadKind::Serial => vec![],
+        ThreadKind::Serial => vec![(
+            KVM_IRQ_LINE(),
+            "serial-in: the data-available interrupt line",
+        )],
+        ThreadKind::Signals => vec![],
     };
     v
 }

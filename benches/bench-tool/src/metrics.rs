@@ -49,10 +49,6 @@ pub struct DeviceCounters {
     /// (`viommu_backend_bytes_unmapped_total`; our VMM only).
     #[serde(default)]
     pub bytes_unmapped: u64,
-    /// Console interrupts our VMM raised again because the guest left them
-    /// pending (`vmm_serial_irq_retriggers_total`; a lost interrupt edge).
-    #[serde(default)]
-    pub serial_irq_retriggers: u64,
 }
 
 impl DeviceCounters {
@@ -72,9 +68,6 @@ impl DeviceCounters {
             vfio_ns: self.vfio_ns.saturating_sub(earlier.vfio_ns),
             bytes_mapped: self.bytes_mapped.saturating_sub(earlier.bytes_mapped),
             bytes_unmapped: self.bytes_unmapped.saturating_sub(earlier.bytes_unmapped),
-            serial_irq_retriggers: self
-                .serial_irq_retriggers
-                .saturating_sub(earlier.serial_irq_retriggers),
         }
     }
 
@@ -230,7 +223,6 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         vfio_ns: n("viommu_backend_map_ns_total") + n("viommu_backend_unmap_ns_total"),
         bytes_mapped: n("viommu_backend_bytes_mapped_total"),
         bytes_unmapped: n("viommu_backend_bytes_unmapped_total"),
-        serial_irq_retriggers: n("vmm_serial_irq_retriggers_total"),
     })
 }
 

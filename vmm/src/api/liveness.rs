@@ -6,7 +6,8 @@
 //!   ahead of the device's (a missed kick: the driver spins for an answer);
 //! - the UART: the transmit interrupt enabled and pending while no byte
 //!   arrives means the guest does not take interrupts (a vCPU spinning
-//!   with interrupts off, or a lost interrupt).
+//!   with interrupts off); each vCPU thread's CPU time tells a vCPU that
+//!   spins from one that is halted.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -101,15 +102,8 @@ impl Liveness {
             &mut out,
             "vmm_serial_irqs_total",
             "counter",
-            "Interrupt edges the console UART raised.",
+            "Interrupts the console UART raised (its pending bits going from none to some).",
             Some(s.irqs),
-        );
-        metric(
-            &mut out,
-            "vmm_serial_irq_retriggers_total",
-            "counter",
-            "Console UART interrupts raised again because the guest left them pending (a lost edge, or a guest not taking interrupts).",
-            Some(s.retriggers),
         );
         metric(
             &mut out,

@@ -3,7 +3,7 @@
 //! ends.
 //!
 //! [`DeviceManager::build`] plugs, in this order:
-//! 1. the platform devices: serial port (COM1, irqfd), i8042 reset, ACPI
+//! 1. the platform devices: serial port (COM1, `KVM_IRQ_LINE`), i8042 reset, ACPI
 //!    power control;
 //! 2. the `--vfio` devices (`vfio.rs`: KVM-VFIO device, container, reset,
 //!    mapper, BAR placement and mmap, bus insertion);
@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex};
 use dma_mapper::VfioMapper;
 use vfio_ioctls::{VfioDevice, VfioDeviceFd};
 use vm_superio::I8042Device;
-use vmm_sys_util::eventfd::EventFd;
 
 use crate::acpi::ViotConfig;
 use crate::bus::Bus;
@@ -33,9 +32,9 @@ use crate::cli::VmConfig;
 use crate::devices::console::{console, ConsoleFlusher, ConsoleOut, CONSOLE_BUFFER};
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
-use crate::devices::serial::SerialDevice;
+use crate::devices::serial::{KvmIrqLine, SerialDevice};
 use crate::devices::viommu::{DeviceThread, ThreadStatus};
-use crate::error::{io_err, kvm_err, VmmError};
+use crate::error::{io_err, VmmError};
 use crate::layout::*;
 use crate::pci::alloc::BarWindows;
 use crate::pci::msix::{MsiRouter, MsiSender};
@@ -216,11 +215,8 @@ impl<'a> DeviceManager<'a> {
 }
 
 /// COM1 writing to `out` (the guest's stdout, through the console
-/// buffer), raising IRQ 4 through an irqfd.
+/// buffer), driving IRQ 4 with `KVM_IRQ_LINE`.
 fn serial_port(vm: &Vm, out: ConsoleOut) -> Result<SerialDevice, VmmError> {
-    let irq = EventFd::new(0).map_err(io_err("cannot create the serial irqfd"))?;
-    vm.fd()
-        .register_irqfd(&irq, SERIAL_IRQ)
-        .map_err(kvm_err("KVM_IRQFD (serial)"))?;
-    Ok(SerialDevice::new(irq, Box::new(out)))
+    let line = KvmIrqLine::new(vm.fd().clone(), SERIAL_IRQ);
+    Ok(SerialDevice::new(Arc::new(line), Box::new(out)))
 }

@@ -464,16 +464,26 @@ extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
         put(b"-");
     }
     put(&digits[d..]);
+    let hex = |v: u64| {
+        let mut h = [0u8; 16];
+        for (i, b) in h.iter_mut().enumerate() {
+            *b = b"0123456789abcdef"[((v >> ((15 - i) * 4)) & 0xf) as usize];
+        }
+        h
+    };
+    // An ioctl: which request (the uapi number names the device call).
+    if i64::from(nr) == libc::SYS_ioctl {
+        put(b", ioctl request 0x");
+        put(&hex(register(ctx, libc::REG_RSI)));
+    }
     put(b")");
     // Where the call was made (for addr2line against the binary, with the
     // load address from a rerun under --seccomp=false): which code path
     // wants the call.
-    let rip = call_site(ctx);
+    let rip = register(ctx, libc::REG_RIP);
     if rip != 0 {
         put(b" at 0x");
-        for shift in (0..16).rev() {
-            put(&[b"0123456789abcdef"[((rip >> (shift * 4)) & 0xf) as usize]]);
-        }
+        put(&hex(rip));
     }
     put(b"; exiting; --seccomp=false turns the filters off\n");
     // SAFETY: write(2) and _exit(2) are async-signal-safe; `line[..n]` is
@@ -484,15 +494,16 @@ extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
     }
 }
 
-/// The instruction pointer of the denied call, from the signal's context.
-fn call_site(ctx: *mut libc::c_void) -> u64 {
+/// A register of the interrupted thread (`libc::REG_*`), from the signal's
+/// context; 0 without one.
+fn register(ctx: *mut libc::c_void, reg: libc::c_int) -> u64 {
     if ctx.is_null() {
         return 0;
     }
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid
     // ucontext_t as the third argument; only its registers are read.
     let g = unsafe { &(*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
-    usize::try_from(libc::REG_RIP)
+    usize::try_from(reg)
         .ok()
         .and_then(|i| g.get(i))
         .map_or(0, |r| *r as u64)
@@ -519,8 +530,13 @@ pub fn install_handler() -> Result<(), SeccompError> {
     r.map_err(|e| SeccompError::Handler(std::io::Error::from_raw_os_error(e)))
 }
 
+/// The ioctl request the vCPU self-test makes (KVM's type, a number KVM
+/// does not use).
+pub const SELFTEST_IOCTL: u64 = 0xaeff;
+
 /// The `--seccomp-selftest` hook: a thread of `kind`, with its filter,
-/// makes a system call no list allows (getppid), so that the report can
+/// makes a system call no list allows (getppid; a vCPU thread an ioctl
+/// request none allows, [`SELFTEST_IOCTL`]), so that the report can
 /// be seen. Does not return: the handler ends the process (or, with
 /// seccomp off, this returns an error saying nothing was denied).
 pub fn selftest(kind: ThreadKind, policy: Policy) -> Result<(), std::io::Error> {
@@ -532,9 +548,16 @@ pub fn selftest(kind: ThreadKind, policy: Policy) -> Result<(), std::io::Error> 
         ThreadKind::Signals => "signals",
         ThreadKind::Serial => "serial-in",
     };
-    let h = spawn(name, filter, || {
-        // SAFETY: getppid has no arguments and no side effect.
-        unsafe { libc::syscall(libc::SYS_getppid) };
+    let h = spawn(name, filter, move || {
+        if kind == ThreadKind::Vcpu {
+            // An ioctl request no list allows, on no file: the report
+            // names the request.
+            // SAFETY: an ioctl on an invalid fd has no effect.
+            unsafe { libc::ioctl(-1, SELFTEST_IOCTL as _) };
+        } else {
+            // SAFETY: getppid has no arguments and no side effect.
+            unsafe { libc::syscall(libc::SYS_getppid) };
+        }
     })?;
     let _ = h.join();
     Err(std::io::Error::other(

@@ -23,10 +23,18 @@ fn a_denied_syscall_is_reported_with_thread_and_number() {
     ] {
         let out = selftest(kind, &[]);
         let err = String::from_utf8_lossy(&out.stderr);
-        let want = format!(
-            "vmm: seccomp: thread {thread} made a denied system call (number {}) at 0x",
-            libc::SYS_getppid
-        );
+        let want = if kind == "vcpu" {
+            format!(
+                "vmm: seccomp: thread {thread} made a denied system call (number {}, ioctl request 0x{:016x}) at 0x",
+                libc::SYS_ioctl,
+                vmm::seccomp::SELFTEST_IOCTL
+            )
+        } else {
+            format!(
+                "vmm: seccomp: thread {thread} made a denied system call (number {}) at 0x",
+                libc::SYS_getppid
+            )
+        };
         assert!(err.contains(&want), "{kind}: {err}");
         assert_eq!(out.status.code(), Some(159), "{kind}: {err}");
     }

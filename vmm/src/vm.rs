@@ -62,7 +62,10 @@ pub fn create_guest_memory(mem_size: u64, hugepages: bool) -> Result<GuestMemory
     let ranges = ram_regions(mem_size);
     if !hugepages {
         let ranges: Vec<_> = ranges.iter().map(|&(a, s)| (a, s as usize)).collect();
-        return GuestMemoryMmap::from_ranges(&ranges).map_err(|e| err(String::new(), e.into()));
+        let mem =
+            GuestMemoryMmap::from_ranges(&ranges).map_err(|e| err(String::new(), e.into()))?;
+        advise_huge_pages(&mem);
+        return Ok(mem);
     }
     let mut regions = Vec::new();
     for (addr, size) in ranges {
@@ -87,6 +90,26 @@ pub fn create_guest_memory(mem_size: u64, hugepages: bool) -> Result<GuestMemory
         regions.push(region);
     }
     GuestMemoryMmap::from_regions(regions).map_err(|e| err(String::new(), e.into()))
+}
+
+/// Ask for transparent huge pages behind guest RAM (`MADV_HUGEPAGE`), as
+/// QEMU and cloud-hypervisor do: 2 MiB host pages mean 2 MiB nested page
+/// table entries, fewer nested page faults and TLB misses for the guest.
+/// A kernel without THP refuses; the RAM then stays on small pages.
+fn advise_huge_pages(mem: &GuestMemoryMmap) {
+    for r in mem.iter() {
+        let size = r.len() as usize;
+        // SAFETY: the range is a live anonymous mapping this process owns
+        // (the region's); madvise(MADV_HUGEPAGE) changes no contents.
+        let rc = unsafe { libc::madvise(r.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
+        if rc != 0 {
+            tracing::debug!(
+                size,
+                "madvise(MADV_HUGEPAGE) on guest RAM: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
 }
 
 /// A KVM VM with its memory registered and an in-kernel irqchip.
@@ -378,6 +401,23 @@ mod tests {
             .map(|x| unsafe { (x.u.irqchip.irqchip, x.u.irqchip.pin) })
             .collect();
         assert_eq!(pins, [(KVM_IRQCHIP_PIC_MASTER, 4), (KVM_IRQCHIP_IOAPIC, 4)]);
+    }
+
+    #[test]
+    fn guest_ram_is_advised_for_huge_pages() {
+        let mem = create_guest_memory(8 << 20, false).unwrap();
+        let start = mem.iter().next().unwrap().as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let flags = smaps
+            .split("\n")
+            .skip_while(|l| {
+                !l.split('-')
+                    .next()
+                    .is_some_and(|a| usize::from_str_radix(a, 16) == Ok(start))
+            })
+            .find(|l| l.starts_with("VmFlags:"))
+            .unwrap_or_default();
+        assert!(flags.split_whitespace().any(|f| f == "hg"), "{flags:?}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 
 /// Build the VM `cfg` describes, run it until it stops, and say why.
 pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
+    keep_freed_memory();
     // Before any thread exists, so that every thread inherits the mask.
     let stop_signals = block_stop_signals().map_err(io_err("cannot block SIGTERM/SIGINT"))?;
     let mem = vm::create_guest_memory(cfg.memory, cfg.hugepages)?;
@@ -148,6 +149,24 @@ fn start_vcpus(vcpus: Vec<vcpu::Vcpu>, seccomp: Policy) -> Result<Vec<JoinHandle
         );
     }
     Ok(threads)
+}
+
+/// Tell the allocator to keep what the VMM frees instead of giving it back
+/// to the kernel. Trimming a heap (`madvise`/`munmap`, and `mmap`'d blocks
+/// freed with `munmap`) flushes the TLB of every CPU that runs a thread of
+/// this process, vCPUs included: an inter-processor interrupt that drags a
+/// vCPU out of its guest each time the device thread frees a batch's
+/// buffers. The VMM's heap is small and bounded (guest-triggerable
+/// resources are capped), so holding its peak costs little. Also: glibc
+/// reads /proc/sys/vm/overcommit_memory the first time a thread's arena
+/// shrinks, an `open` the seccomp filters refuse.
+fn keep_freed_memory() {
+    // SAFETY: mallopt only sets allocator parameters; called before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+    }
 }
 
 /// The CPU-time clock of a running thread (`None` if it has none): read

@@ -9,13 +9,13 @@
 //! changed the UART (a vCPU, or the stdin thread), as QEMU does.
 //!
 //! Why not an irqfd (an edge per `vm-superio` trigger): KVM injects an
-//! irqfd on a non-MSI GSI from a kernel worker, another CPU than the vCPU
-//! that wrote the byte, which then kicks the vCPU with an IPI for every
-//! line of console output. In the nested lab (KVM on QEMU's emulated SVM)
-//! guests behind our VMM hung and crashed while printing long console
-//! lines: a vCPU found spinning with registers that were not the guest's
-//! (`GET /api/v1/vm.vcpus`); stock QEMU, which sets the line from the vCPU
-//! thread, did not show it. The line set in place also cannot lose an edge.
+//! irqfd on a non-MSI GSI from a kernel worker, often on another CPU than
+//! the vCPU that wrote the byte, which then kicks the vCPU with an IPI, for
+//! every line of console output; and an edge lost on the way is never
+//! raised again (the console stops mid-line, every writer to it blocks).
+//! A level set in place has neither problem. (It was changed while chasing
+//! guest hangs in the nested lab; it did not cure them: see
+//! `benches/results/guest-hangs-2026-11-23.md`.)
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -58,10 +58,16 @@ exits_check() {
 		return $r
 	fi
 	errs=$(grep -i 'vfio\|could not\|EBUSY\|busy' "$log" | grep -v '^\[' | head -n 3 | tr '\n"\\' '   ')
+	errs=${errs:+VMM said: $errs}
+	# A guest that powers off on its own must have written and verified
+	# its data through the NVMe (fio's verify) and said so: rc=0.
+	if [ "$want" = 0 ] && ! grep -q '^@@LAB-GUEST-DONE@@ rc=0' "$log"; then
+		errs="${errs:+$errs; }the guest did not finish write+verify: $(grep -m1 -o '"event":"error","message":"[^"]*' "$log" | cut -c1-200 | tr '"\\' "''")"
+	fi
 	ok=false
 	[ "$rc" = "$want" ] && [ -z "$errs" ] && ok=true
 	printf '@@LAB-CHECK@@ {"name":"%s","ok":%s,"detail":"exit %s (want %s)%s"}\n' \
-		"$name" "$ok" "$rc" "$want" "${errs:+; VMM said: $errs}"
+		"$name" "$ok" "$rc" "$want" "${errs:+; $errs}"
 	[ $ok = true ] || { echo "---- $name: guest and VMM output ----"; tail -n 40 "$log"; }
 	[ $ok = true ]
 }

@@ -32,6 +32,7 @@ pub mod host_pci;
 pub mod layout;
 pub mod machine;
 pub mod pci;
+pub mod privileges;
 pub mod seccomp;
 pub mod vcpu;
 pub mod vcpu_probe;

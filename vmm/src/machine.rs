@@ -26,6 +26,9 @@ extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 /// Build the VM `cfg` describes, run it until it stops, and say why.
 pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     keep_freed_memory();
+    if let Some(ids) = cfg.user {
+        crate::privileges::prepare(ids).map_err(io_err("--user"))?;
+    }
     // Before any thread exists, so that every thread inherits the mask.
     let stop_signals = block_stop_signals().map_err(io_err("cannot block SIGTERM/SIGINT"))?;
     let mem = vm::create_guest_memory(cfg.memory, cfg.hugepages)?;
@@ -80,7 +83,17 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
             &devices.vfio_bdfs(),
         );
         api::spawn(path, state, seccomp.filter(ThreadKind::Api)?)?;
+        if let Some(ids) = cfg.user {
+            std::os::unix::fs::chown(path, Some(ids.uid), Some(ids.gid))
+                .map_err(io_err("cannot hand the API socket to --user"))?;
+        }
         tracing::info!(path = %path.display(), "API socket ready");
+    }
+    // The setup is done: the main thread gives up root too (the others
+    // did as they started).
+    crate::privileges::drop_this_thread().map_err(io_err("cannot drop to --user"))?;
+    if let Some(ids) = cfg.user {
+        tracing::info!(uid = ids.uid, gid = ids.gid, "running without root");
     }
 
     let reason = wait_for_exit(&exit)?;
@@ -113,6 +126,7 @@ fn create_vcpus(
         .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
     let tsc_deadline = vm.kvm().check_extension(kvm_ioctls::Cap::TscDeadlineTimer);
     vcpu::add_emulated_features(&mut base_cpuid, tsc_deadline);
+    vcpu::remove_async_pf(&mut base_cpuid);
     let mut vcpus = Vec::new();
     for id in 0..cfg.cpus {
         let fd = vm

@@ -389,6 +389,12 @@ where
             let len = owned.len().min(15);
             n[..len].copy_from_slice(&owned.as_bytes()[..len]);
             NAME.with(|c| c.set(n));
+            // Credentials belong to the thread: it gives up root itself
+            // (`--user`), before its filter forbids the calls.
+            if let Err(e) = crate::privileges::drop_this_thread() {
+                let _ = tx.send(Err(format!("cannot drop to --user: {e}")));
+                return;
+            }
             for p in filter.iter().flatten() {
                 if let Err(e) = seccompiler::apply_filter(p) {
                     let _ = tx.send(Err(e.to_string()));

@@ -82,6 +82,29 @@ pub fn add_emulated_features(cpuid: &mut CpuId, tsc_deadline: bool) {
     }
 }
 
+/// KVM's paravirtual feature leaf (`KVM_CPUID_FEATURES`).
+const KVM_CPUID_FEATURES: u32 = 0x4000_0001;
+/// Asynchronous page faults, in all their forms (`KVM_FEATURE_ASYNC_PF`,
+/// `..._VMEXIT`, `..._INT`: bits 4, 10 and 14 of that leaf's EAX).
+const KVM_ASYNC_PF_FEATURES: u32 = (1 << 4) | (1 << 10) | (1 << 14);
+
+/// Take asynchronous page faults out of the paravirtual features KVM
+/// offers. With them, a guest access to RAM the host cannot fault in at
+/// once is answered with a "page not present" event and the guest runs
+/// another task meanwhile; that only pays when guest RAM is overcommitted
+/// and swapped, which a VMM whose device DMA needs pinned RAM does not do.
+/// In the nested lab it cost hung guests: the lab host's kernel spun for
+/// minutes in KVM delivering a "page ready" event to a vCPU thread of ours
+/// (`kvm_arch_async_page_present`, a soft lockup), and guests crashed at
+/// syscall entry (see `benches/results/guest-hangs-2026-11-23.md`).
+pub fn remove_async_pf(cpuid: &mut CpuId) {
+    for e in cpuid.as_mut_slice() {
+        if e.function == KVM_CPUID_FEATURES {
+            e.eax &= !KVM_ASYNC_PF_FEATURES;
+        }
+    }
+}
+
 /// Adjust the host-supported CPUID for vCPU `cpu` of `cpus`: APIC ids and
 /// topology (one socket, one thread per core), and the hypervisor bit.
 pub fn setup_cpuid(cpuid: &mut CpuId, cpu: u8, cpus: u8) {
@@ -646,6 +669,30 @@ mod tests {
         let mut without = base;
         add_emulated_features(&mut without, false);
         assert_eq!(without.as_slice()[0].ecx & CPUID_TSC_DEADLINE, 0);
+    }
+
+    #[test]
+    fn async_page_faults_are_not_offered() {
+        let mut c = CpuId::from_entries(&[
+            kvm_cpuid_entry2 {
+                function: KVM_CPUID_FEATURES,
+                eax: 0x0100_7fff,
+                ..Default::default()
+            },
+            kvm_cpuid_entry2 {
+                function: 1,
+                eax: 0x7fff,
+                ..Default::default()
+            },
+        ])
+        .unwrap();
+        remove_async_pf(&mut c);
+        assert_eq!(
+            c.as_slice()[0].eax,
+            0x0100_7fff & !0x4410,
+            "kvmclock and the rest stay"
+        );
+        assert_eq!(c.as_slice()[1].eax, 0x7fff, "other leaves untouched");
     }
 
     #[test]

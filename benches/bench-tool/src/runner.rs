@@ -273,7 +273,10 @@ pub async fn run_cell(
                     "drain" => break,
                     "exit" => {
                         st.warnings.push(format!("the VMM did not exit within {} s after the guest powered off; killed", EXIT_GRACE.as_secs()));
-                        kill(&mut child).await;
+                        if !kill(&mut child).await {
+                            st.warnings.push(UNKILLABLE.to_string());
+                            break;
+                        }
                     }
                     _ => {
                         let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
@@ -286,7 +289,13 @@ pub async fn run_cell(
                         }
                         progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
                         hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s });
-                        kill(&mut child).await;
+                        if !kill(&mut child).await {
+                            // Stuck in the host kernel: waiting longer
+                            // would only kill it again and again.
+                            warn!("{column} round {}: {UNKILLABLE}", round + 1);
+                            st.warnings.push(UNKILLABLE.to_string());
+                            break;
+                        }
                     }
                 }
             },
@@ -342,9 +351,16 @@ async fn hang_state(sock: &std::path::Path) -> String {
     format!("{} [{:?}]{vcpus}", crate::liveness::diagnose(&a, &b), b)
 }
 
-async fn kill(child: &mut tokio::process::Child) {
+/// What a VMM that SIGKILL does not end is reported as.
+const UNKILLABLE: &str = "the VMM did not exit within 30 s of SIGKILL: it is stuck in the host's kernel (look for a soft lockup or hung task in the host's log); the cell is given up";
+
+/// SIGKILL the VMM and wait up to 30 s; whether it exited.
+async fn kill(child: &mut tokio::process::Child) -> bool {
     let _ = child.start_kill();
-    let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
+    matches!(
+        tokio::time::timeout(Duration::from_secs(30), child.wait()).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Take one console line; true when it shows progress.

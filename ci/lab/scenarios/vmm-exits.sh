@@ -7,11 +7,12 @@
 # Then the crash test: SIGKILL in the middle of a 128k randread (the VMM
 # gets no chance to clean up: the kernel closes its VFIO and KVM files),
 # for our VMM and for stock QEMU, each followed by a fresh guest of ours
-# that must write and verify through the same NVMe.
+# that must write and verify through the same NVMe. Last, a guest under
+# our VMM running as nobody (--user).
 
-# start_guest VMM LOG CMDLINE_EXTRA: boot the patched guest with the NVMe
-# behind a virtio-iommu, under our VMM (vmm) or stock QEMU (qemu), in the
-# background; $pid is the VMM's.
+# start_guest VMM LOG CMDLINE_EXTRA [VMM_FLAGS]: boot the patched guest
+# with the NVMe behind a virtio-iommu, under our VMM (vmm, with VMM_FLAGS)
+# or stock QEMU (qemu), in the background; $pid is the VMM's.
 start_guest() {
 	cmdline="console=ttyS0 quiet panic=-1 lab.mode=smoke lab.bs=4k lab.verify=4M $3"
 	if [ "$1" = qemu ]; then
@@ -23,18 +24,18 @@ start_guest() {
 	else
 		vmm --kernel /lab/guest/patched.bzImage --initrd /lab/guest/initramfs.cpio \
 			--memory 1024M --cpus 2 --vfio "/sys/bus/pci/devices/$BDF" --viommu \
-			--cmdline "$cmdline" </dev/null >"$2" 2>&1 &
+			--cmdline "$cmdline" ${4:-} </dev/null >"$2" 2>&1 &
 	fi
 	pid=$!
 }
 
-# exits_check NAME WANT_RC CMDLINE_EXTRA [MARKER [SIGNAL [VMM]]]: boot the
-# patched guest under VMM (default: ours); with MARKER, send SIGNAL
-# (default TERM) to the VMM once the guest printed it.
+# exits_check NAME WANT_RC CMDLINE_EXTRA [MARKER [SIGNAL [VMM [VMM_FLAGS]]]]:
+# boot the patched guest under VMM (default: ours, with VMM_FLAGS); with
+# MARKER, send SIGNAL (default TERM) to the VMM once the guest printed it.
 exits_check() {
 	name=$1 want=$2 extra=$3 marker=${4:-} sig=${5:-TERM}
 	log=/tmp/exit-$name.log
-	start_guest "${6:-vmm}" "$log" "$extra"
+	start_guest "${6:-vmm}" "$log" "$extra" "${7:-}"
 	if [ -n "$marker" ]; then
 		wait_for "grep -q '$marker' $log" 3000 && kill -"$sig" "$pid"
 	fi
@@ -85,4 +86,7 @@ exits_check sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL || st
 exits_check after-sigkill 0 "" || status=1
 exits_check qemu-sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL qemu || status=1
 exits_check after-qemu-sigkill 0 "" || status=1
+# Unprivileged: root given up after the setup (--user), a full
+# write+verify, a clean power-off.
+exits_check user-nobody 0 "" "" TERM vmm "--user 65534:65534" || status=1
 return $status

@@ -127,6 +127,7 @@ mod tests {
             reserve_iova: Vec::new(),
             host_pci_reserve: true,
             seccomp: Default::default(),
+            user: None,
         };
         let exit = Arc::new(VmExit::new().unwrap());
         let s = state(&cfg, &exit, None, None, &[Bdf::slot(1)]);

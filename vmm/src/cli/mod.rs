@@ -91,6 +91,13 @@ pub struct Cli {
     /// call's number (exit code 159).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub seccomp: bool,
+    /// Give up root once the VM is set up (devices open, memory mapped,
+    /// API socket bound): every thread runs as this numeric user (and
+    /// group, default the same number), with no supplementary groups and
+    /// no capabilities; RLIMIT_MEMLOCK is lifted first, for VFIO's pinning.
+    /// The API socket is handed to that user. Needs the VMM to start as root.
+    #[arg(long, value_name = "UID[:GID]")]
+    pub user: Option<crate::privileges::Ids>,
     /// For tests: start one thread of this kind with its seccomp filter,
     /// make it call a denied system call (getppid) and exit through the
     /// report. Nothing else runs.
@@ -135,6 +142,8 @@ pub struct VmConfig {
     pub host_pci_reserve: bool,
     /// Whether threads get seccomp filters.
     pub seccomp: crate::seccomp::Policy,
+    /// Who to run as after the setup (`--user`).
+    pub user: Option<crate::privileges::Ids>,
 }
 
 impl Cli {
@@ -182,6 +191,7 @@ impl Cli {
             seccomp: crate::seccomp::Policy {
                 enabled: self.seccomp,
             },
+            user: self.user,
         })
     }
 

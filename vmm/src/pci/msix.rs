@@ -262,3 +262,48 @@ mod tests {
         assert_eq!(u32::from_le_bytes(d), 1);
     }
 }
+
+/// A router that records routes and keeps the attached irqfds (tests of
+/// the devices that route their vectors).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct RecordingRouter {
+    next: std::sync::Mutex<u32>,
+    pub(crate) routes: std::sync::Mutex<std::collections::BTreeMap<u32, (u64, u32)>>,
+    pub(crate) attached:
+        std::sync::Mutex<std::collections::BTreeMap<u32, vmm_sys_util::eventfd::EventFd>>,
+}
+
+#[cfg(test)]
+impl MsiRouter for RecordingRouter {
+    fn allocate(&self) -> std::io::Result<u32> {
+        let mut n = self.next.lock().unwrap();
+        *n += 1;
+        Ok(23 + *n)
+    }
+    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
+        self.routes.lock().unwrap().insert(gsi, (address, data));
+        Ok(())
+    }
+    fn attach(&self, fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()> {
+        self.attached.lock().unwrap().insert(gsi, fd.try_clone()?);
+        Ok(())
+    }
+    fn detach(&self, _fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()> {
+        self.attached.lock().unwrap().remove(&gsi);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl RecordingRouter {
+    /// Whether an irqfd is attached to `gsi`.
+    pub(crate) fn is_attached(&self, gsi: u32) -> bool {
+        self.attached.lock().unwrap().contains_key(&gsi)
+    }
+
+    /// Signals on `gsi`'s irqfd since the last call.
+    pub(crate) fn fired(&self, gsi: u32) -> u64 {
+        self.attached.lock().unwrap()[&gsi].read().unwrap_or(0)
+    }
+}

@@ -1,7 +1,5 @@
 //! Config emulation, BARs and MSI-X against a fake VFIO device.
 
-use std::collections::BTreeMap;
-
 use super::*;
 
 struct Fake {
@@ -72,42 +70,7 @@ impl VfioRegions for Fake {
     }
 }
 
-#[derive(Default)]
-struct Router {
-    next: Mutex<u32>,
-    routes: Mutex<BTreeMap<u32, (u64, u32)>>,
-    attached: Mutex<BTreeMap<u32, bool>>,
-}
-impl MsiRouter for Router {
-    fn allocate(&self) -> std::io::Result<u32> {
-        let mut n = self.next.lock().unwrap();
-        *n += 1;
-        Ok(23 + *n)
-    }
-    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
-        self.routes.lock().unwrap().insert(gsi, (address, data));
-        Ok(())
-    }
-    fn attach(&self, _fd: &EventFd, gsi: u32) -> std::io::Result<()> {
-        self.attached.lock().unwrap().insert(gsi, true);
-        Ok(())
-    }
-    fn detach(&self, _fd: &EventFd, gsi: u32) -> std::io::Result<()> {
-        self.attached.lock().unwrap().insert(gsi, false);
-        Ok(())
-    }
-}
-
-impl Router {
-    fn is_attached(&self, gsi: u32) -> bool {
-        self.attached
-            .lock()
-            .unwrap()
-            .get(&gsi)
-            .copied()
-            .unwrap_or(false)
-    }
-}
+type Router = crate::pci::msix::RecordingRouter;
 
 fn device() -> (VfioPciDevice, Arc<Fake>, Arc<Router>) {
     let fake = Arc::new(Fake::new());

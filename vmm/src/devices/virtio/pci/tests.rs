@@ -346,40 +346,7 @@ fn a_reset_the_device_finishes_later_shows_the_old_status_until_done() {
     assert_eq!(r.r(STATUS, 1), 1, "a new negotiation starts");
 }
 
-/// A router that records routes and keeps the attached irqfds.
-#[derive(Default)]
-struct Router {
-    next: Mutex<u32>,
-    routes: Mutex<std::collections::BTreeMap<u32, (u64, u32)>>,
-    attached: Mutex<std::collections::BTreeMap<u32, EventFd>>,
-}
-
-impl MsiRouter for Router {
-    fn allocate(&self) -> std::io::Result<u32> {
-        let mut n = self.next.lock().unwrap();
-        *n += 1;
-        Ok(23 + *n)
-    }
-    fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
-        self.routes.lock().unwrap().insert(gsi, (address, data));
-        Ok(())
-    }
-    fn attach(&self, fd: &EventFd, gsi: u32) -> std::io::Result<()> {
-        self.attached.lock().unwrap().insert(gsi, fd.try_clone()?);
-        Ok(())
-    }
-    fn detach(&self, _fd: &EventFd, gsi: u32) -> std::io::Result<()> {
-        self.attached.lock().unwrap().remove(&gsi);
-        Ok(())
-    }
-}
-
-impl Router {
-    /// Signals on `gsi`'s irqfd since the last call.
-    fn fired(&self, gsi: u32) -> u64 {
-        self.attached.lock().unwrap()[&gsi].read().unwrap_or(0)
-    }
-}
+type Router = crate::pci::msix::RecordingRouter;
 
 #[test]
 fn interrupts_go_through_irqfds_routed_as_the_table_says() {

@@ -433,12 +433,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     }
 
     /// Where the device stands on the request queue, if activated: the
-    /// next available index it will take and the next used index it will
-    /// write (a liveness probe compares them with the driver's indices).
-    pub fn request_queue_position(&self) -> Option<(u16, u16)> {
-        self.active
-            .as_ref()
-            .map(|a| (a.requestq.next_avail(), a.requestq.next_used()))
+    /// next available index it will take (a liveness probe compares it
+    /// with the driver's avail index).
+    pub fn request_queue_next_avail(&self) -> Option<u16> {
+        self.active.as_ref().map(|a| a.requestq.next_avail())
     }
 
     /// Counters since creation.

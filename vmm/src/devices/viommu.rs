@@ -101,10 +101,10 @@ pub struct ThreadStatus {
     /// Microseconds since `start` (+1) when the notification being served
     /// began; 0 while the thread waits.
     serving_since: AtomicU64,
-    /// The device's next available and next used index after its last
-    /// drain (`u32::MAX` before activation).
+    /// The device's next available index after its last drain
+    /// (`u32::MAX` before activation; the used index is read from guest
+    /// memory).
     next_avail: AtomicU32,
-    next_used: AtomicU32,
     /// Guest memory and the request queue's avail and used ring addresses,
     /// from activation to reset.
     rings: Mutex<Option<(GuestMemoryMmap, GuestAddress, GuestAddress)>>,
@@ -132,7 +132,6 @@ impl ThreadStatus {
             wakeups: AtomicU64::new(0),
             serving_since: AtomicU64::new(0),
             next_avail: AtomicU32::new(u32::MAX),
-            next_used: AtomicU32::new(u32::MAX),
             rings: Mutex::new(None),
         }
     }
@@ -147,10 +146,9 @@ impl ThreadStatus {
         self.serving_since.store(self.now_us(), Ordering::Release);
     }
 
-    fn end(&self, position: Option<(u16, u16)>) {
-        let (a, u) = position.map_or((u32::MAX, u32::MAX), |(a, u)| (a.into(), u.into()));
-        self.next_avail.store(a, Ordering::Release);
-        self.next_used.store(u, Ordering::Release);
+    fn end(&self, next_avail: Option<u16>) {
+        self.next_avail
+            .store(next_avail.map_or(u32::MAX, u32::from), Ordering::Release);
         self.serving_since.store(0, Ordering::Release);
     }
 
@@ -441,7 +439,7 @@ impl Worker {
                     self.notify(q);
                 }
             }
-            status.end(self.model.request_queue_position());
+            status.end(self.model.request_queue_next_avail());
         }
     }
 

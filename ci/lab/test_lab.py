@@ -119,7 +119,7 @@ class CollectorTest(unittest.TestCase):
         self.assertIn("without an IOTLB_FLUSH", idle(0, 8192, 8192, 0)[0][0])
         self.assertEqual(idle(0, 0, 0, 0), ([], ["the reuse cache held nothing when the idle phase began (only its emptiness was checked)"]))
         self.assertEqual(lab.idle_problems(cell("x")), (["no idle phase reported"], []))
-        self.assertEqual(lab.SCENARIOS["smoke-6.12"]["idle_check"], ["ours+lazy+reuse"])
+        self.assertEqual(lab.SCENARIOS["smoke-6.12"]["idle_check"], ["ours+lazy+reuse", "ours+lazy+reuse-1ms"])
 
     def test_checks_scenarios(self):
         _, (problems, _) = judge("vmm-errors", [], [HOST, '@@LAB-CHECK@@ {"name":"busy-device","ok":false,"detail":"exit 1"}', "@@LAB-DONE@@ rc=1"])

@@ -152,6 +152,10 @@ pub struct Args {
 pub enum Rw {
     /// Random reads.
     Randread,
+    /// Random reads through the guest's page cache (not O_DIRECT): every
+    /// read lands in fresh page-cache pages, so mappings are rarely reused
+    /// (the reuse cache's miss workload).
+    RandreadBuffered,
     /// Sequential reads.
     Read,
     /// Random writes.
@@ -165,6 +169,7 @@ impl Rw {
     pub fn as_str(self) -> &'static str {
         match self {
             Rw::Randread => "randread",
+            Rw::RandreadBuffered => "randread-buffered",
             Rw::Read => "read",
             Rw::Randwrite => "randwrite",
             Rw::Randrw => "randrw",

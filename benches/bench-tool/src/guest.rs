@@ -208,17 +208,20 @@ pub fn phase_kind(name: &str) -> Option<PhaseKind> {
     if name.starts_with("verify-") {
         return Some(PhaseKind::Verify);
     }
-    let mut parts = name.split('-');
-    let rw = parts.next()?.to_string();
-    let bs = parts.next()?.to_string();
-    let numjobs = match parts.next() {
-        None => 1,
-        Some(j) => j.strip_prefix('j')?.parse().ok()?,
+    // RW itself may hold a dash (randread-buffered): read from the end.
+    let (rest, numjobs) = match name.rsplit_once('-') {
+        Some((rest, j)) if j.starts_with('j') => (rest, j[1..].parse().ok()?),
+        _ => (name, 1),
     };
-    if parts.next().is_some() || rw.is_empty() || bs.is_empty() {
+    let (rw, bs) = rest.rsplit_once('-')?;
+    if rw.is_empty() || bs.is_empty() || !bs.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    Some(PhaseKind::Run { rw, bs, numjobs })
+    Some(PhaseKind::Run {
+        rw: rw.to_string(),
+        bs: bs.to_string(),
+        numjobs,
+    })
 }
 
 /// The name of the measured run of `rw` at `bs` with `numjobs` jobs.
@@ -302,7 +305,17 @@ mod tests {
                 numjobs: 2
             })
         );
+        assert_eq!(
+            phase_kind("randread-buffered-128k-j2"),
+            Some(PhaseKind::Run {
+                rw: "randread-buffered".into(),
+                bs: "128k".into(),
+                numjobs: 2
+            })
+        );
         assert_eq!(phase_kind("randread-4k-x2"), None);
+        assert_eq!(phase_kind("randread-4k-j2x"), None);
+        assert_eq!(phase_kind("idle"), None);
         assert_eq!(run_phase_name("randread", "4k", 1), "randread-4k");
         assert_eq!(run_phase_name("read", "64k", 4), "read-64k-j4");
     }

@@ -14,6 +14,7 @@ pub mod checks;
 pub mod cli;
 pub mod columns;
 pub mod guest;
+pub mod guest_time;
 pub mod image;
 pub mod kvm_exits;
 pub mod liveness;

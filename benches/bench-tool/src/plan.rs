@@ -8,7 +8,7 @@ use crate::guest::run_phase_name;
 
 /// Guest debugfs counters reported per phase (the patched guest has them).
 pub const GUEST_COUNTERS: &str =
-    "/sys/kernel/debug/virtio-iommu,/sys/kernel/debug/iommu-dma-pool,/sys/kernel/debug/iommu-dma-reuse";
+    "/sys/kernel/debug/virtio-iommu,/sys/kernel/debug/iommu-dma-pool,/sys/kernel/debug/iommu-dma-reuse,/sys/kernel/debug/iommu-dma-time";
 
 /// One VM boot: a column in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
+use crate::guest_time::{self, GuestTimeRow};
 use crate::plan::Phase;
 use crate::results::{CellResult, CellStatus};
 use crate::stats::Spread;
@@ -136,6 +137,9 @@ pub struct Summary {
     /// Where the time goes (our VMM's columns, device busy and VFIO time).
     #[serde(default)]
     pub time: Vec<TimeRow>,
+    /// Where the guest's mapping time goes (patched 6.12 guests).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guest_time: Vec<GuestTimeRow>,
     /// KVM exits per I/O (`--kvm-exits` runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exits: Vec<ExitRow>,
@@ -358,6 +362,7 @@ pub fn summarize(
         groups,
         lazy,
         time,
+        guest_time: crate::guest_time::rows(columns, phases, cells),
         exits,
     }
 }
@@ -672,6 +677,13 @@ pub fn render_text(s: &Summary) -> String {
         out += &aligned(&rows);
         out += "\n";
     }
+    if !s.guest_time.is_empty() {
+        out += "\n== where the guest's mapping time goes (iommu-dma-time, medians) ==\n";
+        let mut rows = vec![guest_time::HEADER.map(String::from).to_vec()];
+        rows.extend(s.guest_time.iter().map(guest_time::cells));
+        out += &aligned(&rows);
+        out += "\n";
+    }
     for (ph, head, body) in exit_tables(s) {
         out += &format!("\n== KVM exits per I/O: {ph} ==\n");
         let mut rows = vec![head];
@@ -720,6 +732,11 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let th: Vec<String> = TIME_HEADER.iter().map(|h| h.to_string()).collect();
         let tr: Vec<Vec<String>> = s.time.iter().map(time_cells).collect();
         out += &format!("\n{TIME_NOTE}:\n\n{}", md_table(&th, &tr));
+    }
+    if !s.guest_time.is_empty() {
+        let gh = guest_time::HEADER.map(String::from).to_vec();
+        let gr: Vec<Vec<String>> = s.guest_time.iter().map(guest_time::cells).collect();
+        out += &format!("\n{}:\n\n{}", guest_time::NOTE, md_table(&gh, &gr));
     }
     let exit_tables = exit_tables(s);
     if !exit_tables.is_empty() {

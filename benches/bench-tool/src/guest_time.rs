@@ -1,0 +1,201 @@
+//! Where a patched guest's DMA mappings spend their time: the
+//! `iommu-dma-time` debugfs counters of the 6.12 series (patch 13) over a
+//! measured phase, per I/O. Only the guest can split its mapping time into
+//! the IOMMU driver's part (with a virtio-iommu: requests to the host and
+//! the wait for them), the bounce pool's copies and dma-iommu's own work;
+//! the device's side is in the report's "where the time goes" table.
+
+use serde::{Deserialize, Serialize};
+
+use crate::columns::Column;
+use crate::guest::FioRecord;
+use crate::plan::Phase;
+use crate::results::CellResult;
+use crate::stats::Spread;
+
+/// The counter directory, as the guest's init names counters.
+const DIR: &str = "iommu-dma-time/";
+
+/// Microseconds per I/O in one column and phase, medians over rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuestTimeRow {
+    /// Phase name.
+    pub phase: String,
+    /// Column tag.
+    pub column: String,
+    /// dma_map_page()/dma_map_sg(), whole.
+    pub map_us: f64,
+    /// The IOMMU driver's map within them.
+    pub iommu_map_us: f64,
+    /// dma_unmap_page()/dma_unmap_sg(), whole.
+    pub unmap_us: f64,
+    /// The IOMMU driver's unmap (and a strict domain's sync) within them.
+    pub iommu_unmap_us: f64,
+    /// The bounce pool's copies (within map, unmap and the syncs).
+    pub copy_us: f64,
+    /// Map and unmap calls per I/O.
+    pub calls_per_io: f64,
+}
+
+/// The time counter `kind` (`map`, `iommu_unmap`, ...) in `f`, in ns.
+fn ns(f: &FioRecord, kind: &str) -> Option<i64> {
+    f.counters.get(&format!("{DIR}{kind}_ns")).copied()
+}
+
+fn calls(f: &FioRecord, kind: &str) -> i64 {
+    f.counters
+        .get(&format!("{DIR}{kind}_calls"))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// One row per column and phase whose guest reported the counters
+/// (patched guests with the accounting enabled), in phase order.
+pub fn rows(columns: &[Column], phases: &[Phase], cells: &[CellResult]) -> Vec<GuestTimeRow> {
+    let mut out = Vec::new();
+    for ph in phases {
+        for col in columns {
+            let mut per: [Vec<f64>; 6] = Default::default();
+            for c in cells.iter().filter(|c| c.column == col.tag) {
+                let Some(f) = c.phases.get(&ph.name).and_then(|p| p.fio.as_ref()) else {
+                    continue;
+                };
+                let ios = (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes.max(1) as f64;
+                let Some(map) = ns(f, "map") else { continue };
+                if ios <= 0.0 || f.error != 0 {
+                    continue;
+                }
+                let us = |v: i64| v as f64 / 1e3 / ios;
+                let get = |k: &str| ns(f, k).unwrap_or(0);
+                for (v, x) in per.iter_mut().zip([
+                    us(map),
+                    us(get("iommu_map")),
+                    us(get("unmap")),
+                    us(get("iommu_unmap")),
+                    us(get("copy")),
+                    (calls(f, "map") + calls(f, "unmap")) as f64 / ios,
+                ]) {
+                    v.push(x);
+                }
+            }
+            let m = |v: &[f64]| Spread::of(v).map_or(0.0, |s| s.median);
+            if per[0].is_empty() {
+                continue;
+            }
+            out.push(GuestTimeRow {
+                phase: ph.name.clone(),
+                column: col.tag.clone(),
+                map_us: m(&per[0]),
+                iommu_map_us: m(&per[1]),
+                unmap_us: m(&per[2]),
+                iommu_unmap_us: m(&per[3]),
+                copy_us: m(&per[4]),
+                calls_per_io: m(&per[5]),
+            });
+        }
+    }
+    out
+}
+
+/// The table's header.
+pub const HEADER: [&str; 8] = [
+    "phase",
+    "column",
+    "map us/IO",
+    "of which IOMMU driver",
+    "unmap us/IO",
+    "of which IOMMU driver",
+    "bounce copies us/IO",
+    "map+unmap calls/IO",
+];
+
+/// The table's cells of one row.
+pub fn cells(r: &GuestTimeRow) -> Vec<String> {
+    let f = |x: f64| format!("{x:.2}");
+    vec![
+        r.phase.clone(),
+        r.column.clone(),
+        f(r.map_us),
+        f(r.iommu_map_us),
+        f(r.unmap_us),
+        f(r.iommu_unmap_us),
+        f(r.copy_us),
+        f(r.calls_per_io),
+    ]
+}
+
+/// What the table shows, for the Markdown report.
+pub const NOTE: &str = "Where the guest's DMA mapping time goes (patched 6.12 guests: debugfs iommu-dma-time counters over the phase, summed over CPUs, per I/O, medians over rounds; the IOMMU driver's part and the copies are within map and unmap; a lazy domain's deferred flush runs later, outside unmap)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::columns::builtin;
+    use crate::report::tests::cell;
+
+    /// A cell of `col` whose randread-4k phase did 1000 I/Os with these counters.
+    fn with_counters(col: &str, round: u32, counters: &[(&str, i64)]) -> CellResult {
+        let mut c = cell(col, round, 100, None, false);
+        let f = c
+            .phases
+            .get_mut("randread-4k")
+            .unwrap()
+            .fio
+            .as_mut()
+            .unwrap();
+        assert_eq!(f.read_kib, 4000, "the fixture's I/O count changed");
+        f.counters = counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        c
+    }
+
+    #[test]
+    fn per_io_medians_of_guests_that_report_the_counters() {
+        let cols: Vec<Column> = ["ours+stock", "ours+patched-lazy"]
+            .iter()
+            .map(|c| builtin(c).unwrap())
+            .collect();
+        let ph = Phase {
+            name: "randread-4k".into(),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 1,
+        };
+        // 1000 I/Os; rounds with 2, 4 and 6 us of map per I/O.
+        let cells: Vec<CellResult> = [2_000_000i64, 4_000_000, 6_000_000]
+            .iter()
+            .enumerate()
+            .map(|(r, map)| {
+                with_counters(
+                    "ours+patched-lazy",
+                    r as u32,
+                    &[
+                        ("iommu-dma-time/map_ns", *map),
+                        ("iommu-dma-time/iommu_map_ns", map / 2),
+                        ("iommu-dma-time/copy_ns", 500_000),
+                        ("iommu-dma-time/map_calls", 1000),
+                        ("iommu-dma-time/unmap_calls", 1000),
+                    ],
+                )
+            })
+            .chain([with_counters(
+                "ours+stock",
+                0,
+                &[("virtio-iommu/map", 1000)],
+            )])
+            .collect();
+        let rows = rows(&cols, &[ph], &cells);
+        assert_eq!(
+            rows.len(),
+            1,
+            "the stock guest has no time counters: {rows:?}"
+        );
+        let r = &rows[0];
+        assert_eq!(r.column, "ours+patched-lazy");
+        assert!((r.map_us - 4.0).abs() < 1e-9, "{r:?}");
+        assert!((r.iommu_map_us - 2.0).abs() < 1e-9, "{r:?}");
+        assert!((r.copy_us - 0.5).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.unmap_us, 0.0);
+        assert!((r.calls_per_io - 2.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(super::cells(r)[2], "4.00");
+    }
+}

@@ -104,20 +104,25 @@ class CollectorTest(unittest.TestCase):
             self.assertEqual(problems, [] if ok else [no_lazy, no_pool])
 
     def test_idle_phase_of_the_reuse_cache(self):
-        def idle(entries, held, unmapped, flushes):
-            fio_rec = fio("idle", 0, counters={"iommu-dma-reuse/bytes": -held})
+        def idle(entries, held, unmapped, flushes, hits=0, mapped=0):
+            fio_rec = fio("idle", 0, counters={"iommu-dma-reuse/bytes": -held, "iommu-dma-reuse/hits": hits})
             fio_rec["after"] = {"iommu-dma-reuse/entries": entries, "iommu-dma-reuse/bytes": 0}
             c = cell("ours+lazy+reuse")
-            c["phases"]["idle"] = {"fio": fio_rec, "device": {"bytes_mapped": 0, "bytes_unmapped": unmapped,
+            c["phases"]["idle"] = {"fio": fio_rec, "device": {"bytes_mapped": mapped, "bytes_unmapped": unmapped,
                                                               "flush_requests": flushes}}
             return lab.idle_problems(c)
         self.assertEqual(idle(0, 8192, 8192, 1), ([], []))
         self.assertEqual(idle(0, 8192, 12288, 2), ([], []), "earlier evictions flushed too")
         self.assertEqual(idle(3, 8192, 8192, 1)[0], ["the reuse cache still held 3 entries after the idle phase"])
         self.assertEqual(idle(0, 8192, 4096, 1)[0],
-                         ["the cache released 8192 bytes in the idle phase but the host unmapped only 4096"])
+                         ["the host unmapped 4096 bytes net in the idle phase, less than the 8192 the cache held at its start"])
         self.assertIn("without an IOTLB_FLUSH", idle(0, 8192, 8192, 0)[0][0])
-        self.assertEqual(idle(0, 0, 0, 0), ([], ["the reuse cache held nothing when the idle phase began (only its emptiness was checked)"]))
+        self.assertEqual(idle(0, 0, 0, 0), ([], ["the reuse cache was not used in the idle phase's burst (only its emptiness was checked)"]))
+        # the burst's own mappings (mapped and cached in the phase) must be gone too
+        self.assertEqual(idle(0, 0, 8192, 1, hits=30, mapped=8192), ([], []))
+        self.assertEqual(idle(0, 0, 4096, 1, hits=30, mapped=8192)[0],
+                         ["the host unmapped -4096 bytes net in the idle phase, less than the 0 the cache held at its start"])
+        self.assertIn("without an IOTLB_FLUSH", idle(0, 0, 8192, 0, hits=30, mapped=8192)[0][0])
         self.assertEqual(lab.idle_problems(cell("x")), (["no idle phase reported"], []))
         self.assertEqual(lab.SCENARIOS["smoke-6.12"]["idle_check"], ["ours+lazy+reuse", "ours+lazy+reuse-1ms"])
 

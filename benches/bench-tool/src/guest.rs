@@ -97,6 +97,20 @@ impl FioRecord {
             .map(|(_, v)| *v)
             .sum()
     }
+
+    /// Hit rate (0-1) of one of the guest's mapping caches (its debugfs
+    /// directory, e.g. `iommu-dma-pool` or `iommu-dma-reuse`) in the run, or
+    /// None if it neither hit nor missed. Below the pool's threshold a map
+    /// may miss the reuse cache and then hit the pool: the two are apart.
+    pub fn hit_rate(&self, cache: &str) -> Option<f64> {
+        let get = |k: &str| {
+            self.counters
+                .get(&format!("{cache}/{k}"))
+                .map_or(0.0, |v| (*v).max(0) as f64)
+        };
+        let (h, m) = (get("hits"), get("misses"));
+        (h + m > 0.0).then(|| h / (h + m))
+    }
 }
 
 /// One marker line.
@@ -261,6 +275,8 @@ mod tests {
             Some(Marker::Fio(r)) => {
                 assert_eq!(r.read_iops, 1024);
                 assert_eq!(r.counter_sum("/hits"), 8190);
+                assert_eq!(r.hit_rate("iommu-dma-pool"), Some(8190.0 / 8192.0));
+                assert_eq!(r.hit_rate("iommu-dma-reuse"), None);
                 assert_eq!(r.iops(), 1024);
             }
             other => panic!("{other:?}"),

@@ -39,6 +39,8 @@ pub struct Row {
     pub lower_bound: bool,
     /// Median bounce-pool hit rate (0-1), from the guest's counters.
     pub pool_hit_rate: Option<f64>,
+    /// Median reuse-cache hit rate (0-1), from the guest's counters.
+    pub reuse_hit_rate: Option<f64>,
     /// Rounds that measured this phase.
     pub rounds_ok: u32,
     /// Rounds whose guest hung.
@@ -200,8 +202,8 @@ pub fn summarize(
         let mut rows = Vec::new();
         for col in columns {
             let mine: Vec<&CellResult> = cells.iter().filter(|c| c.column == col.tag).collect();
-            let (mut iops, mut ratio, mut req, mut vfio, mut hit) =
-                (vec![], vec![], vec![], vec![], vec![]);
+            let (mut iops, mut ratio, mut req, mut vfio) = (vec![], vec![], vec![], vec![]);
+            let (mut pool_hit, mut reuse_hit) = (vec![], vec![]);
             let (mut dfr, mut fl, mut dpf, mut vpf, mut mpc) =
                 (vec![], vec![], vec![], vec![], vec![]);
             let (mut busy, mut vshare, mut vob, mut upc, mut rpm) =
@@ -251,10 +253,8 @@ pub fn summarize(
                         req.push(guest as f64 / ios);
                     }
                 }
-                let (h, m) = (f.counter_sum("/hits"), f.counter_sum("/misses"));
-                if h + m > 0 {
-                    hit.push(h as f64 / (h + m) as f64);
-                }
+                pool_hit.extend(f.hit_rate("iommu-dma-pool"));
+                reuse_hit.extend(f.hit_rate("iommu-dma-reuse"));
             }
             if !dfr.is_empty() {
                 lazy.push(LazyRow {
@@ -289,7 +289,8 @@ pub fn summarize(
                 requests_per_io: median(&req),
                 vfio_per_io: median(&vfio),
                 lower_bound,
-                pool_hit_rate: median(&hit),
+                pool_hit_rate: median(&pool_hit),
+                reuse_hit_rate: median(&reuse_hit),
                 rounds_ok: iops.len() as u32,
                 hung,
                 failed: (mine.len() as u32).saturating_sub(hung + iops.len() as u32),
@@ -542,9 +543,16 @@ fn row_cells(r: &Row, baseline: &str) -> Vec<String> {
         vs,
         per_io(r.requests_per_io, r.lower_bound),
         per_io(r.vfio_per_io, r.lower_bound),
-        r.pool_hit_rate
-            .map_or("-".into(), |h| format!("{:.0}%", h * 100.0)),
+        format!(
+            "{} / {}",
+            percent(r.pool_hit_rate),
+            percent(r.reuse_hit_rate)
+        ),
     ]
+}
+
+fn percent(rate: Option<f64>) -> String {
+    rate.map_or("-".into(), |h| format!("{:.0}%", h * 100.0))
 }
 
 /// Column headings of the main table.
@@ -555,7 +563,7 @@ pub const HEADER: [&str; 7] = [
     "vs baseline",
     "requests/IO",
     "VFIO calls/IO",
-    "pool hit rate",
+    "hit rate pool / reuse",
 ];
 
 fn aligned(rows: &[Vec<String>]) -> String {
@@ -892,6 +900,7 @@ pub(crate) mod tests {
         assert_eq!(q.vfio_per_io, Some(2.0));
         assert!(q.lower_bound);
         assert_eq!(q.pool_hit_rate, Some(0.99));
+        assert_eq!(q.reuse_hit_rate, None, "no reuse counters in the fixture");
         let o = &g.rows[1];
         assert!(o.vs_baseline.unwrap().significant);
         assert!((o.vs_baseline.unwrap().pct - (3000.0 / 1050.0 - 1.0) * 100.0).abs() < 1e-9);
@@ -996,7 +1005,7 @@ pub(crate) mod tests {
                 && q.contains("0.25 [0.25-0.25]")
                 && q.contains("(baseline)")
                 && q.contains(">=2.00")
-                && q.contains("99%"),
+                && q.contains("99% / -"),
             "{q}"
         );
         let o = t
@@ -1006,7 +1015,7 @@ pub(crate) mod tests {
         assert!(o.contains("+186% *"), "{o}");
         assert!(t.contains("== lazy unmap"));
         let md = render_markdown(&s, "viommu-bench");
-        assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 | >=2.00 | 99% |"), "{md}");
+        assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 | >=2.00 | 99% / - |"), "{md}");
         assert!(
             md.contains("| randread-4k | ours+patched-lazy | 50 | 10 | 5.0 | 2.00 | 2.00 |"),
             "{md}"

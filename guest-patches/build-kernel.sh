@@ -21,6 +21,14 @@
 # version and variant keeps its own object directory (work/linux-X.Y-VARIANT),
 # so a changed patch rebuilds only what it touches; builds of one variant are
 # serialised with flock. JOBS sets make's -j (default: nproc).
+#
+# With ccache installed, compiles go through it (cache: $VIOMMU_LAB_CACHE/
+# ccache): on a fresh machine the patched kernel then compiles only the
+# files its patches and options change, the rest comes from the baseline's
+# build of the same version. The variants' trees share one layout
+# (work/linux-X.Y-VARIANT/{src,obj}), so with paths under work/ rewritten
+# relative to the object directory (base_dir) and the directory itself not
+# hashed, their compiles hash alike. NO_CCACHE=1 turns it off.
 set -euo pipefail
 
 ver=${1:?usage: build-kernel.sh X.Y [baseline|patched|checkpatch|each]}
@@ -31,6 +39,12 @@ cache=${VIOMMU_LAB_CACHE:-$HOME/.cache/viommu-lab}
 jobs=${JOBS:-$(nproc)}
 pkg=linux-source-$ver
 tarball=/usr/src/$pkg.tar.xz
+
+cc=()
+if [ -z "${NO_CCACHE:-}" ] && command -v ccache >/dev/null; then
+	export CCACHE_DIR=$cache/ccache CCACHE_BASEDIR=$cache/work CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=4G
+	cc=(CC="ccache gcc")
+fi
 
 log() { echo "[guest-kernel-$ver:$variant] $*" >&2; }
 die() { echo "[guest-kernel-$ver:$variant] error: $*" >&2; exit 1; }
@@ -125,6 +139,9 @@ obj="$work/obj"
 mkdir -p "$tree" "$obj"
 rsync -rlc --delete --exclude=/.extracted "$pristine/" "$tree/"
 
+# make in the variant's tree, through ccache when there is one.
+kmake() { make -s -C "$tree" O="$obj" "${cc[@]}" "$@"; }
+
 apply() {
 	log "applying $(basename "$1")"
 	patch -d "$tree" -p1 --quiet --forward --no-backup-if-mismatch <"$1" ||
@@ -133,9 +150,9 @@ apply() {
 
 configure() {
 	log "configuring (tinyconfig + ${#fragments[@]} fragment(s))"
-	make -s -C "$tree" O="$obj" tinyconfig >/dev/null
+	kmake tinyconfig >/dev/null
 	"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
-	make -s -C "$tree" O="$obj" olddefconfig >/dev/null
+	kmake olddefconfig >/dev/null
 	local missing
 	missing=$(cat "${fragments[@]}" | grep -E '^CONFIG_[A-Z0-9_]+=' | while read -r want; do
 		grep -qxF "$want" "$obj/.config" || echo "$want"
@@ -148,7 +165,7 @@ configure() {
 build() {
 	log "building bzImage with -j$jobs ($1; about 5 minutes from scratch on 2 cores)"
 	local start=$SECONDS
-	make -s -C "$tree" O="$obj" -j"$jobs" bzImage >"$work/build.log" 2>&1 || {
+	kmake -j"$jobs" bzImage >"$work/build.log" 2>&1 || {
 		tail -n 40 "$work/build.log" >&2
 		die "kernel build failed ($1); full log: $work/build.log"
 	}
@@ -163,15 +180,15 @@ if [ "$variant" = each ]; then
 	# one of them must still build with it set, and every later patch too.
 	# The fragments may name options the first patches don't have yet:
 	# olddefconfig drops those, which is fine here.
-	make -s -C "$tree" O="$obj" tinyconfig >/dev/null
+	kmake tinyconfig >/dev/null
 	"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
-	make -s -C "$tree" O="$obj" olddefconfig >/dev/null
+	kmake olddefconfig >/dev/null
 	build "no patch"
 	for p in "${patches[@]}"; do
 		apply "$p"
 		# Kconfig options a patch adds become available now
 		"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
-		make -s -C "$tree" O="$obj" olddefconfig >/dev/null
+		kmake olddefconfig >/dev/null
 		build "$(basename "$p")"
 	done
 	log "every patch builds"

@@ -5,8 +5,6 @@
 //! missed kick, a host call that does not return) from a guest that does
 //! not take interrupts or writes nothing.
 
-use std::collections::BTreeMap;
-
 /// The gauges of one reading; `None` when the VMM did not report it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Gauges {
@@ -28,16 +26,10 @@ pub struct Gauges {
     pub vcpu_cpu_ms: Vec<u64>,
 }
 
-/// The liveness gauges in a Prometheus text.
+/// The liveness gauges in a Prometheus text (lines that are not samples
+/// are skipped: a hung guest's diagnosis takes what it can get).
 pub fn parse(text: &str) -> Gauges {
-    let v: BTreeMap<&str, u64> = text
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (k, v) = l.trim().rsplit_once(' ')?;
-            Some((k, v.parse().ok()?))
-        })
-        .collect();
+    let (v, _) = crate::metrics::prometheus_samples(text);
     let g = |k: &str| v.get(k).copied();
     Gauges {
         serial_tx: g("vmm_serial_tx_bytes_total"),

@@ -195,20 +195,9 @@ pub fn parse_http_metrics(answer: &str) -> Result<DeviceCounters, MetricsError> 
 /// empty text is a VMM without a virtio-iommu: nothing to count. Unknown
 /// samples are ignored; a line that is not a sample is an error.
 pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
-    let mut v: BTreeMap<&str, u64> = BTreeMap::new();
-    for line in text.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let value = line
-            .rsplit_once(' ')
-            .and_then(|(series, value)| Some((series.trim(), value.parse::<f64>().ok()?)));
-        match value {
-            Some((series, x)) if x >= 0.0 => {
-                v.insert(series, x as u64);
-            }
-            _ => return Err(MetricsError::BadAnswer(line.chars().take(200).collect())),
-        }
+    let (v, bad) = prometheus_samples(text);
+    if let Some(line) = bad {
+        return Err(MetricsError::BadAnswer(line.chars().take(200).collect()));
     }
     let n = |k: &str| v.get(k).copied().unwrap_or(0);
     Ok(DeviceCounters {
@@ -224,6 +213,31 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         bytes_mapped: n("viommu_backend_bytes_mapped_total"),
         bytes_unmapped: n("viommu_backend_bytes_unmapped_total"),
     })
+}
+
+/// The samples of a Prometheus text (`series value` lines; `#` comments and
+/// blank lines skipped) by series, values as whole numbers, and the first
+/// line that is not a sample with a value >= 0, if any.
+pub fn prometheus_samples(text: &str) -> (BTreeMap<&str, u64>, Option<&str>) {
+    let mut v = BTreeMap::new();
+    let mut bad = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let value = line
+            .rsplit_once(' ')
+            .and_then(|(series, value)| Some((series.trim(), value.parse::<f64>().ok()?)));
+        match value {
+            Some((series, x)) if x >= 0.0 => {
+                v.insert(series, x as u64);
+            }
+            _ => {
+                bad.get_or_insert(line);
+            }
+        }
+    }
+    (v, bad)
 }
 
 /// Where one guest's device counters come from.

@@ -1,7 +1,9 @@
 """Unit tests of the lab runner's serial parsing and judging (no VM)."""
 
+import contextlib
 import importlib.machinery
 import importlib.util
+import io
 import json
 import types
 import unittest
@@ -219,6 +221,55 @@ class KernelsTest(unittest.TestCase):
         self.assertEqual((k["numjobs"], k["guest_cpus"], k["mode"]), ("1,2", "2", "fio"))
         # The demo's default guests are 6.12; 6.1 stays in CI as a smoke test.
         self.assertTrue(all(r.split(":")[3].endswith("-6.12") for r in lab.SCENARIOS["compare"]["runs"]))
+
+
+class RoundTest(unittest.TestCase):
+    """run_round: a crashed lab host's unfinished guests go to a fresh one."""
+
+    @staticmethod
+    def booter(crashes: int, specs: list[str]):
+        """A boot() whose first CRASHES lab hosts finish one guest each and
+        crash; later ones finish every guest they get."""
+        calls = []
+
+        def boot(todo, attempt):
+            calls.append(list(todo))
+            col = lab.Collector(len(todo))
+            col.feed(HOST)
+            for spec in todo[:1] if attempt <= crashes else todo:
+                col.feed(line(cell(lab.tag_of(spec), rnd=1)))
+            if attempt <= crashes:
+                col.feed("[   24.05] BUG: TASK stack guard page was hit at 000000006e3250f1")
+            return col
+        return boot, calls
+
+    def run_with(self, crashes):
+        specs = ["a:vmm:viommu:baseline", "b:vmm:viommu:baseline", "c:vmm:viommu:baseline", "d:vmm:viommu:baseline"]
+        doc = {"boots": [], "cells": [], "checks": []}
+        boot, calls = self.booter(crashes, specs)
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, boot)
+        return doc, calls
+
+    def test_two_crashes_in_a_row_still_finish_the_round(self):
+        doc, calls = self.run_with(2)
+        self.assertEqual(calls, [["a:vmm:viommu:baseline", "b:vmm:viommu:baseline", "c:vmm:viommu:baseline", "d:vmm:viommu:baseline"],
+                                 ["b:vmm:viommu:baseline", "c:vmm:viommu:baseline", "d:vmm:viommu:baseline"],
+                                 ["c:vmm:viommu:baseline", "d:vmm:viommu:baseline"]])
+        self.assertEqual(sorted(c["column"] for c in doc["cells"]), ["a", "b", "c", "d"])
+        self.assertEqual([b.get("host_crash_retried", False) for b in doc["boots"]], [True, True, False])
+
+    def test_the_lab_hosts_of_a_round_are_bounded(self):
+        doc, calls = self.run_with(5)
+        self.assertEqual(len(calls), lab.HOST_BOOTS_PER_ROUND)
+        self.assertEqual(len(doc["cells"]), lab.HOST_BOOTS_PER_ROUND)
+        self.assertTrue(doc["boots"][-1]["host_crash"])
+        self.assertNotIn("host_crash_retried", doc["boots"][-1])
+
+    def test_no_crash_one_lab_host(self):
+        doc, calls = self.run_with(0)
+        self.assertEqual(len(calls), 1)
+        self.assertEqual(len(doc["cells"]), 4)
 
 
 if __name__ == "__main__":

@@ -148,11 +148,17 @@ apply() {
 		die "$(basename "$1") does not apply to $pkg $srcver"
 }
 
+# Merge the fragments into the object directory's .config, then let
+# olddefconfig settle the options they imply.
+merge_fragments() {
+	"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
+	kmake olddefconfig >/dev/null
+}
+
 configure() {
 	log "configuring (tinyconfig + ${#fragments[@]} fragment(s))"
 	kmake tinyconfig >/dev/null
-	"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
-	kmake olddefconfig >/dev/null
+	merge_fragments
 	local missing
 	missing=$(cat "${fragments[@]}" | grep -E '^CONFIG_[A-Z0-9_]+=' | while read -r want; do
 		grep -qxF "$want" "$obj/.config" || echo "$want"
@@ -181,14 +187,12 @@ if [ "$variant" = each ]; then
 	# The fragments may name options the first patches don't have yet:
 	# olddefconfig drops those, which is fine here.
 	kmake tinyconfig >/dev/null
-	"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
-	kmake olddefconfig >/dev/null
+	merge_fragments
 	build "no patch"
 	for p in "${patches[@]}"; do
 		apply "$p"
 		# Kconfig options a patch adds become available now
-		"$tree/scripts/kconfig/merge_config.sh" -m -O "$obj" "$obj/.config" "${fragments[@]}" >/dev/null
-		kmake olddefconfig >/dev/null
+		merge_fragments
 		build "$(basename "$p")"
 	done
 	log "every patch builds"

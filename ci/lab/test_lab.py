@@ -5,6 +5,7 @@ import importlib.machinery
 import importlib.util
 import io
 import json
+import tempfile
 import types
 import unittest
 from pathlib import Path
@@ -200,6 +201,13 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(args[:4], ["--device", "0000:00:01.0", "--columns", "a:vmm:viommu:baseline"])
         self.assertIn("--rounds", args)
 
+    def test_iodepth_reaches_the_tool(self):
+        k = lab.knobs_of(self.args("demo"), lab.SCENARIOS["compare"])
+        self.assertEqual(k["iodepth"], "64")
+        k = lab.knobs_of(self.args("demo", iodepth=4), lab.SCENARIOS["compare"])
+        args = lab.report_args(k, ["a:vmm:viommu:baseline"], "0000:00:01.0")
+        self.assertEqual(args[args.index("--iodepth") + 1], "4")
+
 
 class KernelsTest(unittest.TestCase):
     def test_the_tool_gets_two_kernels_named_by_knobs(self):
@@ -270,6 +278,46 @@ class RoundTest(unittest.TestCase):
         doc, calls = self.run_with(0)
         self.assertEqual(len(calls), 1)
         self.assertEqual(len(doc["cells"]), 4)
+
+
+_tloader = importlib.machinery.SourceFileLoader("outer_trace", str(Path(__file__).with_name("outer-trace")))
+_tspec = importlib.util.spec_from_loader("outer_trace", _tloader)
+outer_trace = importlib.util.module_from_spec(_tspec)
+_tloader.exec_module(outer_trace)
+
+
+class OuterTraceTest(unittest.TestCase):
+    """ci/lab/outer-trace: phases found by time in the stamped console, trace
+    events counted in them, turned into per-I/O figures."""
+
+    def test_counts_per_phase_and_round(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d)
+            (out / "run").mkdir()
+            (out / "lab.out").write_text(
+                "100.0 [lab] [viommu-bench] cell 1/1 round 1/2 ours: verify-mixed (ETA 9s)\n"
+                "101.0 [lab] [viommu-bench] cell 1/1 round 1/2 ours: randread-256k-j2 (ETA 5s)\n"
+                "104.0 [lab] [viommu-bench] wrote /tmp/bench/results.json\n"
+                "200.0 [lab] [viommu-bench] cell 1/1 round 2 ours: randread-256k-j2 (ETA 5s)\n"
+                "203.0 [lab] [viommu-bench] wrote /tmp/bench/results.json\n")
+            lines = ["7@100.5:pci_nvme_read cid 1 nsid 1 nlb 256 count 131072 lba 0x0"]  # verify: not counted
+            for i in range(10):  # round 1: 10 commands of 128 KiB, 32 misses each
+                lines.append(f"7@{101.1 + i * 0.1:.6f}:pci_nvme_read cid {i} nsid 1 nlb 256 count 131072 lba 0x0")
+                lines += [f"7@{101.1 + i * 0.1:.6f}:vtd_iotlb_page_update IOTLB page update"] * 32
+            lines.append("7@102.5:vtd_iotlb_reset IOTLB reset (reason: iotlb exceeds size limit)")
+            (out / "outer-7.log").write_text("\n".join(lines) + "\n")
+            # Round 2 in its own lab host's file: 4 commands of 256 KiB, no miss.
+            (out / "outer-8.log").write_text("".join(
+                f"8@{200.5 + i * 0.1:.6f}:pci_nvme_read cid {i} nsid 1 nlb 512 count 262144 lba 0x0\n" for i in range(4)))
+            (out / "run" / "cells.jsonl").write_text("".join(json.dumps(
+                {"column": "ours", "round": r, "phases": {"randread-256k-j2": {"fio": {"read_kib": 256 * n}}}}) + "\n"
+                for r, n in ((0, 5), (1, 4))))
+            rows = {(x["phase"], x["column"]): x["rounds"] for x in outer_trace.summarize(out)["rows"]}
+            r1, r2 = rows[("randread-256k-j2", "ours")]
+            self.assertEqual((r1["round"], r1["nvme_cmds_per_io"], r1["kib_per_cmd"]), (1, 2.0, 128.0))
+            self.assertEqual((r1["iotlb_misses_per_io"], r1["iotlb_misses_per_4k"], r1["iotlb_resets"]), (64.0, 1.0, 1))
+            self.assertEqual((r2["round"], r2["nvme_cmds_per_io"], r2["iotlb_misses_per_io"]), (2, 1.0, 0.0))
+            self.assertIn("| randread-256k-j2 | ours | 1.50 [1.00-2.00] |", outer_trace.table(outer_trace.summarize(out)))
 
 
 if __name__ == "__main__":

@@ -209,6 +209,21 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(args[args.index("--iodepth") + 1], "4")
 
 
+class MaxHwTest(unittest.TestCase):
+    def test_bounds_per_column(self):
+        cells = [{"column": "reuse", "round": 0, "boot": {"max_hw_kb": 512}},
+                 {"column": "strict", "round": 0, "boot": {"max_hw_kb": 128}},
+                 {"column": "strict", "round": 1, "boot": {"max_hw_kb": 512}},
+                 {"column": "old", "round": 0, "boot": {"nvme": True}},
+                 {"column": "hung", "round": 0, "boot": None}]
+        bounds = {"reuse": (256, None), "strict": (None, 128), "old": (256, None), "hung": (256, None)}
+        self.assertEqual(lab.max_hw_problems(cells, bounds), [
+            "strict round 2: the NVMe's largest request is 512 KiB, expected <= 128 KiB",
+            "old round 1: the guest did not report its NVMe's largest request (max_hw_kb)"])
+        self.assertEqual(lab.max_hw_problems(cells, {"reuse": (1024, 2048)}),
+                         ["reuse round 1: the NVMe's largest request is 512 KiB, expected >= 1024 and <= 2048 KiB"])
+
+
 class KernelsTest(unittest.TestCase):
     def test_the_tool_gets_two_kernels_named_by_knobs(self):
         specs, knobs = lab.tool_specs(lab.SCENARIOS["compare"]["runs"])

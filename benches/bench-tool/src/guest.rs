@@ -33,6 +33,10 @@ pub struct BootInfo {
     /// The CPU flags the guest saw (/proc/cpuinfo), space-separated.
     #[serde(default)]
     pub cpu_flags: Option<String>,
+    /// The NVMe's largest request in KiB (max_hw_sectors_kb; absent: not
+    /// reported, 0: no NVMe).
+    #[serde(default)]
+    pub max_hw_kb: Option<u64>,
 }
 
 /// One fio run's result, as the guest reports it (fio terse v3 fields).
@@ -286,6 +290,10 @@ mod tests {
         assert!(matches!(parse_line(lab).unwrap(), Some(Marker::Fio(r)) if r.numjobs == 1));
         let boot = r#"@@LAB-GUEST@@ {"event":"boot","kernel":"6.1.0","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}"#;
         assert!(matches!(parse_line(boot).unwrap(), Some(Marker::Boot(b)) if b.nvme));
+        let boot = r#"@@LAB-GUEST@@ {"event":"boot","kernel":"6.12","nvme":true,"max_hw_kb":256,"iommu_groups":"DMA-FQ:1","cmdline":"x"}"#;
+        assert!(
+            matches!(parse_line(boot).unwrap(), Some(Marker::Boot(b)) if b.max_hw_kb == Some(256))
+        );
         assert_eq!(
             parse_line(r#"@@LAB-GUEST@@ {"event":"error","message":"fio verify-4k exited 1"}"#)
                 .unwrap(),

@@ -20,6 +20,12 @@ pub struct Versus {
     pub pct: f64,
     /// Whether the min-max ranges are disjoint (and both have 2+ rounds).
     pub significant: bool,
+    /// The difference round by round, percent: this column's IOPS against
+    /// the baseline's of the same round (same host, same drive), over the
+    /// rounds both measured. Host-to-host drift cancels out of it, so it is
+    /// narrower than the two columns' own spreads.
+    #[serde(default)]
+    pub paired: Option<Spread>,
 }
 
 /// One column at one phase.
@@ -200,8 +206,11 @@ pub fn summarize(
                 .map(|f| f.iops() as f64)
         };
         let mut rows = Vec::new();
+        // Each row's IOPS by round, for the paired comparison.
+        let mut by_round: Vec<BTreeMap<u32, f64>> = Vec::new();
         for col in columns {
             let mine: Vec<&CellResult> = cells.iter().filter(|c| c.column == col.tag).collect();
+            let mut round_iops = BTreeMap::new();
             let (mut iops, mut ratio, mut req, mut vfio) = (vec![], vec![], vec![], vec![]);
             let (mut pool_hit, mut reuse_hit) = (vec![], vec![]);
             let (mut dfr, mut fl, mut dpf, mut vpf, mut mpc) =
@@ -216,6 +225,7 @@ pub fn summarize(
                 let Some(f) = p.fio.as_ref() else { continue };
                 let i = f.iops() as f64;
                 iops.push(i);
+                round_iops.insert(c.round, i);
                 if let Some(base) = ceiling_iops(c.round).filter(|b| *b > 0.0) {
                     ratio.push(i / base);
                 }
@@ -296,14 +306,23 @@ pub fn summarize(
                 failed: (mine.len() as u32).saturating_sub(hung + iops.len() as u32),
                 vs_baseline: None,
             });
+            by_round.push(round_iops);
         }
         let base = rows.get(baseline).and_then(|r| r.iops);
         for (i, r) in rows.iter_mut().enumerate() {
             if let (Some(b), Some(me)) = (base, r.iops) {
                 if i != baseline && b.median > 0.0 {
+                    let paired: Vec<f64> = by_round[i]
+                        .iter()
+                        .filter_map(|(round, v)| {
+                            let b = by_round[baseline].get(round).filter(|b| **b > 0.0)?;
+                            Some((v / b - 1.0) * 100.0)
+                        })
+                        .collect();
                     r.vs_baseline = Some(Versus {
                         pct: (me.median / b.median - 1.0) * 100.0,
                         significant: me.significantly_differs(&b),
+                        paired: Spread::of(&paired).filter(|p| p.n >= 2),
                     });
                 }
             }
@@ -533,7 +552,14 @@ fn row_cells(r: &Row, baseline: &str) -> Vec<String> {
         "(baseline)".to_string()
     } else {
         r.vs_baseline.map_or("-".into(), |v| {
-            format!("{:+.0}%{}", v.pct, if v.significant { " *" } else { "" })
+            let paired = v.paired.map_or(String::new(), |p| {
+                format!(" [{:+.0}..{:+.0}]", p.min, p.max)
+            });
+            format!(
+                "{:+.0}%{}{paired}",
+                v.pct,
+                if v.significant { " *" } else { "" }
+            )
         })
     };
     vec![
@@ -641,7 +667,7 @@ const TIME_NOTE: &str = "Where our VMM's virtio-iommu time goes (device counters
 
 fn notes(s: &Summary) -> String {
     let mut n = format!(
-        "Medians over {} round(s), [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise.",
+        "Medians over {} round(s), [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise; [a..b] = the lowest and highest difference in percent round by round, each against the baseline's IOPS in the same round (same host and drive).",
         s.rounds, s.baseline
     );
     match &s.ceiling {
@@ -904,6 +930,15 @@ pub(crate) mod tests {
         let o = &g.rows[1];
         assert!(o.vs_baseline.unwrap().significant);
         assert!((o.vs_baseline.unwrap().pct - (3000.0 / 1050.0 - 1.0) * 100.0).abs() < 1e-9);
+        // Round by round: 3000/1000, 3300/1100, 2900/1050.
+        let paired = o.vs_baseline.unwrap().paired.unwrap();
+        assert_eq!((paired.n, paired.median, paired.max), (3, 200.0, 200.0));
+        assert!((paired.min - (2900.0 / 1050.0 - 1.0) * 100.0).abs() < 1e-9);
+        assert!(
+            render_text(&s).contains("+186% * [+176..+200]"),
+            "{}",
+            render_text(&s)
+        );
         assert_eq!(g.rows[2].requests_per_io, None, "the ceiling has no vIOMMU");
         assert!(
             g.verdict.contains(

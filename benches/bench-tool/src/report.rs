@@ -196,21 +196,23 @@ pub fn summarize(
     let mut time = Vec::new();
     let mut exits = Vec::new();
     for ph in phases {
-        let ceiling_iops = |round: u32| {
-            let c = ceiling?;
+        // A column's IOPS in one round, if it measured this phase.
+        let iops_in = |tag: &str, round: u32| {
             cells
                 .iter()
-                .find(|x| x.column == c.tag && x.round == round)
+                .find(|x| x.column == tag && x.round == round)
                 .and_then(|x| usable(x, &ph.name))
                 .and_then(|p| p.fio.as_ref())
                 .map(|f| f.iops() as f64)
+                .filter(|v| *v > 0.0)
         };
+        let base_tag = columns.get(baseline).map(|c| c.tag.as_str());
         let mut rows = Vec::new();
-        // Each row's IOPS by round, for the paired comparison.
-        let mut by_round: Vec<BTreeMap<u32, f64>> = Vec::new();
+        // Each row's differences to the baseline round by round, percent.
+        let mut paired_pcts: Vec<Vec<f64>> = Vec::new();
         for col in columns {
             let mine: Vec<&CellResult> = cells.iter().filter(|c| c.column == col.tag).collect();
-            let mut round_iops = BTreeMap::new();
+            let mut paired = vec![];
             let (mut iops, mut ratio, mut req, mut vfio) = (vec![], vec![], vec![], vec![]);
             let (mut pool_hit, mut reuse_hit) = (vec![], vec![]);
             let (mut dfr, mut fl, mut dpf, mut vpf, mut mpc) =
@@ -225,9 +227,11 @@ pub fn summarize(
                 let Some(f) = p.fio.as_ref() else { continue };
                 let i = f.iops() as f64;
                 iops.push(i);
-                round_iops.insert(c.round, i);
-                if let Some(base) = ceiling_iops(c.round).filter(|b| *b > 0.0) {
+                if let Some(base) = ceiling.and_then(|ceil| iops_in(&ceil.tag, c.round)) {
                     ratio.push(i / base);
+                }
+                if let Some(base) = base_tag.and_then(|t| iops_in(t, c.round)) {
+                    paired.push((i / base - 1.0) * 100.0);
                 }
                 let ios = ios_of(f, ph);
                 if col.iommu == Iommu::Viommu && ios > 0.0 {
@@ -306,23 +310,16 @@ pub fn summarize(
                 failed: (mine.len() as u32).saturating_sub(hung + iops.len() as u32),
                 vs_baseline: None,
             });
-            by_round.push(round_iops);
+            paired_pcts.push(paired);
         }
         let base = rows.get(baseline).and_then(|r| r.iops);
         for (i, r) in rows.iter_mut().enumerate() {
             if let (Some(b), Some(me)) = (base, r.iops) {
                 if i != baseline && b.median > 0.0 {
-                    let paired: Vec<f64> = by_round[i]
-                        .iter()
-                        .filter_map(|(round, v)| {
-                            let b = by_round[baseline].get(round).filter(|b| **b > 0.0)?;
-                            Some((v / b - 1.0) * 100.0)
-                        })
-                        .collect();
                     r.vs_baseline = Some(Versus {
                         pct: (me.median / b.median - 1.0) * 100.0,
                         significant: me.significantly_differs(&b),
-                        paired: Spread::of(&paired).filter(|p| p.n >= 2),
+                        paired: Spread::of(&paired_pcts[i]).filter(|p| p.n >= 2),
                     });
                 }
             }

@@ -9,9 +9,14 @@
 #   linux-X.Y/build.sh each                apply the patches one by one and build
 #                                          after each (every patch must build),
 #                                          then as patched (cached as patched)
+#   linux-6.1/build.sh labhost             the lab host's own (L2) kernel for
+#                                          `ci/lab/lab --host-iommu virtio`
 #
 # baseline: tinyconfig + config-fragment, no patches (stock X.Y).
 # patched:  the same plus config-fragment-patched, with patches/series applied.
+# labhost:  baseline plus ci/lab/host-config-fragment (KVM, VFIO, virtio-iommu
+#           as a lab host under the outer QEMU's virtio-iommu), no patches:
+#           not a guest, but built the same way and cached alike.
 # The fragments in guest-patches/ serve every version; linux-X.Y/ may add its
 # own config-fragment and config-fragment-patched, merged after them.
 #
@@ -50,8 +55,8 @@ log() { echo "[guest-kernel-$ver:$variant] $*" >&2; }
 die() { echo "[guest-kernel-$ver:$variant] error: $*" >&2; exit 1; }
 
 case "$variant" in
-baseline | patched | checkpatch | each) ;;
-*) die "unknown variant '$variant' (expected baseline, patched, checkpatch or each)" ;;
+baseline | patched | checkpatch | each | labhost) ;;
+*) die "unknown variant '$variant' (expected baseline, patched, checkpatch, each or labhost)" ;;
 esac
 [ -r "$tarball" ] || die "$tarball missing: apt-get install $pkg"
 
@@ -62,7 +67,9 @@ srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) ||
 fragments=("$top/config-fragment")
 [ -f "$here/config-fragment" ] && fragments+=("$here/config-fragment")
 patches=()
-if [ "$variant" != baseline ]; then
+if [ "$variant" = labhost ]; then
+	fragments+=("$top/../ci/lab/host-config-fragment")
+elif [ "$variant" != baseline ]; then
 	fragments+=("$top/config-fragment-patched")
 	[ -f "$here/config-fragment-patched" ] && fragments+=("$here/config-fragment-patched")
 	if [ -f "$here/patches/series" ]; then

@@ -2,10 +2,12 @@
 # Build everything the lab boots, cached under $VIOMMU_LAB_CACHE by a hash of
 # the inputs; prints shell assignments for the lab runner:
 #
-#   HOST_KERNEL=...   the lab host's (L2) kernel: Debian's 6.1 cloud kernel
+#   HOST_KERNEL=...   the lab host's (L2) kernel: Debian's 6.1 cloud kernel,
+#                     or with --host-kernel labhost the lab's own 6.1 build
+#                     (virtio-iommu support, for an outer virtio-iommu)
 #   HOST_INITRD=...   its initramfs: cached base + this run's overlay
 #
-#   build-image.sh [--guest-kernels baseline,patched] [--bin PATH]...
+#   build-image.sh [--guest-kernels baseline,patched] [--host-kernel debian|labhost] [--bin PATH]...
 #
 # --bin copies a program (with its shared libraries) into the lab host's
 # /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
@@ -19,11 +21,13 @@ LAB_STEP=image
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 guest_kernels=baseline
+host_kernel_kind=debian
 bins=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--guest-kernels) guest_kernels=$2 && shift 2 ;;
 	--bin) bins+=("$2") && shift 2 ;;
+	--host-kernel) host_kernel_kind=$2 && shift 2 ;;
 	*) die "unknown argument '$1' (see the header of $0)" ;;
 	esac
 done
@@ -46,6 +50,12 @@ if [ ! -f "$hostk/.done" ]; then
 	touch "$hostk/.done"
 fi
 host_kernel=$(ls "$hostk"/root/boot/vmlinuz-*)
+case "$host_kernel_kind" in
+debian) ;;
+# KVM and VFIO built in; the base image's Debian modules go unused.
+labhost) host_kernel=$("$REPO_DIR/guest-patches/linux-6.1/build.sh" labhost) ;;
+*) die "--host-kernel $host_kernel_kind: expected debian or labhost" ;;
+esac
 moddir=$(ls -d "$hostk"/root/lib/modules/*)
 
 # modules_in_order NAME...: the .ko paths of NAMEs, dependencies first.

@@ -31,7 +31,7 @@ bench_args() {
 		--kernel-patched "/lab/guest/$(lab_arg kernel_patched patched).bzImage" \
 		--initramfs /lab/guest/initramfs.cpio --vmm /lab/bin/vmm \
 		--columns "$(lab_arg runs "")" --mode "$(lab_arg mode smoke)" --bs "$(lab_arg bs 4k)" \
-		--runtime "$(lab_arg runtime 8)" --numjobs "$(lab_arg numjobs 1)" --iodepth "$(lab_arg iodepth 64)" --rw "$(lab_arg rw randread)" \
+		--runtime "$(lab_arg runtime 8)" --ramp "$(lab_arg ramp 0)" --numjobs "$(lab_arg numjobs 1)" --iodepth "$(lab_arg iodepth 64)" --rw "$(lab_arg rw randread)" \
 		--guest-cpus "$(lab_arg guest_cpus 1)" --rounds 1 --first-round "$(lab_arg round 1)" \
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache

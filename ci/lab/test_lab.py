@@ -207,6 +207,22 @@ class SettingsTest(unittest.TestCase):
         k = lab.knobs_of(self.args("demo", iodepth=4), lab.SCENARIOS["compare"])
         args = lab.report_args(k, ["a:vmm:viommu:baseline"], "0000:00:01.0")
         self.assertEqual(args[args.index("--iodepth") + 1], "4")
+        self.assertEqual(args[args.index("--ramp") + 1], "0")
+        k = lab.knobs_of(self.args("demo", ramp=2), lab.SCENARIOS["compare"])
+        self.assertEqual(lab.report_args(k, ["a:vmm:viommu:baseline"], "x")[args.index("--ramp") + 1], "2")
+
+    def test_host_iommu_picks_device_kernel_and_cmdline(self):
+        k = lab.knobs_of(self.args("demo"), lab.SCENARIOS["compare"])
+        self.assertEqual(k["host_iommu"], "vtd")
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        cmd = lab.host_command(image, Path("/d"), "c", 2)
+        self.assertIn("intel-iommu,intremap=on", cmd)
+        k = lab.knobs_of(self.args("demo", host_iommu="virtio"), lab.SCENARIOS["compare"])
+        cmd = lab.host_command(image, Path("/d"), "c", 2, k["host_iommu"])
+        self.assertIn("virtio-iommu-pci", cmd)
+        self.assertNotIn("intel-iommu,intremap=on", cmd)
+        self.assertEqual(lab.HOST_IOMMUS["virtio"]["kernel"], "labhost")
+        self.assertIn("allow_unsafe_interrupts", lab.HOST_IOMMUS["virtio"]["cmdline"])
 
 
 class MaxHwTest(unittest.TestCase):

@@ -78,6 +78,11 @@ pub struct Args {
     /// Seconds per measured fio run.
     #[arg(long, default_value_t = 10)]
     pub runtime: u32,
+    /// Seconds each measured fio run goes on before it is measured (fio
+    /// --ramp_time; the VMM's and the guest's counters also start after
+    /// it): steady state without the first mappings of fio's buffers.
+    #[arg(long, default_value_t = 0)]
+    pub ramp: u32,
     /// Run every column this many times, in rotated order (round r starts at column r mod n).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
@@ -378,6 +383,9 @@ impl Args {
         if !(1..=3600).contains(&self.runtime) {
             return Err(bad("--runtime", self.runtime, "seconds between 1 and 3600"));
         }
+        if self.ramp > 600 {
+            return Err(bad("--ramp", self.ramp, "seconds between 0 and 600"));
+        }
         if !(1..=100).contains(&self.rounds) {
             return Err(bad(
                 "--rounds",
@@ -541,6 +549,7 @@ mod tests {
             (&["--bs", "32m"], "at most 16m"),
             (&["--numjobs", "0"], "--numjobs \"0\""),
             (&["--iodepth", "0"], "--iodepth"),
+            (&["--ramp", "601"], "--ramp"),
             (&["--guest-cpus", "300"], "--guest-cpus"),
             (&["--guest-memory", "lots"], "--guest-memory \"lots\""),
             (&["--guest-memory", "128M"], "at least 256M"),

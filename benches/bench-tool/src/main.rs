@@ -494,6 +494,7 @@ fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
             join(cfg.numjobs.iter().map(|n| n.to_string()).collect()),
         ),
         ("runtime_s", a.runtime.to_string()),
+        ("ramp_s", a.ramp.to_string()),
         ("rounds", a.rounds.to_string()),
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),

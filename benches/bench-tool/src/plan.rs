@@ -86,8 +86,13 @@ pub fn guest_cmdline(cfg: &Config) -> String {
     } else {
         String::new()
     };
+    let ramp = if a.ramp > 0 {
+        format!(" lab.ramp={}", a.ramp)
+    } else {
+        String::new()
+    };
     format!(
-        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}",
+        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}",
         a.mode.as_str(),
         a.rw.as_str(),
         bs.join(","),
@@ -107,7 +112,7 @@ pub fn estimate_cell(cfg: &Config) -> Duration {
     let runs = phases(cfg).len() as u64;
     let runtime = match cfg.args.mode {
         Mode::Smoke => 2,
-        _ => cfg.args.runtime as u64,
+        _ => (cfg.args.runtime + cfg.args.ramp) as u64,
     };
     Duration::from_secs(15 + verifies * 3 + runs * (runtime + 2))
 }
@@ -195,6 +200,7 @@ mod tests {
         );
         let c = guest_cmdline(&cfg);
         assert!(c.contains("lab.rw=randrw lab.bs=4k,128k lab.runtime=10 lab.iodepth=64 lab.verify=8M lab.numjobs=1,2"), "{c}");
+        assert!(!c.contains("lab.ramp"), "no ramp unless asked: {c}");
         assert!(
             !c.contains("lab.idle_ms"),
             "no idle phase unless asked: {c}"
@@ -212,5 +218,26 @@ mod tests {
         .validate()
         .unwrap();
         assert!(guest_cmdline(&idle).ends_with(" lab.idle_ms=3000"));
+        let ramp = Args::try_parse_from([
+            "viommu-bench",
+            "--device",
+            "01:00.0",
+            "--dry-run",
+            "--ramp",
+            "2",
+            "--runtime",
+            "3",
+            "--bs",
+            "4k",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        assert!(guest_cmdline(&ramp).ends_with(" lab.ramp=2"));
+        // one verify size + mixed, one measured run of ramp + runtime
+        assert_eq!(
+            estimate_cell(&ramp),
+            Duration::from_secs(15 + 2 * 3 + (5 + 2))
+        );
     }
 }

@@ -240,6 +240,28 @@ fn iova_space(lists: &[Vec<(u64, u64)>], msi_window: Option<(u64, u64)>) -> Opti
     Some(((first, last), holes))
 }
 
+/// `input` without its last page if it reaches 2^64 - 1, as a host IOMMU
+/// with a full 64-bit aperture reports it (a virtio-iommu's default input
+/// range, some SMMUs): the device keeps `end + 1` representable, so that
+/// sizes (`end - start + 1`) never overflow. The page dropped is the
+/// smallest the host maps (the lowest bit of `page_size_mask`, else 4 KiB).
+fn below_top_page(input: (u64, u64), page_size_mask: u64) -> (u64, u64) {
+    if input.1 != u64::MAX {
+        return input;
+    }
+    let page = if page_size_mask == 0 {
+        4096
+    } else {
+        1u64 << page_size_mask.trailing_zeros()
+    };
+    let end = u64::MAX - page;
+    info!(
+        end = format_args!("{end:#x}"),
+        "host IOMMU maps up to 2^64 - 1; offering the IOVA space without its last page"
+    );
+    (input.0, end.max(input.0))
+}
+
 /// Where a bounce-pool window of `size` bytes fits in `input` (inclusive)
 /// clear of the inclusive `reserved` ranges: at `preferred` if it fits
 /// there, else the first `align`-aligned place above `preferred`, else the
@@ -422,6 +444,8 @@ impl ConfigBuilder {
         if !self.ranges_unknown && !self.host_ranges.is_empty() {
             match iova_space(&self.host_ranges, self.cfg.msi_window) {
                 Some((input, reserved)) => {
+                    let input = below_top_page(input, self.cfg.page_size_mask);
+                    let reserved = clip_ranges(&reserved, input, None);
                     info!(
                         ?input,
                         ?reserved,
@@ -635,5 +659,29 @@ mod tests {
             .pool(Some((4096, 1 << 20)))
             .build();
         assert_eq!(cfg.pool_hint, None);
+    }
+
+    #[test]
+    fn a_full_64_bit_host_aperture_loses_only_its_last_page() {
+        // A host behind a virtio-iommu reports 0..2^64-1 (seen in the lab
+        // with --host-iommu virtio): the device used to refuse to start.
+        let cfg = ConfigBuilder::new()
+            .host_iommu(!0xfff, Ok(vec![(0, u64::MAX)]))
+            .pool(Some((4096, 1 << 20)))
+            .build();
+        assert_eq!(cfg.input_range, (0, u64::MAX - 0x1000));
+        assert_eq!((cfg.input_range.1 + 1) & 0xfff, 0);
+        assert!(cfg.pool_hint.is_some());
+        assert!(crate::VirtioIommu::<crate::testing::TestMem>::new(cfg).is_ok());
+        // 64 KiB host pages: the last 64 KiB go; a hole below stays reserved.
+        let cfg = ConfigBuilder::new()
+            .host_iommu(
+                !0xffff,
+                Ok(vec![(0, 0xffff_ffff), (0x2_0000_0000, u64::MAX)]),
+            )
+            .build();
+        assert_eq!(cfg.input_range, (0, u64::MAX - 0x1_0000));
+        assert_eq!(cfg.reserved, vec![(0x1_0000_0000, 0x1_ffff_ffff)]);
+        assert_eq!(below_top_page((0, 1 << 40), !0xfff), (0, 1 << 40));
     }
 }

@@ -13,6 +13,7 @@ pub mod chart;
 pub mod checks;
 pub mod cli;
 pub mod columns;
+pub mod cpu_time;
 pub mod guest;
 pub mod guest_time;
 pub mod image;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
+use crate::cpu_time::{self, CpuRow};
 use crate::guest_time::{self, GuestTimeRow};
 use crate::plan::Phase;
 use crate::results::{CellResult, CellStatus};
@@ -148,6 +149,9 @@ pub struct Summary {
     /// Where the guest's mapping time goes (patched 6.12 guests).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guest_time: Vec<GuestTimeRow>,
+    /// Where the CPU time goes per I/O (guest and host /proc/stat).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu: Vec<CpuRow>,
     /// KVM exits per I/O (`--kvm-exits` runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exits: Vec<ExitRow>,
@@ -162,13 +166,16 @@ fn median(v: &[f64]) -> Option<f64> {
 }
 
 /// The I/Os of a phase: the bytes fio moved over the block size.
-fn ios_of(f: &crate::guest::FioRecord, ph: &Phase) -> f64 {
+pub(crate) fn ios_of(f: &crate::guest::FioRecord, ph: &Phase) -> f64 {
     (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64
 }
 
 /// Whether `cell` measured `phase` usably: not hung, no failed verify, and
 /// fio reported the phase without error.
-fn usable<'a>(cell: &'a CellResult, phase: &str) -> Option<&'a crate::results::PhaseResult> {
+pub(crate) fn usable<'a>(
+    cell: &'a CellResult,
+    phase: &str,
+) -> Option<&'a crate::results::PhaseResult> {
     match &cell.status {
         CellStatus::Hung { .. }
         | CellStatus::Failed {
@@ -380,6 +387,7 @@ pub fn summarize(
         lazy,
         time,
         guest_time: crate::guest_time::rows(columns, phases, cells),
+        cpu: crate::cpu_time::rows(columns, phases, cells),
         exits,
     }
 }
@@ -715,6 +723,13 @@ pub fn render_text(s: &Summary) -> String {
         out += &aligned(&rows);
         out += "\n";
     }
+    if !s.cpu.is_empty() {
+        out += "\n== where the CPU time goes (/proc/stat, medians) ==\n";
+        let mut rows = vec![cpu_time::HEADER.map(String::from).to_vec()];
+        rows.extend(s.cpu.iter().map(cpu_time::cells));
+        out += &aligned(&rows);
+        out += "\n";
+    }
     for (ph, head, body) in exit_tables(s) {
         out += &format!("\n== KVM exits per I/O: {ph} ==\n");
         let mut rows = vec![head];
@@ -769,6 +784,11 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let gr: Vec<Vec<String>> = s.guest_time.iter().map(guest_time::cells).collect();
         out += &format!("\n{}:\n\n{}", guest_time::NOTE, md_table(&gh, &gr));
     }
+    if !s.cpu.is_empty() {
+        let ch = cpu_time::HEADER.map(String::from).to_vec();
+        let cr: Vec<Vec<String>> = s.cpu.iter().map(cpu_time::cells).collect();
+        out += &format!("\n{}:\n\n{}", cpu_time::NOTE, md_table(&ch, &cr));
+    }
     let exit_tables = exit_tables(s);
     if !exit_tables.is_empty() {
         out += &format!("\n{EXITS_NOTE}:\n");
@@ -816,6 +836,7 @@ pub(crate) mod tests {
                 }),
                 device: dev,
                 kvm_exits: None,
+                host_cpu: None,
             },
         );
         CellResult {

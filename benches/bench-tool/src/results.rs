@@ -44,6 +44,9 @@ pub struct PhaseResult {
     /// KVM exits by reason during the phase (`--kvm-exits`; host-wide).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kvm_exits: Option<BTreeMap<String, u64>>,
+    /// The host's CPU time from the phase's begin to its end marker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<crate::cpu_time::CpuTimes>,
 }
 
 /// One VM boot: a column in a round.

@@ -163,6 +163,8 @@ struct Cell {
     boot_stall: Option<String>,
     phase: String,
     begin: HashMap<String, DeviceCounters>,
+    /// The host's CPU times at each phase's begin marker.
+    cpu_begin: HashMap<String, crate::cpu_time::CpuTimes>,
     io_seen: u64,
 }
 
@@ -392,11 +394,19 @@ async fn on_line(
             if let Some(Err(e)) = kvm.map(|k| k.clear()) {
                 warn!("{column} {n}: {e}");
             }
+            if let Some(c) = crate::cpu_time::CpuTimes::read_host() {
+                st.cpu_begin.insert(n.clone(), c);
+            }
             st.phase = n;
         }
         Marker::PhaseEnd(n) => {
             if let Some(k) = kvm {
                 st.phases.entry(n.clone()).or_default().kvm_exits = Some(k.read());
+            }
+            if let (Some(end), Some(b)) =
+                (crate::cpu_time::CpuTimes::read_host(), st.cpu_begin.get(&n))
+            {
+                st.phases.entry(n.clone()).or_default().host_cpu = Some(end.since(b));
             }
             match src.snapshot().await {
                 Ok(Some(end)) => {

@@ -107,9 +107,10 @@ class CollectorTest(unittest.TestCase):
             self.assertEqual(problems, [] if ok else [no_lazy, no_pool])
 
     def test_idle_phase_of_the_reuse_cache(self):
-        def idle(entries, held, unmapped, flushes, hits=0, mapped=0):
+        def idle(entries, held, unmapped, flushes, hits=0, mapped=0, lent=0):
             fio_rec = fio("idle", 0, counters={"iommu-dma-reuse/bytes": -held, "iommu-dma-reuse/hits": hits})
-            fio_rec["after"] = {"iommu-dma-reuse/entries": entries, "iommu-dma-reuse/bytes": 0}
+            fio_rec["after"] = {"iommu-dma-reuse/entries": entries, "iommu-dma-reuse/bytes": 0,
+                                "iommu-dma-reuse/lent": lent}
             c = cell("ours+lazy+reuse")
             c["phases"]["idle"] = {"fio": fio_rec, "device": {"bytes_mapped": mapped, "bytes_unmapped": unmapped,
                                                               "flush_requests": flushes}}
@@ -117,6 +118,8 @@ class CollectorTest(unittest.TestCase):
         self.assertEqual(idle(0, 8192, 8192, 1), ([], []))
         self.assertEqual(idle(0, 8192, 12288, 2), ([], []), "earlier evictions flushed too")
         self.assertEqual(idle(3, 8192, 8192, 1)[0], ["the reuse cache still held 3 entries after the idle phase"])
+        self.assertEqual(idle(0, 8192, 8192, 1, lent=2)[0],
+                         ["2 reuse cache hits were still lent (mapped, in use) after the idle phase: a lent entry outlived its unmap"])
         self.assertEqual(idle(0, 8192, 4096, 1)[0],
                          ["the host unmapped 4096 bytes net in the idle phase, less than the 8192 the cache held at its start"])
         self.assertIn("without an IOTLB_FLUSH", idle(0, 8192, 8192, 0)[0][0])

@@ -14,7 +14,6 @@ use crate::columns::Column;
 use crate::guest::FioRecord;
 use crate::plan::Phase;
 use crate::results::CellResult;
-use crate::stats::Spread;
 
 /// Microseconds per /proc/stat tick: USER_HZ is 100 on every Linux
 /// architecture we run on (x86-64, arm64), whatever CONFIG_HZ is.
@@ -122,49 +121,32 @@ pub struct CpuRow {
 
 /// One row per column and phase that reported CPU times, in phase order.
 pub fn rows(columns: &[Column], phases: &[Phase], cells: &[CellResult]) -> Vec<CpuRow> {
-    let mut out = Vec::new();
-    for ph in phases {
-        for col in columns {
-            let mut per: [Vec<f64>; 6] = Default::default();
-            for c in cells.iter().filter(|c| c.column == col.tag) {
-                let Some(p) = crate::report::usable(c, &ph.name) else {
-                    continue;
-                };
-                let Some(f) = p.fio.as_ref() else { continue };
-                let ios = crate::report::ios_of(f, ph);
-                if ios <= 0.0 {
-                    continue;
-                }
-                let us = |ticks: u64| ticks as f64 * US_PER_TICK / ios;
-                let share = |part: u64, t: &CpuTimes| part as f64 / t.total().max(1) as f64;
-                if let Some(g) = CpuTimes::of_guest(f) {
-                    per[0].push(us(g.user + g.system + g.irq));
-                    per[1].push(share(g.idle, &g));
-                }
-                if let Some(h) = p.host_cpu.as_ref().filter(|h| h.total() > 0) {
-                    per[2].push(us(h.guest));
-                    per[3].push(us(h.system + h.irq));
-                    per[4].push(us(h.user));
-                    per[5].push(share(h.idle, h));
-                }
-            }
-            if per.iter().all(Vec::is_empty) {
-                continue;
-            }
-            let m = |v: &[f64]| Spread::of(v).map(|s| s.median);
-            out.push(CpuRow {
-                phase: ph.name.clone(),
-                column: col.tag.clone(),
-                guest_busy_us: m(&per[0]),
-                guest_idle: m(&per[1]),
-                host_guest_us: m(&per[2]),
-                host_kernel_us: m(&per[3]),
-                host_user_us: m(&per[4]),
-                host_idle: m(&per[5]),
-            });
-        }
-    }
-    out
+    crate::report::phase_medians(columns, phases, cells, |p, f, ios| {
+        let us = |ticks: u64| Some(ticks as f64 * US_PER_TICK / ios);
+        let share = |part: u64, t: &CpuTimes| Some(part as f64 / t.total().max(1) as f64);
+        let g = CpuTimes::of_guest(f);
+        let h = p.host_cpu.filter(|h| h.total() > 0);
+        [
+            g.and_then(|g| us(g.user + g.system + g.irq)),
+            g.and_then(|g| share(g.idle, &g)),
+            h.and_then(|h| us(h.guest)),
+            h.and_then(|h| us(h.system + h.irq)),
+            h.and_then(|h| us(h.user)),
+            h.and_then(|h| share(h.idle, &h)),
+        ]
+    })
+    .into_iter()
+    .map(|(phase, column, m)| CpuRow {
+        phase,
+        column,
+        guest_busy_us: m[0],
+        guest_idle: m[1],
+        host_guest_us: m[2],
+        host_kernel_us: m[3],
+        host_user_us: m[4],
+        host_idle: m[5],
+    })
+    .collect()
 }
 
 /// The table's header.

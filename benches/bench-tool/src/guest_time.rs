@@ -11,7 +11,6 @@ use crate::columns::Column;
 use crate::guest::FioRecord;
 use crate::plan::Phase;
 use crate::results::CellResult;
-use crate::stats::Spread;
 
 /// The counter directory, as the guest's init names counters.
 const DIR: &str = "iommu-dma-time/";
@@ -52,49 +51,36 @@ fn calls(f: &FioRecord, kind: &str) -> i64 {
 /// One row per column and phase whose guest reported the counters
 /// (patched guests with the accounting enabled), in phase order.
 pub fn rows(columns: &[Column], phases: &[Phase], cells: &[CellResult]) -> Vec<GuestTimeRow> {
-    let mut out = Vec::new();
-    for ph in phases {
-        for col in columns {
-            let mut per: [Vec<f64>; 6] = Default::default();
-            for c in cells.iter().filter(|c| c.column == col.tag) {
-                let Some(f) = c.phases.get(&ph.name).and_then(|p| p.fio.as_ref()) else {
-                    continue;
-                };
-                let ios = (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes.max(1) as f64;
-                let Some(map) = ns(f, "map") else { continue };
-                if ios <= 0.0 || f.error != 0 {
-                    continue;
-                }
-                let us = |v: i64| v as f64 / 1e3 / ios;
-                let get = |k: &str| ns(f, k).unwrap_or(0);
-                for (v, x) in per.iter_mut().zip([
-                    us(map),
-                    us(get("iommu_map")),
-                    us(get("unmap")),
-                    us(get("iommu_unmap")),
-                    us(get("copy")),
-                    (calls(f, "map") + calls(f, "unmap")) as f64 / ios,
-                ]) {
-                    v.push(x);
-                }
-            }
-            let m = |v: &[f64]| Spread::of(v).map_or(0.0, |s| s.median);
-            if per[0].is_empty() {
-                continue;
-            }
-            out.push(GuestTimeRow {
-                phase: ph.name.clone(),
-                column: col.tag.clone(),
-                map_us: m(&per[0]),
-                iommu_map_us: m(&per[1]),
-                unmap_us: m(&per[2]),
-                iommu_unmap_us: m(&per[3]),
-                copy_us: m(&per[4]),
-                calls_per_io: m(&per[5]),
-            });
+    crate::report::phase_medians(columns, phases, cells, |_, f, ios| {
+        let Some(map) = ns(f, "map") else {
+            return [None; 6];
+        };
+        let us = |v: i64| Some(v as f64 / 1e3 / ios);
+        let get = |k: &str| ns(f, k).unwrap_or(0);
+        [
+            us(map),
+            us(get("iommu_map")),
+            us(get("unmap")),
+            us(get("iommu_unmap")),
+            us(get("copy")),
+            Some((calls(f, "map") + calls(f, "unmap")) as f64 / ios),
+        ]
+    })
+    .into_iter()
+    .map(|(phase, column, m)| {
+        let v = m.map(|x| x.unwrap_or(0.0));
+        GuestTimeRow {
+            phase,
+            column,
+            map_us: v[0],
+            iommu_map_us: v[1],
+            unmap_us: v[2],
+            iommu_unmap_us: v[3],
+            copy_us: v[4],
+            calls_per_io: v[5],
         }
-    }
-    out
+    })
+    .collect()
 }
 
 /// The table's header.

@@ -189,6 +189,44 @@ pub(crate) fn usable<'a>(
         .filter(|p| p.fio.as_ref().is_some_and(|f| f.error == 0 && f.iops() > 0))
 }
 
+/// For each phase and column (phases outer, in order): the medians over
+/// the usable rounds of the `N` values `sample` draws from a cell's phase
+/// (its result, its fio record, its I/O count; `None` for a value the cell
+/// does not have), `None` where no round had one. Columns with no value at
+/// all in a phase are left out.
+pub(crate) fn phase_medians<const N: usize>(
+    columns: &[Column],
+    phases: &[Phase],
+    cells: &[CellResult],
+    sample: impl Fn(&crate::results::PhaseResult, &crate::guest::FioRecord, f64) -> [Option<f64>; N],
+) -> Vec<(String, String, [Option<f64>; N])> {
+    let mut out = Vec::new();
+    for ph in phases {
+        for col in columns {
+            let mut per: [Vec<f64>; N] = std::array::from_fn(|_| Vec::new());
+            for c in cells.iter().filter(|c| c.column == col.tag) {
+                let Some((p, f)) = usable(c, &ph.name).and_then(|p| Some((p, p.fio.as_ref()?)))
+                else {
+                    continue;
+                };
+                let ios = ios_of(f, ph);
+                if ios <= 0.0 {
+                    continue;
+                }
+                for (v, x) in per.iter_mut().zip(sample(p, f, ios)) {
+                    v.extend(x);
+                }
+            }
+            if per.iter().all(Vec::is_empty) {
+                continue;
+            }
+            let m = per.map(|v| Spread::of(&v).map(|s| s.median));
+            out.push((ph.name.clone(), col.tag.clone(), m));
+        }
+    }
+    out
+}
+
 /// Aggregate `cells` into the table.
 pub fn summarize(
     columns: &[Column],

@@ -183,7 +183,6 @@ pub const NOTE: &str = "Where the CPU time goes (the guest's /proc/stat over the
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::columns::builtin;
     use crate::report::tests::cell;
 
     #[test]
@@ -216,16 +215,8 @@ mod tests {
 
     #[test]
     fn per_io_medians_of_guest_and_host() {
-        let cols: Vec<Column> = ["ours+patched-lazy", "no-viommu"]
-            .iter()
-            .map(|c| builtin(c).unwrap())
-            .collect();
-        let ph = Phase {
-            name: "randread-4k".into(),
-            bs: "4k".into(),
-            bs_bytes: 4096,
-            numjobs: 1,
-        };
+        let cols = crate::report::tests::cols(&["ours+patched-lazy", "no-viommu"]);
+        let ph = crate::report::tests::phase_4k();
         // The fixture's phase did 1000 I/Os (4000 KiB at 4k).
         let mk = |col: &str, round: u32, guest_busy: i64, host_guest: u64| {
             let mut c = cell(col, round, 100, None, false);

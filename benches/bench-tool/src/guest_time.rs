@@ -116,7 +116,6 @@ pub const NOTE: &str = "Where the guest's DMA mapping time goes (patched 6.12 gu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::columns::builtin;
     use crate::report::tests::cell;
 
     /// A cell of `col` whose randread-4k phase did 1000 I/Os with these counters.
@@ -136,16 +135,8 @@ mod tests {
 
     #[test]
     fn per_io_medians_of_guests_that_report_the_counters() {
-        let cols: Vec<Column> = ["ours+stock", "ours+patched-lazy"]
-            .iter()
-            .map(|c| builtin(c).unwrap())
-            .collect();
-        let ph = Phase {
-            name: "randread-4k".into(),
-            bs: "4k".into(),
-            bs_bytes: 4096,
-            numjobs: 1,
-        };
+        let cols = crate::report::tests::cols(&["ours+stock", "ours+patched-lazy"]);
+        let ph = crate::report::tests::phase_4k();
         // 1000 I/Os; rounds with 2, 4 and 6 us of map per I/O.
         let cells: Vec<CellResult> = [2_000_000i64, 4_000_000, 6_000_000]
             .iter()

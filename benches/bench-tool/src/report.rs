@@ -847,6 +847,23 @@ pub(crate) mod tests {
     use crate::results::PhaseResult;
     use std::collections::BTreeMap;
 
+    /// The built-in columns of these tags.
+    pub(crate) fn cols(tags: &[&str]) -> Vec<Column> {
+        tags.iter()
+            .map(|c| crate::columns::builtin(c).unwrap())
+            .collect()
+    }
+
+    /// The fixture's phase: randread-4k, one job.
+    pub(crate) fn phase_4k() -> Phase {
+        Phase {
+            name: "randread-4k".into(),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 1,
+        }
+    }
+
     pub(crate) fn cell(
         col: &str,
         round: u32,

@@ -235,7 +235,7 @@ mod tests {
             });
             c
         };
-        let cells = vec![
+        let all = vec![
             mk("ours+patched-lazy", 0, 40, 160),
             mk("ours+patched-lazy", 1, 60, 170),
             mk("ours+patched-lazy", 2, 80, 180),
@@ -253,7 +253,7 @@ mod tests {
                 c
             },
         ];
-        let rows = rows(&cols, &[ph], &cells);
+        let rows = rows(&cols, &[ph], &all);
         assert_eq!(rows.len(), 2, "{rows:?}");
         let r = &rows[0];
         assert_eq!(r.column, "ours+patched-lazy");
@@ -265,11 +265,7 @@ mod tests {
         assert_eq!(r.host_idle, Some(0.0));
         let c = &rows[1];
         assert_eq!(c.guest_busy_us, None, "{c:?}");
-        assert_eq!(cells_of(c)[2], "-");
-        assert_eq!(cells_of(c)[4], "1000");
-    }
-
-    fn cells_of(r: &CpuRow) -> Vec<String> {
-        super::cells(r)
+        assert_eq!(cells(c)[2], "-");
+        assert_eq!(cells(c)[4], "1000");
     }
 }

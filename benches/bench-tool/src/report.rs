@@ -220,7 +220,7 @@ pub(crate) fn phase_medians<const N: usize>(
             if per.iter().all(Vec::is_empty) {
                 continue;
             }
-            let m = per.map(|v| Spread::of(&v).map(|s| s.median));
+            let m = per.map(|v| median(&v));
             out.push((ph.name.clone(), col.tag.clone(), m));
         }
     }

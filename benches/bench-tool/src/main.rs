@@ -394,7 +394,8 @@ async fn run(cfg: Config) -> u8 {
                 );
             }
             earlier.push(format!(
-                "first attempt failed ({why}); ran it again (log {})",
+                "{} ({why}); ran it again (log {})",
+                viommu_bench::report::retry_warning_head(earlier.len() + 1),
                 kept.display()
             ));
         };

@@ -401,14 +401,19 @@ pub fn summarize(
         let retried: Vec<&str> = mine
             .iter()
             .flat_map(|c| c.warnings.iter())
-            .filter(|w| w.starts_with("first attempt failed"))
+            .filter(|w| is_retry_warning(w))
             .map(String::as_str)
             .collect();
+        let vms = mine
+            .iter()
+            .filter(|c| c.warnings.iter().any(|w| is_retry_warning(w)))
+            .count();
         if !retried.is_empty() {
             findings.push(format!(
-                "{}: {} VM(s) ran again after a guest crash or reset ({})",
+                "{}: {} failed attempt(s) in {vms} of {} VM(s), each run again after a guest crash, reset or hang ({})",
                 col.tag,
                 retried.len(),
+                mine.len(),
                 retried.join("; ")
             ));
         }
@@ -838,6 +843,22 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
     out
 }
 
+/// The start of the warning a cell carries for its `n`th failed attempt
+/// (1-based), which was run again.
+pub fn retry_warning_head(n: usize) -> String {
+    format!("attempt {n} failed")
+}
+
+/// Whether a cell's warning records a failed attempt that was run again
+/// (results written before 2026-11-24 said "first attempt failed" for
+/// every one of them).
+fn is_retry_warning(w: &str) -> bool {
+    w.starts_with("first attempt failed")
+        || w.strip_prefix("attempt ")
+            .and_then(|rest| rest.split_once(" failed ("))
+            .is_some_and(|(n, _)| n.parse::<usize>().is_ok())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -955,6 +976,17 @@ pub(crate) mod tests {
             cells.push(cell("no-viommu", r as u32, c, None, false));
         }
         (cols, phases, cells)
+    }
+
+    #[test]
+    fn retry_warnings_old_and_new() {
+        assert!(is_retry_warning(
+            "first attempt failed (x); ran it again (log y)"
+        ));
+        let w = format!("{} (x); ran it again (log y)", retry_warning_head(3));
+        assert!(w.starts_with("attempt 3 failed (") && is_retry_warning(&w));
+        assert!(!is_retry_warning("attempt to map failed (x)"));
+        assert!(!is_retry_warning("the guest may use IOVAs 0x1-0x2"));
     }
 
     #[test]

@@ -276,7 +276,7 @@ fn retries_serial_report_and_report_from() {
         patched
             .warnings
             .iter()
-            .any(|w| w.starts_with("first attempt failed (guest kernel crashed: Kernel panic")),
+            .any(|w| w.starts_with("attempt 1 failed (guest kernel crashed: Kernel panic")),
         "{:?}",
         patched.warnings
     );
@@ -334,7 +334,7 @@ fn retries_serial_report_and_report_from() {
         "{table}"
     );
     assert!(
-        table.contains("qemu+patched: 1 VM(s) ran again after a guest crash"),
+        table.contains("qemu+patched: 1 failed attempt(s) in 1 of "),
         "{table}"
     );
     let doc: Results =

@@ -269,9 +269,10 @@ class RoundTest(unittest.TestCase):
     """run_round: a crashed lab host's unfinished guests go to a fresh one."""
 
     @staticmethod
-    def booter(crashes: int, specs: list[str]):
+    def booter(crashes: int, specs: list[str], wedge: bool = False):
         """A boot() whose first CRASHES lab hosts finish one guest each and
-        crash; later ones finish every guest they get."""
+        crash (or, with WEDGE, go silent: the lab's stall); later ones
+        finish every guest they get."""
         calls = []
 
         def boot(todo, attempt):
@@ -280,15 +281,19 @@ class RoundTest(unittest.TestCase):
             col.feed(HOST)
             for spec in todo[:1] if attempt <= crashes else todo:
                 col.feed(line(cell(lab.tag_of(spec), rnd=1)))
-            if attempt <= crashes:
+            if attempt <= crashes and wedge:
+                col.stalled = f"no progress for {lab.HOST_STALL} s (the lab host is wedged)"
+            elif attempt <= crashes:
                 col.feed("[   24.05] BUG: TASK stack guard page was hit at 000000006e3250f1")
+            else:
+                col.feed("@@LAB-DONE@@ rc=0")
             return col
         return boot, calls
 
-    def run_with(self, crashes):
+    def run_with(self, crashes, wedge=False):
         specs = ["a:vmm:viommu:baseline", "b:vmm:viommu:baseline", "c:vmm:viommu:baseline", "d:vmm:viommu:baseline"]
         doc = {"boots": [], "cells": [], "checks": []}
-        boot, calls = self.booter(crashes, specs)
+        boot, calls = self.booter(crashes, specs, wedge)
         with contextlib.redirect_stderr(io.StringIO()):
             lab.run_round(doc, 1, specs, boot)
         return doc, calls
@@ -307,6 +312,25 @@ class RoundTest(unittest.TestCase):
         self.assertEqual(len(doc["cells"]), lab.HOST_BOOTS_PER_ROUND)
         self.assertTrue(doc["boots"][-1]["host_crash"])
         self.assertNotIn("host_crash_retried", doc["boots"][-1])
+
+    def test_a_wedged_lab_host_is_replaced_and_only_warned_about(self):
+        doc, calls = self.run_with(1, wedge=True)
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(sorted(c["column"] for c in doc["cells"]), ["a", "b", "c", "d"])
+        self.assertEqual([b.get("host_stall_retried", False) for b in doc["boots"]], [True, False])
+        specs = [f"{t}:vmm:viommu:baseline" for t in "abcd"]
+        doc.update(rounds=1, first_round=1)
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertFalse(any("wedged" in p for p in problems), problems)
+        self.assertTrue(any("the lab host is wedged" in w and "ran again in a fresh one" in w for w in warnings), warnings)
+
+    def test_a_lab_host_that_wedges_every_time_fails(self):
+        doc, calls = self.run_with(5, wedge=True)
+        self.assertEqual(len(calls), lab.HOST_BOOTS_PER_ROUND)
+        doc.update(rounds=1, first_round=1)
+        specs = [f"{t}:vmm:viommu:baseline" for t in "abcd"]
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertTrue(any("the lab host is wedged" in p for p in problems), problems)
 
     def test_no_crash_one_lab_host(self):
         doc, calls = self.run_with(0)

@@ -332,6 +332,46 @@ class RoundTest(unittest.TestCase):
         problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertTrue(any("the lab host is wedged" in p for p in problems), problems)
 
+    @staticmethod
+    def script_booter(first_ok: bool):
+        """A boot() for a scenario of checks: the first lab host reports a
+        check (passing with FIRST_OK) and wedges; later ones pass both."""
+        calls = []
+
+        def boot(todo, attempt):
+            calls.append(list(todo))
+            col = lab.Collector(0)
+            col.feed(HOST)
+            ok = "true" if first_ok or attempt > 1 else "false"
+            col.feed(f'@@LAB-CHECK@@ {{"name":"power-off","ok":{ok},"detail":"exit 0 (want 0)"}}')
+            if attempt == 1:
+                col.stalled = f"no progress for {lab.HOST_STALL} s (the lab host is wedged)"
+            else:
+                col.feed('@@LAB-CHECK@@ {"name":"reset","ok":true,"detail":"exit 3 (want 3)"}')
+                col.feed("@@LAB-DONE@@ rc=0")
+            return col
+        return boot, calls
+
+    def run_script(self, first_ok: bool):
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+        boot, calls = self.script_booter(first_ok)
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, [], boot)
+        return doc, calls, lab.judge(doc, lab.SCENARIOS["vmm-exits"], [])
+
+    def test_a_scenario_of_checks_runs_again_from_its_start_when_its_lab_host_wedges(self):
+        doc, calls, (problems, warnings) = self.run_script(first_ok=True)
+        self.assertEqual(len(calls), 2)
+        self.assertEqual([c["name"] for c in doc["checks"]], ["power-off", "reset"])
+        self.assertEqual(problems, [])
+        self.assertTrue(any("wedged" in w and "the scenario ran again in a fresh one" in w for w in warnings), warnings)
+
+    def test_a_failed_check_is_a_result_even_when_the_lab_host_wedges_after_it(self):
+        doc, calls, (problems, _) = self.run_script(first_ok=False)
+        self.assertEqual(len(calls), 1)
+        self.assertIn("check power-off: exit 0 (want 0)", problems)
+        self.assertTrue(any("the lab host is wedged" in p for p in problems), problems)
+
     def test_no_crash_one_lab_host(self):
         doc, calls = self.run_with(0)
         self.assertEqual(len(calls), 1)

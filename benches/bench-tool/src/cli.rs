@@ -83,7 +83,8 @@ pub struct Args {
     /// it): steady state without the first mappings of fio's buffers.
     #[arg(long, default_value_t = 0)]
     pub ramp: u32,
-    /// Run every column this many times, in rotated order (round r starts at column r mod n).
+    /// Run every column this many times, in a balanced order: rounds 2k and
+    /// 2k+1 run the columns from column k mod n on, forwards then backwards.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
     /// A guest that completes no I/O and prints no marker this long is killed and reported hung.
@@ -110,7 +111,7 @@ pub struct Args {
     /// Never for a failed verify or a guest that hung after its boot.
     #[arg(long, default_value_t = 0)]
     pub retries: u32,
-    /// Number the rounds from R (round R starts at column R-1 mod n): one
+    /// Number the rounds from R (round R takes its place in the balanced order): one
     /// run split over several boots of a host, as the lab does, one round each.
     #[arg(long, default_value_t = 1, value_name = "R")]
     pub first_round: u32,

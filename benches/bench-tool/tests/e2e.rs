@@ -180,8 +180,9 @@ fn a_whole_run_on_a_fake_host() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("cell 4/6 round 2/2 qemu+patched"),
-        "rotation: round 2 starts at column 2\n{stderr}"
+        stderr.contains("cell 4/6 round 2/2 no-viommu")
+            && stderr.contains("cell 6/6 round 2/2 qemu+stock"),
+        "balanced order: round 2 runs the columns backwards\n{stderr}"
     );
 
     let json = std::fs::read_to_string(out.join("results.json")).unwrap();
@@ -243,7 +244,7 @@ fn retries_serial_report_and_report_from() {
         .arg(&qemu)
         .args(["--kernel-stock", &p("stock.bzImage"), "--kernel-patched"])
         .args([&p("patched.bzImage"), "--initramfs", &p("initramfs.cpio")])
-        .args(["--out", &p("out"), "--rounds", "1", "--first-round", "2"])
+        .args(["--out", &p("out"), "--rounds", "1", "--first-round", "3"])
         .args(["--retries", "1", "--serial-report"])
         .output()
         .unwrap();
@@ -259,13 +260,13 @@ fn retries_serial_report_and_report_from() {
         .iter()
         .map(|l| serde_json::from_str(&l[13..]).unwrap())
         .collect();
-    // Round 2 alone starts at column 2.
+    // Round 3 alone runs forwards from column 2 (round 2 went backwards).
     assert_eq!(
         cells
             .iter()
             .map(|c| (c.column.as_str(), c.round))
             .collect::<Vec<_>>(),
-        [("qemu+patched", 1), ("no-viommu", 1), ("qemu+stock", 1)]
+        [("qemu+patched", 2), ("no-viommu", 2), ("qemu+stock", 2)]
     );
     let patched = &cells[0];
     assert_eq!(
@@ -281,18 +282,18 @@ fn retries_serial_report_and_report_from() {
         patched.warnings
     );
     assert!(
-        stdout.contains("---- guest qemu+patched-r2 attempt 1 failed;"),
+        stdout.contains("---- guest qemu+patched-r3 attempt 1 failed;"),
         "{stdout}"
     );
     assert!(
-        stderr.contains("cell 1/3 round 2 qemu+patched: booting"),
+        stderr.contains("cell 1/3 round 3 qemu+patched: booting"),
         "{stderr}"
     );
     assert!(
-        stdout.contains("---- end of guest qemu+patched-r2 log ----"),
+        stdout.contains("---- end of guest qemu+patched-r3 log ----"),
         "{stdout}"
     );
-    assert!(d.join("out/logs/qemu+patched-r2-attempt1.log").is_file());
+    assert!(d.join("out/logs/qemu+patched-r3-attempt1.log").is_file());
     // Behind stock QEMU's virtio-iommu the fake guest reserves only the
     // MSI window: the drive's BAR0 is usable, a warning for stock QEMU.
     let stock = &cells[2];

@@ -20,6 +20,7 @@ pub mod image;
 pub mod kvm_exits;
 pub mod liveness;
 pub mod metrics;
+pub mod order;
 pub mod plan;
 pub mod preflight;
 pub mod report;

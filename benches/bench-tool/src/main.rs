@@ -17,7 +17,7 @@ use viommu_bench::image::{self, ImageInputs};
 use viommu_bench::plan::{self, rotation_from};
 use viommu_bench::preflight::{Checks, Outcome};
 use viommu_bench::report::{render_markdown, render_text, summarize};
-use viommu_bench::results::{utc_timestamp, CellResult, CellStatus, Results};
+use viommu_bench::results::{utc_timestamp, CellResult, CellStatus, Place, Results};
 use viommu_bench::runner::{run_cell, CellCtx, Progress, RunError};
 use viommu_bench::sysfs::Root;
 use viommu_bench::units::human_duration;
@@ -331,7 +331,11 @@ async fn run(cfg: Config) -> u8 {
     };
     let mut results = Vec::new();
     let mut interrupted = *cancel.borrow();
-    for cell in &cells {
+    // Which host boot the cells ran on, for the report's order table.
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    for (index, cell) in cells.iter().enumerate() {
         if interrupted {
             break;
         }
@@ -350,6 +354,10 @@ async fn run(cfg: Config) -> u8 {
                 Err(e) => break Err(e),
             };
             apply_bar0(&mut r, col, facts.bar0.as_deref());
+            r.place = Some(Place {
+                boot: boot_id.clone(),
+                index: index as u32,
+            });
             let retry = (earlier.len() < a.retries as usize)
                 .then(|| {
                     retry_reason(&r, col.vmm).or_else(|| match &r.status {

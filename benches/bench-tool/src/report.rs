@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::columns::{Column, Iommu};
 use crate::cpu_time::{self, CpuRow};
 use crate::guest_time::{self, GuestTimeRow};
+use crate::order;
 use crate::plan::Phase;
 use crate::results::{CellResult, CellStatus};
 use crate::stats::Spread;
@@ -155,6 +156,9 @@ pub struct Summary {
     /// KVM exits per I/O (`--kvm-exits` runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exits: Vec<ExitRow>,
+    /// Each column against the baseline by which ran first on its host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<crate::order::OrderRow>,
     /// Per column, what else the cells showed: the drive's BAR0 left
     /// usable as an IOVA, retried guest crashes.
     #[serde(default)]
@@ -432,6 +436,7 @@ pub fn summarize(
         guest_time: crate::guest_time::rows(columns, phases, cells),
         cpu: crate::cpu_time::rows(columns, phases, cells),
         exits,
+        order: crate::order::rows(columns, phases, cells, baseline),
     }
 }
 
@@ -773,6 +778,13 @@ pub fn render_text(s: &Summary) -> String {
         out += &aligned(&rows);
         out += "\n";
     }
+    if !s.order.is_empty() {
+        out += "\n== by order on the host (IOPS x baseline of the same round) ==\n";
+        let mut rows = vec![order::HEADER.map(String::from).to_vec()];
+        rows.extend(s.order.iter().map(order::cells));
+        out += &aligned(&rows);
+        out += "\n";
+    }
     for (ph, head, body) in exit_tables(s) {
         out += &format!("\n== KVM exits per I/O: {ph} ==\n");
         let mut rows = vec![head];
@@ -831,6 +843,11 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let ch = cpu_time::HEADER.map(String::from).to_vec();
         let cr: Vec<Vec<String>> = s.cpu.iter().map(cpu_time::cells).collect();
         out += &format!("\n{}:\n\n{}", cpu_time::NOTE, md_table(&ch, &cr));
+    }
+    if !s.order.is_empty() {
+        let oh = order::HEADER.map(String::from).to_vec();
+        let or: Vec<Vec<String>> = s.order.iter().map(order::cells).collect();
+        out += &format!("\n{}:\n\n{}", order::note(&s.baseline), md_table(&oh, &or));
     }
     let exit_tables = exit_tables(s);
     if !exit_tables.is_empty() {
@@ -929,6 +946,7 @@ pub(crate) mod tests {
             boot_stall: None,
             bar0_reserved: None,
             lower_bound: lower,
+            place: None,
             wall_s: 1.0,
             command: String::new(),
             log: "x.log".into(),

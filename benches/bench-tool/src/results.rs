@@ -49,6 +49,18 @@ pub struct PhaseResult {
     pub host_cpu: Option<crate::cpu_time::CpuTimes>,
 }
 
+/// Where a guest ran: which boot of which host, and in what order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    /// The host's boot id (`/proc/sys/kernel/random/boot_id`): the lab runs
+    /// each round in a lab host of its own, and a round's unfinished guests
+    /// in a fresh one when a lab host fails.
+    pub boot: String,
+    /// How many guests this run of the tool had started on the host before
+    /// this one (0: the first).
+    pub index: u32,
+}
+
 /// One VM boot: a column in a round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellResult {
@@ -83,6 +95,9 @@ pub struct CellResult {
     pub bar0_reserved: Option<bool>,
     /// Whether the device counts are lower bounds (QEMU's trace).
     pub lower_bound: bool,
+    /// Where it ran (see [`crate::order`]); results before 2026-11-25 lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<Place>,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The command.

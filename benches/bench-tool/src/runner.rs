@@ -324,6 +324,7 @@ pub async fn run_cell(
         boot_stall: st.boot_stall,
         bar0_reserved: None,
         lower_bound: src.lower_bound(),
+        place: None,
         wall_s: start.elapsed().as_secs_f64(),
         command: launch.display(),
         log: log_path,

@@ -210,9 +210,30 @@ fn a_whole_run_on_a_fake_host() {
         (dev.map_requests, dev.unmap_requests, dev.vfio_calls),
         (4, 4, 8)
     );
-    assert!(std::fs::read_to_string(out.join("table.md"))
-        .unwrap()
-        .contains("| 4k | 1 | qemu+stock |"));
+    // Each cell knows where it ran: one host boot, places 0-5 in run order.
+    let places: Vec<u32> = doc
+        .cells
+        .iter()
+        .map(|c| c.place.as_ref().expect("a place").index)
+        .collect();
+    assert_eq!(places, [0, 1, 2, 3, 4, 5]);
+    assert!(doc
+        .cells
+        .windows(2)
+        .all(|w| w[0].place.as_ref().unwrap().boot == w[1].place.as_ref().unwrap().boot));
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(table.contains("| 4k | 1 | qemu+stock |"), "{table}");
+    // The ceiling ran after the baseline in round 1, before it in round 2.
+    assert!(table.contains("By order on the host"), "{table}");
+    let by_order = table
+        .lines()
+        .skip_while(|l| !l.starts_with("By order on the host"))
+        .find(|l| l.starts_with("| randread-4k | no-viommu |"))
+        .expect("an order row for the ceiling");
+    assert!(
+        by_order.contains("4.00 [4.00-4.00] (1) | 4.00 [4.00-4.00] (1)"),
+        "{by_order}"
+    );
     assert!(std::fs::read(out.join("chart.png"))
         .unwrap()
         .starts_with(b"\x89PNG"));

@@ -744,56 +744,51 @@ pub fn render_text(s: &Summary) -> String {
         out += &aligned(&rows);
         out += &format!("\n{}\n", g.verdict);
     }
-    if !s.lazy.is_empty() {
-        out += "\n== lazy unmap (device counters, medians) ==\n";
-        let mut rows = vec![LAZY_HEADER
-            .iter()
-            .map(|h| h.to_string())
-            .collect::<Vec<_>>()];
-        rows.extend(s.lazy.iter().map(lazy_cells));
-        out += &aligned(&rows);
-        out += "\n";
-    }
-    if !s.time.is_empty() {
-        out += "\n== where the time goes (our VMM's device, medians) ==\n";
-        let mut rows = vec![TIME_HEADER
-            .iter()
-            .map(|h| h.to_string())
-            .collect::<Vec<_>>()];
-        rows.extend(s.time.iter().map(time_cells));
-        out += &aligned(&rows);
-        out += "\n";
-    }
-    if !s.guest_time.is_empty() {
-        out += "\n== where the guest's mapping time goes (iommu-dma-time, medians) ==\n";
-        let mut rows = vec![guest_time::HEADER.map(String::from).to_vec()];
-        rows.extend(s.guest_time.iter().map(guest_time::cells));
-        out += &aligned(&rows);
-        out += "\n";
-    }
-    if !s.cpu.is_empty() {
-        out += "\n== where the CPU time goes (/proc/stat, medians) ==\n";
-        let mut rows = vec![cpu_time::HEADER.map(String::from).to_vec()];
-        rows.extend(s.cpu.iter().map(cpu_time::cells));
-        out += &aligned(&rows);
-        out += "\n";
-    }
-    if !s.order.is_empty() {
-        out += "\n== by order on the host (IOPS x baseline of the same round) ==\n";
-        let mut rows = vec![order::HEADER.map(String::from).to_vec()];
-        rows.extend(s.order.iter().map(order::cells));
-        out += &aligned(&rows);
-        out += "\n";
-    }
+    let heads = |h: &[&str]| h.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    out += &text_table(
+        "lazy unmap (device counters, medians)",
+        heads(&LAZY_HEADER),
+        s.lazy.iter().map(lazy_cells),
+    );
+    out += &text_table(
+        "where the time goes (our VMM's device, medians)",
+        heads(&TIME_HEADER),
+        s.time.iter().map(time_cells),
+    );
+    out += &text_table(
+        "where the guest's mapping time goes (iommu-dma-time, medians)",
+        heads(&guest_time::HEADER),
+        s.guest_time.iter().map(guest_time::cells),
+    );
+    out += &text_table(
+        "where the CPU time goes (/proc/stat, medians)",
+        heads(&cpu_time::HEADER),
+        s.cpu.iter().map(cpu_time::cells),
+    );
+    out += &text_table(
+        "by order on the host (IOPS x baseline of the same round)",
+        heads(&order::HEADER),
+        s.order.iter().map(order::cells),
+    );
     for (ph, head, body) in exit_tables(s) {
-        out += &format!("\n== KVM exits per I/O: {ph} ==\n");
-        let mut rows = vec![head];
-        rows.extend(body);
-        out += &aligned(&rows);
-        out += "\n";
+        out += &text_table(&format!("KVM exits per I/O: {ph}"), head, body);
     }
     out += &format!("\n{}\n", notes(s));
     out
+}
+
+/// A titled table for a terminal, or nothing when it has no rows.
+fn text_table(
+    title: &str,
+    head: Vec<String>,
+    body: impl IntoIterator<Item = Vec<String>>,
+) -> String {
+    let mut rows = vec![head];
+    rows.extend(body);
+    if rows.len() == 1 {
+        return String::new();
+    }
+    format!("\n== {title} ==\n{}\n", aligned(&rows))
 }
 
 fn md_table(head: &[String], rows: &[Vec<String>]) -> String {

@@ -144,9 +144,13 @@ pub struct Args {
     pub kvm_exits: bool,
     /// Start nothing: read cells (a results.json, or `@@LAB-CELL@@` / JSON
     /// lines of cells) and write the table, results.json and chart for the
-    /// columns, block sizes, jobs and rounds given, as a run would.
+    /// columns, block sizes, jobs and rounds given, as a run would. Given
+    /// again, the files' rounds are pooled: each file's rounds are numbered
+    /// after the previous files' (give --rounds as their total). Pool only
+    /// runs of the same code on the same host: the per-round ratios stay
+    /// within a round, the IOPS medians mix the runs.
     #[arg(long, value_name = "FILE")]
-    pub report_from: Option<PathBuf>,
+    pub report_from: Vec<PathBuf>,
     /// Root of the sysfs/procfs tree to read (for tests).
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -305,7 +309,7 @@ impl Args {
     pub fn validate(self) -> Result<Config, CliError> {
         let bdf =
             normalize_bdf(&self.device).ok_or_else(|| CliError::BadBdf(self.device.clone()))?;
-        if self.destroy_data.is_none() && !self.dry_run && self.report_from.is_none() {
+        if self.destroy_data.is_none() && !self.dry_run && self.report_from.is_empty() {
             return Err(CliError::NoConsent(bdf));
         }
         let columns = columns::parse_columns(&self.columns)?;
@@ -413,7 +417,7 @@ impl Args {
         if self.first_round == 0 {
             return Err(bad("--first-round", 0, "rounds are numbered from 1"));
         }
-        if !self.dry_run && self.report_from.is_none() {
+        if !self.dry_run && self.report_from.is_empty() {
             for c in &columns {
                 let (given, kernel, flag, variant) = match c.kernel {
                     Kernel::Stock => (&self.kernel_stock, "stock", "--kernel-stock", "baseline"),

@@ -21,6 +21,7 @@ pub mod kvm_exits;
 pub mod liveness;
 pub mod metrics;
 pub mod order;
+pub mod paired;
 pub mod plan;
 pub mod preflight;
 pub mod report;

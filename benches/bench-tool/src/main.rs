@@ -150,8 +150,8 @@ fn guest_image(cfg: &Config, pre: &Outcome, dry: bool) -> Result<PathBuf, String
 }
 
 async fn run(cfg: Config) -> u8 {
-    if let Some(f) = &cfg.args.report_from {
-        return report_only(&cfg, f);
+    if !cfg.args.report_from.is_empty() {
+        return report_only(&cfg, &cfg.args.report_from);
     }
     let cancel = watch_signals();
     let a = &cfg.args;
@@ -571,24 +571,30 @@ fn conclude(
     code
 }
 
-/// `--report-from`: the cells of FILE (a results.json, or lines holding one
-/// cell's JSON each, `@@LAB-CELL@@ ` prefixes allowed; a later cell of the
-/// same column and round replaces an earlier one) as a finished run.
-fn report_only(cfg: &Config, file: &Path) -> u8 {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("viommu-bench: --report-from {}: {e}", file.display());
-            return 2;
+/// `--report-from`: the cells of the FILEs (each a results.json, or lines
+/// holding one cell's JSON each, `@@LAB-CELL@@` prefixes allowed; a later
+/// cell of the same column and round replaces an earlier one) as a
+/// finished run; a later file's rounds are numbered after the earlier
+/// files'.
+fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
+    let mut cells: Vec<CellResult> = Vec::new();
+    for file in files {
+        let parsed = std::fs::read_to_string(file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| parse_cells(&t));
+        let mut more = match parsed {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("viommu-bench: --report-from {}: {e}", file.display());
+                return 2;
+            }
+        };
+        let first = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
+        for c in &mut more {
+            c.round += first;
         }
-    };
-    let cells = match parse_cells(&text) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("viommu-bench: --report-from {}: {e}", file.display());
-            return 2;
-        }
-    };
+        cells.append(&mut more);
+    }
     let elapsed = cells.iter().map(|c| c.wall_s).sum();
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

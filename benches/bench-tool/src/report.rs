@@ -11,6 +11,7 @@ use crate::columns::{Column, Iommu};
 use crate::cpu_time::{self, CpuRow};
 use crate::guest_time::{self, GuestTimeRow};
 use crate::order;
+use crate::paired;
 use crate::plan::Phase;
 use crate::results::{CellResult, CellStatus};
 use crate::stats::Spread;
@@ -159,6 +160,9 @@ pub struct Summary {
     /// Each column against the baseline by which ran first on its host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order: Vec<crate::order::OrderRow>,
+    /// Each column against the ceiling and the baseline, round by round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paired: Vec<paired::PairedRow>,
     /// Per column, what else the cells showed: the drive's BAR0 left
     /// usable as an IOVA, retried guest crashes.
     #[serde(default)]
@@ -437,6 +441,7 @@ pub fn summarize(
         cpu: crate::cpu_time::rows(columns, phases, cells),
         exits,
         order: crate::order::rows(columns, phases, cells, baseline),
+        paired: paired::rows(columns, phases, cells, baseline),
     }
 }
 
@@ -766,6 +771,11 @@ pub fn render_text(s: &Summary) -> String {
         s.cpu.iter().map(cpu_time::cells),
     );
     out += &text_table(
+        "round by round (IOPS x ceiling and x baseline of the same round)",
+        heads(&paired::HEADER),
+        s.paired.iter().map(paired::cells),
+    );
+    out += &text_table(
         "by order on the host (IOPS x baseline of the same round)",
         heads(&order::HEADER),
         s.order.iter().map(order::cells),
@@ -838,6 +848,15 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let ch = cpu_time::HEADER.map(String::from).to_vec();
         let cr: Vec<Vec<String>> = s.cpu.iter().map(cpu_time::cells).collect();
         out += &format!("\n{}:\n\n{}", cpu_time::NOTE, md_table(&ch, &cr));
+    }
+    if !s.paired.is_empty() {
+        let ph = paired::HEADER.map(String::from).to_vec();
+        let pr: Vec<Vec<String>> = s.paired.iter().map(paired::cells).collect();
+        out += &format!(
+            "\n{}:\n\n{}",
+            paired::note(s.ceiling.as_deref(), &s.baseline),
+            md_table(&ph, &pr)
+        );
     }
     if !s.order.is_empty() {
         let oh = order::HEADER.map(String::from).to_vec();

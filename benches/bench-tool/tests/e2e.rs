@@ -363,4 +363,28 @@ fn retries_serial_report_and_report_from() {
         serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
             .unwrap();
     assert_eq!(doc.cells.len(), 3);
+
+    // Two files pooled: the second file's rounds follow the first's, and
+    // the round-by-round table has two rounds to pair.
+    let r = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .args(common)
+        .args(["--rounds", "2", "--report-from", &p("serial.txt")])
+        .args(["--report-from", &p("report/results.json")])
+        .args(["--out", &p("pooled")])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&r.stdout);
+    let doc: Results =
+        serde_json::from_str(&std::fs::read_to_string(d.join("pooled/results.json")).unwrap())
+            .unwrap();
+    let mut rounds: Vec<u32> = doc.cells.iter().map(|c| c.round).collect();
+    rounds.sort();
+    assert_eq!(rounds, [2, 2, 2, 5, 5, 5], "{table}");
+    assert!(table.contains("== round by round"), "{table}");
+    let q = table
+        .lines()
+        .skip_while(|l| !l.contains("== round by round"))
+        .find(|l| l.contains("qemu+stock"))
+        .unwrap();
+    assert!(q.contains("0.25, 0.25 [0.25, 0.25], 2/2"), "{q}");
 }

@@ -66,6 +66,12 @@ exits_check() {
 	# wanted) leaves no panic text: the lab's nested emulation corrupts a
 	# vCPU's state now and then (benches/results/guest-hangs-2026-11-23.md).
 	[ -z "$crash" ] && [ "$rc" = 4 ] && [ "$want" != 4 ] && why="guest kernel crashed: unexpected triple fault (exit 4)"
+	# Stock QEMU runs with -no-reboot: a guest that resets itself (the
+	# same emulation fault, often before its console says anything) makes
+	# it exit 0, which no QEMU check but a finished guest wants.
+	[ -z "$crash" ] && [ "${6:-vmm}" = qemu ] && [ "$rc" = 0 ] && [ "$want" != 0 ] &&
+		! grep -q '^@@LAB-GUEST-DONE@@' "$log" &&
+		why="guest kernel crashed: stock QEMU exited 0 (-no-reboot: the guest reset itself) before the guest finished"
 	# A hung guest was killed by us, whatever exit code that gave.
 	[ -n "$hung" ] && why=$hung
 	if { [ "$rc" != "$want" ] || [ -n "$hung" ]; } && [ -n "$why" ] && [ -z "${retried:-}" ]; then

@@ -51,12 +51,7 @@ pub fn rows(
     let Some(base) = columns.get(baseline) else {
         return Vec::new();
     };
-    let iops = |c: &CellResult, ph: &str| {
-        crate::report::usable(c, ph)
-            .and_then(|p| p.fio.as_ref())
-            .map(|f| f.iops() as f64)
-            .filter(|v| *v > 0.0)
-    };
+    let iops = crate::report::cell_iops;
     let mut out = Vec::new();
     for ph in phases {
         for col in columns.iter().filter(|c| c.tag != base.tag) {

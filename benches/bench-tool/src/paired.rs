@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
 use crate::plan::Phase;
+use crate::report::{cell_iops, round_iops};
 use crate::results::CellResult;
 use crate::stats::Spread;
 
@@ -115,22 +116,17 @@ pub fn rows(
     let base = columns.get(baseline);
     let mut out = Vec::new();
     for ph in phases {
-        let iops = |tag: &str, round: u32| {
-            cells
-                .iter()
-                .find(|c| c.column == tag && c.round == round)
-                .and_then(|c| crate::report::usable(c, &ph.name))
-                .and_then(|p| p.fio.as_ref())
-                .map(|f| f.iops() as f64)
-                .filter(|v| *v > 0.0)
-        };
         // This column's per-round ratios against `other` (none against itself).
         let against = |col: &Column, other: Option<&Column>| {
             let other = other.filter(|o| o.tag != col.tag)?;
             let r: Vec<f64> = cells
                 .iter()
                 .filter(|c| c.column == col.tag)
-                .filter_map(|c| Some(iops(&col.tag, c.round)? / iops(&other.tag, c.round)?))
+                .filter_map(|c| {
+                    Some(
+                        cell_iops(c, &ph.name)? / round_iops(cells, &other.tag, c.round, &ph.name)?,
+                    )
+                })
                 .collect();
             RoundRatio::of(&r)
         };

@@ -197,6 +197,22 @@ pub(crate) fn usable<'a>(
         .filter(|p| p.fio.as_ref().is_some_and(|f| f.error == 0 && f.iops() > 0))
 }
 
+/// The IOPS `cell` measured in `phase`, if it measured it usably.
+pub(crate) fn cell_iops(cell: &CellResult, phase: &str) -> Option<f64> {
+    usable(cell, phase)
+        .and_then(|p| p.fio.as_ref())
+        .map(|f| f.iops() as f64)
+        .filter(|v| *v > 0.0)
+}
+
+/// The IOPS column `tag` measured in `phase` in round `round`, if usable.
+pub(crate) fn round_iops(cells: &[CellResult], tag: &str, round: u32, phase: &str) -> Option<f64> {
+    cells
+        .iter()
+        .find(|c| c.column == tag && c.round == round)
+        .and_then(|c| cell_iops(c, phase))
+}
+
 /// For each phase and column (phases outer, in order): the medians over
 /// the usable rounds of the `N` values `sample` draws from a cell's phase
 /// (its result, its fio record, its I/O count; `None` for a value the cell
@@ -250,15 +266,7 @@ pub fn summarize(
     let mut exits = Vec::new();
     for ph in phases {
         // A column's IOPS in one round, if it measured this phase.
-        let iops_in = |tag: &str, round: u32| {
-            cells
-                .iter()
-                .find(|x| x.column == tag && x.round == round)
-                .and_then(|x| usable(x, &ph.name))
-                .and_then(|p| p.fio.as_ref())
-                .map(|f| f.iops() as f64)
-                .filter(|v| *v > 0.0)
-        };
+        let iops_in = |tag: &str, round: u32| round_iops(cells, tag, round, &ph.name);
         let base_tag = columns.get(baseline).map(|c| c.tag.as_str());
         let mut rows = Vec::new();
         // Each row's differences to the baseline round by round, percent.

@@ -197,12 +197,12 @@ pub(crate) fn usable<'a>(
         .filter(|p| p.fio.as_ref().is_some_and(|f| f.error == 0 && f.iops() > 0))
 }
 
-/// The IOPS `cell` measured in `phase`, if it measured it usably.
+/// The IOPS `cell` measured in `phase`, if it measured it usably
+/// (`usable` already holds it above 0).
 pub(crate) fn cell_iops(cell: &CellResult, phase: &str) -> Option<f64> {
     usable(cell, phase)
         .and_then(|p| p.fio.as_ref())
         .map(|f| f.iops() as f64)
-        .filter(|v| *v > 0.0)
 }
 
 /// The IOPS column `tag` measured in `phase` in round `round`, if usable.

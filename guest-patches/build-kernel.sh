@@ -212,7 +212,9 @@ configure
 build "$kind"
 
 mkdir -p "$out.tmp"
-cp "$obj/arch/x86/boot/bzImage" "$obj/.config" "$out.tmp/"
+# System.map beside it: a hung guest's addresses (our VMM's vm.vcpus) are
+# symbolized with it (ci/lab/symbolize).
+cp "$obj/arch/x86/boot/bzImage" "$obj/.config" "$obj/System.map" "$out.tmp/"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 echo "$out/bzImage"

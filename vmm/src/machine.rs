@@ -143,6 +143,7 @@ fn create_vcpus(
             exit: exit.clone(),
             stop: stop.clone(),
             probe: Default::default(),
+            mem: vm.memory().clone(),
         });
     }
     Ok(vcpus)

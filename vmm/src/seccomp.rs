@@ -137,6 +137,7 @@ mod ioctl {
     vmm_sys_util::ioctl_iow_nr!(KVM_IRQ_LINE, KVMIO, 0x61, kvm_bindings::kvm_irq_level);
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_bindings::kvm_regs);
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, KVMIO, 0x83, kvm_bindings::kvm_sregs);
+    vmm_sys_util::ioctl_iowr_nr!(KVM_TRANSLATE, KVMIO, 0x85, kvm_bindings::kvm_translation);
     vmm_sys_util::ioctl_iow_nr!(KVM_SIGNAL_MSI, KVMIO, 0xa5, kvm_bindings::kvm_msi);
     vmm_sys_util::ioctl_iow_nr!(
         KVM_SET_GSI_ROUTING,
@@ -277,6 +278,10 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "registers for a triple fault's log and the vm.vcpus probe",
             ),
             (KVM_GET_SREGS(), "the same, segment and control registers"),
+            (
+                KVM_TRANSLATE(),
+                "the vm.vcpus probe: the stack pointer's guest-physical address",
+            ),
             (
                 KVM_IRQ_LINE(),
                 "the serial port's interrupt line after a guest access",

@@ -434,6 +434,8 @@ pub struct Vcpu {
     pub stop: Arc<AtomicBool>,
     /// Where the API asks for this vCPU's registers.
     pub probe: Arc<crate::vcpu_probe::VcpuProbe>,
+    /// Guest memory, for the probe's stack words.
+    pub mem: vm_memory::GuestMemoryMmap,
 }
 
 impl Vcpu {
@@ -442,7 +444,7 @@ impl Vcpu {
         let id = self.id;
         self.probe.register_thread();
         while !self.stop.load(Ordering::Acquire) {
-            self.probe.answer(&self.fd);
+            self.probe.answer(&self.fd, &self.mem);
             let reason = match self.fd.run() {
                 Ok(VcpuExit::IoIn(port, data)) => {
                     if !self.pio.read(u64::from(port), data) {

@@ -13,9 +13,18 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::VcpuFd;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Stack words a sample keeps (one page at most: the read stops at the
+/// page end, since the next page of the stack need not be contiguous).
+const STACK_WORDS: usize = 64;
+/// Where an x86-64 kernel maps its image and modules (the top 2 GiB):
+/// stack words in that range are return addresses, or data that looks
+/// like them, and give a hung vCPU's call chain once symbolized.
+const KERNEL_TEXT: std::ops::Range<u64> = 0xffff_ffff_8000_0000..0xffff_ffff_ff00_0000;
 
 /// A vCPU's registers at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct VcpuSample {
     /// Instruction pointer.
     pub rip: u64,
@@ -27,6 +36,12 @@ pub struct VcpuSample {
     pub cs: u16,
     /// Page table root.
     pub cr3: u64,
+    /// The words on the stack from `rsp` up (at most [`STACK_WORDS`], to
+    /// the end of rsp's page) that fall in the kernel's image and module
+    /// range, in stack order: a hung kernel's call chain, to symbolize
+    /// with the guest kernel's System.map (`ci/lab/symbolize`). Empty for
+    /// user mode or an untranslatable rsp.
+    pub stack_text: Vec<u64>,
 }
 
 /// The meeting point of an asking thread and one vCPU thread.
@@ -48,10 +63,11 @@ impl VcpuProbe {
     }
 
     /// Called by the vCPU thread before each entry into the guest: reads
-    /// the registers if someone asked.
-    pub fn answer(&self, fd: &VcpuFd) {
+    /// the registers (and the kernel words on the stack, from `mem`) if
+    /// someone asked.
+    pub fn answer(&self, fd: &VcpuFd, mem: &GuestMemoryMmap) {
         if self.asked() {
-            self.put(read(fd));
+            self.put(read(fd, mem));
         }
     }
 
@@ -83,7 +99,7 @@ impl VcpuProbe {
             }
             std::thread::sleep(Duration::from_millis(10));
             if self.answered.load(Ordering::Acquire) != before {
-                return *self.sample.lock().unwrap_or_else(|e| e.into_inner());
+                return self.sample.lock().unwrap_or_else(|e| e.into_inner()).clone();
             }
         }
         self.want.store(false, Ordering::Release);
@@ -91,15 +107,40 @@ impl VcpuProbe {
     }
 }
 
-fn read(fd: &VcpuFd) -> Option<VcpuSample> {
+fn read(fd: &VcpuFd, mem: &GuestMemoryMmap) -> Option<VcpuSample> {
     let (r, s) = (fd.get_regs().ok()?, fd.get_sregs().ok()?);
+    let stack_text = if s.cs.selector & 3 == 0 {
+        fd.translate_gva(r.rsp)
+            .ok()
+            .filter(|t| t.valid != 0)
+            .map(|t| kernel_words(mem, t.physical_address))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     Some(VcpuSample {
         rip: r.rip,
         rsp: r.rsp,
         rflags: r.rflags,
         cs: s.cs.selector,
         cr3: s.cr3,
+        stack_text,
     })
+}
+
+/// The words from guest-physical `gpa` to the end of its page (at most
+/// [`STACK_WORDS`]) that fall in [`KERNEL_TEXT`].
+fn kernel_words(mem: &GuestMemoryMmap, gpa: u64) -> Vec<u64> {
+    let to_page_end = (4096 - (gpa & 0xfff)) / 8;
+    let n = usize::try_from(to_page_end).map_or(STACK_WORDS, |n| n.min(STACK_WORDS));
+    let mut buf = vec![0u8; n * 8];
+    if mem.read_slice(&mut buf, GuestAddress(gpa)).is_err() {
+        return Vec::new();
+    }
+    buf.chunks_exact(8)
+        .filter_map(|c| c.try_into().ok().map(u64::from_le_bytes))
+        .filter(|w| KERNEL_TEXT.contains(w))
+        .collect()
 }
 
 #[cfg(test)]
@@ -129,6 +170,7 @@ mod tests {
                             rflags: 2,
                             cs: 0x10,
                             cr3: 0,
+                            stack_text: Vec::new(),
                         }));
                     }
                     std::thread::sleep(Duration::from_millis(1));
@@ -147,6 +189,20 @@ mod tests {
         );
         stop.store(true, Ordering::Release);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn only_kernel_text_words_up_to_the_page_end_are_kept() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x4000)]).unwrap();
+        let words: [u64; 4] = [0x1234, 0xffff_ffff_8123_4567, 0xffff_8880_0000_1000, u64::MAX];
+        for (i, w) in words.iter().enumerate() {
+            mem.write_obj(*w, GuestAddress(0x1fe0 + 8 * i as u64)).unwrap();
+        }
+        // A word of the next page that must not be read.
+        mem.write_obj(0xffff_ffff_8100_0000u64, GuestAddress(0x2000))
+            .unwrap();
+        assert_eq!(kernel_words(&mem, 0x1fe0), vec![0xffff_ffff_8123_4567]);
+        assert!(kernel_words(&mem, 0x10_0000).is_empty(), "outside RAM");
     }
 
     #[test]

@@ -71,12 +71,17 @@ impl Liveness {
                 serde_json::json!({
                     "vcpu": i,
                     "cpu_ms": cpu,
-                    "rip": regs.map(|r| format!("{:#x}", r.rip)),
-                    "rsp": regs.map(|r| format!("{:#x}", r.rsp)),
-                    "rflags": regs.map(|r| format!("{:#x}", r.rflags)),
-                    "interrupts_enabled": regs.map(|r| r.rflags & 0x200 != 0),
-                    "cpl": regs.map(|r| r.cs & 3),
-                    "cr3": regs.map(|r| format!("{:#x}", r.cr3)),
+                    "rip": regs.as_ref().map(|r| format!("{:#x}", r.rip)),
+                    "rsp": regs.as_ref().map(|r| format!("{:#x}", r.rsp)),
+                    "rflags": regs.as_ref().map(|r| format!("{:#x}", r.rflags)),
+                    "interrupts_enabled": regs.as_ref().map(|r| r.rflags & 0x200 != 0),
+                    "cpl": regs.as_ref().map(|r| r.cs & 3),
+                    "cr3": regs.as_ref().map(|r| format!("{:#x}", r.cr3)),
+                    "stack_text": regs.as_ref().map(|r| r
+                        .stack_text
+                        .iter()
+                        .map(|w| format!("{w:#x}"))
+                        .collect::<Vec<_>>()),
                 })
             })
             .collect();
@@ -158,6 +163,20 @@ impl Liveness {
                 "gauge",
                 "The avail index the device takes next, after its last drain.",
                 r.device_next_avail.map(u64::from),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_avail_event",
+                "gauge",
+                "The avail_event the device published in guest memory (EVENT_IDX: the driver notifies when its avail index passes it).",
+                r.avail_event.map(u64::from),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_kicks_total",
+                "counter",
+                "Request queue notifications the device thread took (kicks that arrived between two of its reads count once).",
+                Some(r.kicks),
             );
         }
         out

@@ -105,9 +105,13 @@ pub struct ThreadStatus {
     /// (`u32::MAX` before activation; the used index is read from guest
     /// memory).
     next_avail: AtomicU32,
-    /// Guest memory and the request queue's avail and used ring addresses,
-    /// from activation to reset.
-    rings: Mutex<Option<(GuestMemoryMmap, GuestAddress, GuestAddress)>>,
+    /// Notifications of the request queue the thread took (kick eventfd
+    /// reads that found it signalled; several kicks between two reads
+    /// count once).
+    kicks: AtomicU64,
+    /// Guest memory, the request queue's avail and used ring addresses and
+    /// its size, from activation to reset.
+    rings: Mutex<Option<(GuestMemoryMmap, GuestAddress, GuestAddress, u16)>>,
 }
 
 /// A reading of [`ThreadStatus`].
@@ -123,6 +127,11 @@ pub struct StatusReading {
     pub used: Option<u16>,
     /// The device's next available index after its last drain.
     pub device_next_avail: Option<u16>,
+    /// The `avail_event` the device published in guest memory (with
+    /// EVENT_IDX the driver notifies when its avail index passes it).
+    pub avail_event: Option<u16>,
+    /// Request queue notifications the thread took.
+    pub kicks: u64,
 }
 
 impl ThreadStatus {
@@ -132,6 +141,7 @@ impl ThreadStatus {
             wakeups: AtomicU64::new(0),
             serving_since: AtomicU64::new(0),
             next_avail: AtomicU32::new(u32::MAX),
+            kicks: AtomicU64::new(0),
             rings: Mutex::new(None),
         }
     }
@@ -160,23 +170,30 @@ impl ThreadStatus {
         } else {
             self.now_us().saturating_sub(since) / 1000
         };
-        let (driver_avail, used) = match &*self.rings.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((mem, avail, used)) => {
-                let idx = |ring: &GuestAddress| {
-                    ring.checked_add(2)
-                        .and_then(|a| mem.read_obj::<u16>(a).ok())
-                        .map(u16::from_le)
-                };
-                (idx(avail), idx(used))
-            }
-            None => (None, None),
-        };
+        let (driver_avail, used, avail_event) =
+            match &*self.rings.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some((mem, avail, used, size)) => {
+                    let at = |ring: &GuestAddress, off: u64| {
+                        ring.checked_add(off)
+                            .and_then(|a| mem.read_obj::<u16>(a).ok())
+                            .map(u16::from_le)
+                    };
+                    (
+                        at(avail, 2),
+                        at(used, 2),
+                        at(used, 4 + 8 * u64::from(*size)),
+                    )
+                }
+                None => (None, None, None),
+            };
         StatusReading {
             wakeups: self.wakeups.load(Ordering::Relaxed),
             serving_ms,
             driver_avail,
             used,
             device_next_avail: u16::try_from(self.next_avail.load(Ordering::Acquire)).ok(),
+            avail_event,
+            kicks: self.kicks.load(Ordering::Relaxed),
         }
     }
 }
@@ -354,6 +371,7 @@ impl VirtioDevice for ViommuDevice {
                 mem.clone(),
                 GuestAddress(q.avail_ring()),
                 GuestAddress(q.used_ring()),
+                q.size(),
             ));
         }
         let (reply, answer) = sync_channel(1);
@@ -436,6 +454,9 @@ impl Worker {
             for q in 0..2u16 {
                 // Nonblocking: EAGAIN when this queue was not kicked.
                 if self.kicks[usize::from(q)].read().is_ok() {
+                    if q == 0 {
+                        status.kicks.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.notify(q);
                 }
             }

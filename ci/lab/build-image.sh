@@ -123,6 +123,8 @@ for v in $(echo "$guest_kernels" | tr ',' ' '); do
 	[ -x "$REPO_DIR/guest-patches/linux-$version/build.sh" ] || { log "no guest kernel series for '$v' (guest-patches/linux-$version)"; exit 1; }
 	k=$("$REPO_DIR/guest-patches/linux-$version/build.sh" "$variant")
 	cp "$k" "$run/host-overlay/lab/guest/$v.bzImage"
+	# The bench tool names a hung guest's addresses with it.
+	[ ! -f "$(dirname "$k")/System.map" ] || cp "$(dirname "$k")/System.map" "$run/host-overlay/lab/guest/$v.System.map"
 done
 install -m 755 "$LAB_DIR/host-init" "$run/host-overlay/init"
 cp "$LAB_DIR/host-lib.sh" "$run/host-overlay/lab/"

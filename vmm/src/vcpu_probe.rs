@@ -99,7 +99,11 @@ impl VcpuProbe {
             }
             std::thread::sleep(Duration::from_millis(10));
             if self.answered.load(Ordering::Acquire) != before {
-                return self.sample.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                return self
+                    .sample
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
             }
         }
         self.want.store(false, Ordering::Release);
@@ -194,9 +198,15 @@ mod tests {
     #[test]
     fn only_kernel_text_words_up_to_the_page_end_are_kept() {
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x4000)]).unwrap();
-        let words: [u64; 4] = [0x1234, 0xffff_ffff_8123_4567, 0xffff_8880_0000_1000, u64::MAX];
+        let words: [u64; 4] = [
+            0x1234,
+            0xffff_ffff_8123_4567,
+            0xffff_8880_0000_1000,
+            u64::MAX,
+        ];
         for (i, w) in words.iter().enumerate() {
-            mem.write_obj(*w, GuestAddress(0x1fe0 + 8 * i as u64)).unwrap();
+            mem.write_obj(*w, GuestAddress(0x1fe0 + 8 * i as u64))
+                .unwrap();
         }
         // A word of the next page that must not be read.
         mem.write_obj(0xffff_ffff_8100_0000u64, GuestAddress(0x2000))

@@ -249,6 +249,7 @@ mod tests {
             CellStatus::Hung {
                 phase: "randread-64k".into(),
                 after_s: 60,
+                device_owes: false,
             },
             None,
         );
@@ -267,6 +268,7 @@ mod tests {
         let hung = CellStatus::Hung {
             phase: "boot".into(),
             after_s: 120,
+            device_owes: false,
         };
         let mut c = cell(hung.clone(), None);
         c.boot = None;

@@ -204,6 +204,10 @@ pub struct Launch {
     pub trace: Option<PathBuf>,
     /// Our VMM's API socket.
     pub api_socket: Option<PathBuf>,
+    /// The guest kernel it boots (its System.map beside it names a hung
+    /// guest's addresses).
+    #[serde(default)]
+    pub kernel: Option<PathBuf>,
 }
 
 impl Launch {
@@ -322,6 +326,7 @@ pub fn launch(
         args,
         trace,
         api_socket,
+        kernel: Some(kernel.clone()),
     }
 }
 

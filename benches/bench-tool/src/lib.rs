@@ -28,6 +28,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod stats;
+pub mod symbols;
 pub mod sysfs;
 pub mod trace;
 pub mod units;

@@ -22,6 +22,10 @@ pub struct Gauges {
     pub used: Option<u64>,
     /// The avail index the device takes next.
     pub device_next_avail: Option<u64>,
+    /// The `avail_event` the device published (EVENT_IDX).
+    pub avail_event: Option<u64>,
+    /// Request queue notifications the device thread took.
+    pub kicks: Option<u64>,
     /// CPU milliseconds of each vCPU thread, in vCPU order.
     pub vcpu_cpu_ms: Vec<u64>,
 }
@@ -39,6 +43,8 @@ pub fn parse(text: &str) -> Gauges {
         driver_avail: g("viommu_requestq_driver_avail"),
         used: g("viommu_requestq_used"),
         device_next_avail: g("viommu_requestq_device_next_avail"),
+        avail_event: g("viommu_requestq_avail_event"),
+        kicks: g("viommu_requestq_kicks_total"),
         vcpu_cpu_ms: (0..)
             .map_while(|i| g(&format!("vmm_vcpu_cpu_ms_total{{vcpu=\"{i}\"}}")))
             .collect(),
@@ -57,7 +63,8 @@ pub fn diagnose(first: &Gauges, then: &Gauges) -> String {
             "the virtio-iommu device thread has been serving one notification for {ms} ms (a host call that does not return?)"
         )),
         (Some(a), Some(n), _, _) if a != n => out.push(format!(
-            "the driver published virtio-iommu requests the device has not taken (avail {a}, device at {n}) and the device thread is waiting: a missed kick"
+            "the driver published virtio-iommu requests the device has not taken (avail {a}, device at {n}, avail_event {}) and the device thread is waiting: not yet notified (a lazy guest queues UNMAPs until its next sync) or a missed kick",
+            then.avail_event.map_or("?".to_string(), |e| e.to_string())
         )),
         (Some(a), _, Some(u), _) if a != u => out.push(format!(
             "the device took virtio-iommu requests it has not completed (avail {a}, used {u})"
@@ -108,6 +115,114 @@ pub fn diagnose(first: &Gauges, then: &Gauges) -> String {
     out.join("; ")
 }
 
+/// Where one vCPU was at the hang (our VMM's `GET /api/v1/vm.vcpus`),
+/// named with the guest kernel's symbols when they are known.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VcpuWhere {
+    /// The vCPU's index.
+    pub vcpu: u64,
+    /// Its instruction pointer, named (`None`: it did not answer).
+    pub rip: Option<String>,
+    /// The function holding `rip`, when the symbols name it.
+    pub function: Option<String>,
+    /// Whether it ran with interrupts enabled.
+    pub interrupts: Option<bool>,
+    /// Kernel text words on its stack, named (a rough call chain).
+    pub stack: Vec<String>,
+}
+
+impl std::fmt::Display for VcpuWhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "vCPU{} ", self.vcpu)?;
+        match &self.rip {
+            Some(r) => write!(f, "at {r}")?,
+            None => write!(f, "did not answer")?,
+        }
+        if self.interrupts == Some(false) {
+            write!(f, " (interrupts off)")?;
+        }
+        if !self.stack.is_empty() {
+            write!(f, " <- {}", self.stack.join(" <- "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Stack words shown per vCPU.
+const STACK_SHOWN: usize = 8;
+
+/// The vCPUs of a `vm.vcpus` answer (`body`, JSON), named with `syms`.
+pub fn vcpus(body: &str, syms: Option<&crate::symbols::Symbols>) -> Vec<VcpuWhere> {
+    let Ok(serde_json::Value::Array(v)) = serde_json::from_str::<serde_json::Value>(body) else {
+        return Vec::new();
+    };
+    let hex = |x: &serde_json::Value| {
+        x.as_str()
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    };
+    let name = |a: u64| syms.map_or_else(|| format!("{a:#x}"), |s| s.name(a));
+    v.iter()
+        .map(|c| {
+            let rip = c.get("rip").and_then(hex);
+            VcpuWhere {
+                vcpu: c.get("vcpu").and_then(|x| x.as_u64()).unwrap_or(0),
+                rip: rip.map(name),
+                function: rip
+                    .and_then(|r| syms.and_then(|s| s.lookup(r)))
+                    .map(|(n, _)| n.to_string()),
+                interrupts: c.get("interrupts_enabled").and_then(|x| x.as_bool()),
+                stack: c
+                    .get("stack_text")
+                    .and_then(|x| x.as_array())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(hex)
+                            .take(STACK_SHOWN)
+                            .map(name)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// Whether the device owes the driver a request at the hang: the driver
+/// has requests outstanding (published and not used) and a vCPU waits
+/// for them in the virtio-iommu driver. A hang of that kind is a bug of
+/// the VMM or of the guest's driver, whatever the lab's emulation does,
+/// and is never run again. Requests published but not taken are not
+/// enough on their own: a lazy guest queues UNMAPs without notifying
+/// until its next sync. `None` when it does not (or, without the guest
+/// kernel's symbols, cannot be told).
+pub fn owed(g: &Gauges, vcpus: &[VcpuWhere], have_symbols: bool) -> Option<String> {
+    let (a, u) = (g.driver_avail?, g.used?);
+    if a == u || !have_symbols {
+        return None;
+    }
+    let waiting: Vec<String> = vcpus
+        .iter()
+        .filter(|v| {
+            v.function
+                .as_deref()
+                .is_some_and(crate::symbols::waits_for_viommu)
+        })
+        .map(|v| format!("vCPU{} in {}", v.vcpu, v.rip.as_deref().unwrap_or("?")))
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let taken = match g.device_next_avail {
+        Some(n) if n != a => format!("the device took up to {n} of them"),
+        _ => "the device took them all".to_string(),
+    };
+    Some(format!(
+        "THE DEVICE OWES THE DRIVER A REQUEST: {} waits for the virtio-iommu (avail {a}, used {u}: {taken}; avail_event {})",
+        waiting.join(", "),
+        g.avail_event.map_or("?".to_string(), |e| e.to_string())
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,11 +236,37 @@ mod tests {
     }
 
     #[test]
+    fn a_driver_waiting_for_untaken_requests_is_owed() {
+        let map = "ffffffff81200000 t __viommu_sync_req\nffffffff81300000 T native_safe_halt\nffffffff81310000 T x\n";
+        let syms = crate::symbols::Symbols::parse(map);
+        let body = r#"[{"vcpu":0,"rip":"0xffffffff81200010","interrupts_enabled":false,"stack_text":["0xffffffff81300004"]},
+                       {"vcpu":1,"rip":"0xffffffff81300001","interrupts_enabled":true,"stack_text":[]}]"#;
+        let v = vcpus(body, Some(&syms));
+        assert_eq!(v[0].function.as_deref(), Some("__viommu_sync_req"));
+        assert_eq!(
+            v[0].to_string(),
+            "vCPU0 at __viommu_sync_req+0x10 (interrupts off) <- native_safe_halt+0x4"
+        );
+        let g = parse(&text(10, 3, 2, 0, 7, 5, 6));
+        let o = owed(&g, &v, true).unwrap();
+        assert!(o.contains("vCPU0 in __viommu_sync_req+0x10"), "{o}");
+        assert!(o.contains("took up to 6"), "{o}");
+        // Nothing outstanding, no vCPU in the driver, or no symbols: not owed.
+        assert!(owed(&parse(&text(10, 3, 2, 0, 7, 7, 7)), &v, true).is_none());
+        assert!(owed(&g, &v[1..], true).is_none());
+        assert!(owed(&g, &vcpus(body, None), false).is_none());
+        assert!(vcpus("not json", Some(&syms)).is_empty());
+    }
+
+    #[test]
     fn tells_the_device_from_the_guest() {
         let g = parse(&text(10, 3, 2, 0, 7, 5, 5));
         assert_eq!(g.driver_avail, Some(7));
         let d = diagnose(&g, &g);
-        assert!(d.contains("missed kick"), "{d}");
+        assert!(
+            d.contains("missed kick") && d.contains("not yet notified"),
+            "{d}"
+        );
         assert!(
             d.contains("does not take it (a vCPU with interrupts off)"),
             "{d}"

@@ -361,13 +361,13 @@ async fn run(cfg: Config) -> u8 {
             let retry = (earlier.len() < a.retries as usize)
                 .then(|| {
                     retry_reason(&r, col.vmm).or_else(|| match &r.status {
-                        viommu_bench::results::CellStatus::Hung { phase, after_s }
-                            if a.retry_hung =>
-                        {
-                            Some(format!(
-                                "the guest hung in {phase} (no I/O for {after_s} s; --retry-hung)"
-                            ))
-                        }
+                        viommu_bench::results::CellStatus::Hung {
+                            phase,
+                            after_s,
+                            device_owes: false,
+                        } if a.retry_hung => Some(format!(
+                            "the guest hung in {phase} (no I/O for {after_s} s; --retry-hung)"
+                        )),
                         _ => None,
                     })
                 })

@@ -1153,6 +1153,7 @@ pub(crate) mod tests {
             c.status = CellStatus::Hung {
                 phase: "randread-4k".into(),
                 after_s: 60,
+                device_owes: false,
             };
         }
         // qemu's ranges overlap a made-up second contender: noise.

@@ -24,6 +24,12 @@ pub enum CellStatus {
         phase: String,
         /// Seconds without progress before it was killed.
         after_s: u64,
+        /// The device owed the driver a request when it was killed: a vCPU
+        /// waits in the virtio-iommu driver for requests the device has
+        /// not taken or not completed. A bug of the VMM or the guest's
+        /// driver, never the lab's emulation: the cell is not run again.
+        #[serde(default)]
+        device_owes: bool,
     },
     /// Something else went wrong; the reason says what.
     Failed {

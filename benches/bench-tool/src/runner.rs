@@ -283,14 +283,17 @@ pub async fn run_cell(
                     _ => {
                         let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
                         warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
+                        let mut device_owes = false;
                         if let Some(sock) = &launch.api_socket {
-                            let why = hang_state(sock).await;
+                            let syms = launch.kernel.as_deref().and_then(crate::symbols::Symbols::beside);
+                            let (why, owes) = hang_state(sock, syms.as_ref()).await;
+                            device_owes = owes;
                             warn!("{column} round {}: state at the hang: {why}", round + 1);
                             let _ = writeln!(log, "# state at the hang: {why}");
                             st.warnings.push(format!("state at the hang: {why}"));
                         }
                         progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
-                        hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s });
+                        hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s, device_owes });
                         if !kill(&mut child).await {
                             // Stuck in the host kernel: waiting longer
                             // would only kill it again and again.
@@ -331,13 +334,17 @@ pub async fn run_cell(
     })
 }
 
-/// Our VMM's liveness gauges read twice, a second apart, and what they
-/// say (see [`crate::liveness`]).
-async fn hang_state(sock: &std::path::Path) -> String {
+/// Our VMM's liveness gauges read twice, a second apart, and its vCPUs'
+/// registers, with what they say (see [`crate::liveness`]), and whether
+/// the device owes the driver a request (never retried).
+async fn hang_state(
+    sock: &std::path::Path,
+    syms: Option<&crate::symbols::Symbols>,
+) -> (String, bool) {
     let ep = crate::metrics::HttpSocket::new(sock);
     let first = match ep.text().await {
         Ok(t) => t,
-        Err(e) => return format!("the VMM's API did not answer ({e})"),
+        Err(e) => return (format!("the VMM's API did not answer ({e})"), false),
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
     let then = ep.text().await.unwrap_or_default();
@@ -346,12 +353,20 @@ async fn hang_state(sock: &std::path::Path) -> String {
         crate::liveness::parse(&then),
     );
     // Where the vCPUs are (our VMM's vm.vcpus; older builds have none).
-    let vcpus = ep
-        .body("/api/v1/vm.vcpus")
-        .await
-        .map(|v| format!("; vCPUs: {}", v.trim()))
-        .unwrap_or_default();
-    format!("{} [{:?}]{vcpus}", crate::liveness::diagnose(&a, &b), b)
+    let vcpus = ep.body("/api/v1/vm.vcpus").await.unwrap_or_default();
+    let where_ = crate::liveness::vcpus(&vcpus, syms);
+    let verdict = crate::liveness::owed(&b, &where_, syms.is_some());
+    let mut text = format!("{} [{:?}]", crate::liveness::diagnose(&a, &b), b);
+    if let Some(v) = &verdict {
+        text = format!("{v}; {text}");
+    }
+    if !where_.is_empty() {
+        let list: Vec<String> = where_.iter().map(|v| v.to_string()).collect();
+        text += &format!("; vCPUs: {}", list.join("; "));
+    } else if !vcpus.trim().is_empty() {
+        text += &format!("; vCPUs: {}", vcpus.trim());
+    }
+    (text, verdict.is_some())
 }
 
 /// What a VMM that SIGKILL does not end is reported as.
@@ -485,6 +500,7 @@ mod tests {
             args: vec![p.to_string_lossy().into_owned()],
             trace: None,
             api_socket: None,
+            kernel: None,
         }
     }
 

@@ -129,6 +129,74 @@ pub fn bar0_of(resource: &str) -> Option<String> {
     (n(start)? != 0 || n(end)? != 0).then(|| format!("{start}-{end}"))
 }
 
+/// Whether a drive bound to `driver` shows its namespaces to the host
+/// (every driver but none, vfio-pci and pci-stub: nvme, or one we do not know).
+fn drives_namespaces(driver: Option<&str>) -> bool {
+    !matches!(driver, None | Some("vfio-pci") | Some("pci-stub"))
+}
+
+/// `name` as `(subsystem or controller instance, controller, nsid)` if it is
+/// a namespace's block device: `nvmeXnY` (no controller) or a native
+/// multipath path device `nvmeXcYnZ`. Partitions (`nvme0n1p1`) are not.
+fn parse_ns_name(name: &str) -> Option<(u32, Option<u32>, u32)> {
+    let rest = name.strip_prefix("nvme")?;
+    let digits = |s: &str| -> Option<(u32, usize)> {
+        let n = s.bytes().take_while(u8::is_ascii_digit).count();
+        (n > 0).then(|| s[..n].parse().ok().map(|v| (v, n)))?
+    };
+    let (x, n) = digits(rest)?;
+    let mut rest = &rest[n..];
+    let mut ctrl = None;
+    if let Some(r) = rest.strip_prefix('c') {
+        let (y, n) = digits(r)?;
+        ctrl = Some(y);
+        rest = &r[n..];
+    }
+    let r = rest.strip_prefix('n')?;
+    let (z, n) = digits(r)?;
+    (n == r.len()).then_some((x, ctrl, z))
+}
+
+/// The block devices of the namespaces of the NVMe drive `bdf`, found
+/// through each of its controllers (`/sys/bus/pci/devices/BDF/nvme/nvmeN/`:
+/// `nvmeNnY` without native multipath, the hidden path devices `nvmeXcNnY`
+/// with it, which stand for the subsystem's `nvmeXnY`) and through the
+/// controller's NVMe subsystem (`/sys/class/nvme-subsystem/nvme-subsysX/`,
+/// which links its controllers and holds the multipath block devices
+/// `nvmeXnY`, shared by every controller of a dual-port drive). Sorted,
+/// without duplicates.
+pub fn namespaces_of(r: &Root, bdf: &str) -> Vec<String> {
+    let dev = pci_dev(bdf);
+    let ctrls = r.list(dev.join("nvme"));
+    let mut found = std::collections::BTreeSet::new();
+    for ctrl in &ctrls {
+        for n in r.list(dev.join("nvme").join(ctrl)) {
+            match parse_ns_name(&n) {
+                Some((x, Some(_), z)) => {
+                    found.insert(format!("nvme{x}n{z}"));
+                }
+                Some((_, None, _)) => {
+                    found.insert(n);
+                }
+                None => {}
+            }
+        }
+    }
+    for subsys in r.list("/sys/class/nvme-subsystem") {
+        let dir = PathBuf::from("/sys/class/nvme-subsystem").join(&subsys);
+        let entries = r.list(&dir);
+        if !entries.iter().any(|e| ctrls.contains(e)) {
+            continue;
+        }
+        found.extend(
+            entries
+                .into_iter()
+                .filter(|e| matches!(parse_ns_name(e), Some((_, None, _)))),
+        );
+    }
+    found.into_iter().collect()
+}
+
 impl Checks {
     /// Run every check.
     pub fn run(&self) -> Outcome {
@@ -217,12 +285,8 @@ impl Checks {
                 .take()
                 .or_else(|| r.read_trim(c.join("serial")).ok());
             f.model = f.model.take().or_else(|| r.read_trim(c.join("model")).ok());
-            f.namespaces.extend(
-                r.list(&c)
-                    .into_iter()
-                    .filter(|n| n.starts_with(&ctrl) && n[ctrl.len()..].starts_with('n')),
-            );
         }
+        f.namespaces = namespaces_of(r, &self.bdf);
         let facts = f.clone();
         let p = &mut out.problems;
         if let Some(c) = &self.consent {
@@ -281,6 +345,19 @@ impl Checks {
                     facts.driver.as_deref().unwrap_or("no driver")
                 ),
                 "drop --no-bind and let the tool bind it (restored at the end), or bind it yourself first",
+            ));
+        }
+        if facts.namespaces.is_empty() && drives_namespaces(facts.driver.as_deref()) {
+            p.push(problem(
+                format!(
+                    "{bdf} is bound to {} but none of its namespaces was found (looked for nvmeXnY and nvmeXcYnZ in /sys/bus/pci/devices/{bdf}/nvme/*/ and for the block devices of its subsystem in /sys/class/nvme-subsystem/*/): nothing could be checked for mounts, swap or LVM/md/dm",
+                    facts.driver.as_deref().unwrap_or("no driver"),
+                    bdf = self.bdf
+                ),
+                format!(
+                    "see what uses it (nvme list-subsys; lsblk), stop it, then bind {bdf} to vfio-pci yourself (echo vfio-pci > /sys/bus/pci/devices/{bdf}/driver_override; echo {bdf} > /sys/bus/pci/devices/{bdf}/driver/unbind; echo {bdf} > /sys/bus/pci/drivers_probe) and run again with --no-bind",
+                    bdf = self.bdf
+                ),
             ));
         }
         self.check_namespaces(&facts.namespaces, p);
@@ -623,6 +700,111 @@ mod tests {
             line.contains("held by dm-0") && line.contains("vgchange -an"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn namespace_names() {
+        assert_eq!(parse_ns_name("nvme0n1"), Some((0, None, 1)));
+        assert_eq!(parse_ns_name("nvme12c3n45"), Some((12, Some(3), 45)));
+        for not in [
+            "nvme0",
+            "nvme0n1p1",
+            "nvme0c0",
+            "nvmen1",
+            "nvme0n",
+            "sda",
+            "nvme-subsys0",
+        ] {
+            assert_eq!(parse_ns_name(not), None, "{not}");
+        }
+    }
+
+    /// The drive's controller nvme1 in subsystem 0 with native multipath:
+    /// its directory holds the path device nvme0c1n1; the namespace's block
+    /// device is the subsystem's nvme0n1 (a dual-port drive: nvme0, the
+    /// other port, is in the same subsystem).
+    fn multipath(f: &Fake) {
+        let dev = format!("sys/bus/pci/devices/{BDF}");
+        f.rm(&format!("{dev}/nvme/nvme0"));
+        f.file(&format!("{dev}/nvme/nvme1/serial"), "S5GXNX0T123456\n");
+        f.mkdir(&format!("{dev}/nvme/nvme1/nvme0c1n1"));
+        f.rm("sys/block/nvme0n1");
+        f.mkdir("sys/class/nvme-subsystem/nvme-subsys0/nvme0n1/holders");
+        f.mkdir("sys/class/nvme-subsystem/nvme-subsys0/nvme0n1/nvme0n1p1/holders");
+        symlink(
+            "../class/nvme-subsystem/nvme-subsys0/nvme0n1",
+            f.p("sys/block/nvme0n1"),
+        )
+        .unwrap();
+        for c in ["nvme0", "nvme1"] {
+            symlink(
+                format!("../../nvme/{c}"),
+                f.p(&format!("sys/class/nvme-subsystem/nvme-subsys0/{c}")),
+            )
+            .unwrap();
+        }
+        // Another drive's subsystem is not this drive's.
+        f.mkdir("sys/class/nvme-subsystem/nvme-subsys1/nvme1n1");
+        f.mkdir("sys/class/nvme-subsystem/nvme-subsys1/nvme2");
+    }
+
+    #[test]
+    fn multipath_namespaces_are_found_through_the_subsystem() {
+        let f = Fake::healthy();
+        multipath(&f);
+        let out = f.checks().run();
+        assert!(out.problems.is_empty(), "{:#?}", out.problems);
+        assert_eq!(out.facts.namespaces, vec!["nvme0n1"]);
+        // A mounted partition of the subsystem's namespace is seen.
+        f.file("proc/mounts", "/dev/nvme0n1p1 /data xfs rw 0 0\n");
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("/dev/nvme0n1p1 is mounted on /data"),
+            "{line}"
+        );
+        f.file("proc/mounts", "");
+        f.mkdir("sys/class/nvme-subsystem/nvme-subsys0/nvme0n1/holders/dm-3");
+        let line = f.only_problem(&f.checks());
+        assert!(line.contains("/dev/nvme0n1 is held by dm-3"), "{line}");
+    }
+
+    #[test]
+    fn a_subsystem_namespace_without_a_path_device_is_still_found() {
+        // The controller's directory shows no namespace at all (a layout
+        // this code does not know), but its subsystem lists nvme0n1.
+        let f = Fake::healthy();
+        multipath(&f);
+        f.rm(&format!("sys/bus/pci/devices/{BDF}/nvme/nvme1/nvme0c1n1"));
+        f.file(
+            "proc/swaps",
+            "Filename Type\n/dev/nvme0n1p1 partition 1 0 -2\n",
+        );
+        let line = f.only_problem(&f.checks());
+        assert!(line.contains("swapoff /dev/nvme0n1p1"), "{line}");
+    }
+
+    #[test]
+    fn a_drive_on_nvme_whose_namespaces_cannot_be_found_is_refused() {
+        let f = Fake::healthy();
+        f.rm(&format!("sys/bus/pci/devices/{BDF}/nvme/nvme0/nvme0n1"));
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("is bound to nvme but none of its namespaces was found")
+                && line.contains(&format!("/sys/bus/pci/devices/{BDF}/nvme/*/"))
+                && line.contains("/sys/class/nvme-subsystem/")
+                && line.contains("--no-bind"),
+            "{line}"
+        );
+        // On vfio-pci (or no driver) the host sees no namespace: nothing to check.
+        let f = Fake::healthy();
+        f.rm(&format!("sys/bus/pci/devices/{BDF}/nvme"));
+        f.rm(&format!("sys/bus/pci/devices/{BDF}/driver"));
+        symlink(
+            "../../../../bus/pci/drivers/vfio-pci",
+            f.p(&format!("sys/bus/pci/devices/{BDF}/driver")),
+        )
+        .unwrap();
+        assert!(f.checks().run().problems.is_empty());
     }
 
     #[test]

@@ -116,6 +116,7 @@ fn preflight(cfg: &Config) -> Outcome {
         kernels,
         guest_memory: cfg.memory_mib << 20,
         path_env: std::env::var_os("PATH"),
+        kvm_exits: a.kvm_exits,
     }
     .run()
 }
@@ -293,19 +294,8 @@ async fn run(cfg: Config) -> u8 {
         }
     }
 
-    // 3. Bind (restored when `guard` drops, whatever happens below).
-    let mut guard = None;
-    if !a.no_bind {
-        match BindGuard::bind(&root, &cfg.bdf, facts.driver.as_deref()) {
-            Ok(g) => guard = Some(g),
-            Err(e) => {
-                eprintln!("viommu-bench: {e}");
-                return 1;
-            }
-        }
-    }
-
-    // KVM exits per phase, when asked (triggers removed when this drops).
+    // KVM exits per phase, when asked (triggers removed when this drops),
+    // before the drive is bound: a kernel without them changes nothing.
     let kvm_exits = if a.kvm_exits {
         match viommu_bench::kvm_exits::KvmExits::install(None) {
             Ok(k) => Some(k),
@@ -317,6 +307,18 @@ async fn run(cfg: Config) -> u8 {
     } else {
         None
     };
+
+    // 3. Bind (restored when `guard` drops, whatever happens below).
+    let mut guard = None;
+    if !a.no_bind {
+        match BindGuard::bind(&root, &cfg.bdf, facts.driver.as_deref()) {
+            Ok(g) => guard = Some(g),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return 1;
+            }
+        }
+    }
 
     // 4. Every cell.
     let t0 = Instant::now();

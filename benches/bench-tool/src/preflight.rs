@@ -80,6 +80,8 @@ pub struct Checks {
     pub guest_memory: u64,
     /// PATH to search programs in.
     pub path_env: Option<OsString>,
+    /// --kvm-exits (needs root and ftrace hist triggers on the KVM events).
+    pub kvm_exits: bool,
 }
 
 /// Programs found on the host.
@@ -217,8 +219,19 @@ impl Checks {
         }
         if !r.exists("/sys/bus/pci/drivers/vfio-pci") {
             p.push(problem("vfio-pci is not loaded", "modprobe vfio-pci"));
+        } else if !r.exists("/dev/vfio/vfio") {
+            p.push(problem(
+                "no /dev/vfio/vfio: both VMMs open the drive through VFIO's container API",
+                "modprobe vfio (it makes /dev/vfio/vfio); a kernel built with iommufd and without CONFIG_VFIO_CONTAINER needs CONFIG_IOMMUFD_VFIO_CONTAINER=y",
+            ));
+        }
+        if let Some(x) = self.interrupt_remapping() {
+            p.push(x);
         }
         self.check_device(&mut out);
+        if self.kvm_exits {
+            self.check_kvm_exits(&mut out.problems);
+        }
         self.check_memlock(&mut out.problems);
         if !self.no_bind && self.euid() != Some(0) {
             out.problems.push(problem(
@@ -314,21 +327,55 @@ impl Checks {
             }
         }
         if let Some(g) = &facts.iommu_group {
+            // VFIO takes a group when every other device in it is unbound
+            // or on a driver that leaves DMA to VFIO (vfio-pci, pci-stub,
+            // pcieport for bridges); bridges have always been let through.
             let others: Vec<String> = r
                 .list(format!("/sys/kernel/iommu_groups/{g}/devices"))
                 .into_iter()
                 .filter(|o| o != &self.bdf)
-                .filter(|o| {
-                    // Bridges may share the group; VFIO allows them.
-                    !r.read_trim(pci_dev(o).join("class"))
+                .filter_map(|o| {
+                    let bridge = r
+                        .read_trim(pci_dev(&o).join("class"))
                         .unwrap_or_default()
-                        .starts_with("0x0604")
+                        .starts_with("0x0604");
+                    let driver = r.link_name(pci_dev(&o).join("driver"));
+                    let ok = bridge
+                        || matches!(
+                            driver.as_deref(),
+                            None | Some("vfio-pci") | Some("pci-stub") | Some("pcieport")
+                        );
+                    (!ok).then(|| format!("{o} (on {})", driver.unwrap_or_default()))
                 })
                 .collect();
             if !others.is_empty() {
+                let bdfs: Vec<&str> = others
+                    .iter()
+                    .filter_map(|o| o.split_whitespace().next())
+                    .collect();
                 p.push(problem(
-                    format!("IOMMU group {g} of {} also holds {}", self.bdf, others.join(", ")),
-                    "VFIO passes whole groups: move the drive to a slot with its own group (or enable ACS in the firmware)",
+                    format!(
+                        "IOMMU group {g} of {} also holds {}, bound to host drivers: VFIO takes a group only when its other devices are unbound or on vfio-pci or pci-stub",
+                        self.bdf,
+                        others.join(", ")
+                    ),
+                    format!(
+                        "unbind them ({}) if the host can do without them, or move the drive to a slot with its own group (or enable ACS in the firmware)",
+                        bdfs.iter()
+                            .map(|b| format!("echo {b} > /sys/bus/pci/devices/{b}/driver/unbind"))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                ));
+            }
+            if facts.driver.as_deref() == Some("vfio-pci") && !r.exists(format!("/dev/vfio/{g}")) {
+                p.push(problem(
+                    format!(
+                        "{} is on vfio-pci but its group node /dev/vfio/{g} is missing",
+                        self.bdf
+                    ),
+                    "check dmesg for vfio errors; rebind it (echo {bdf} > /sys/bus/pci/drivers/vfio-pci/unbind; echo {bdf} > /sys/bus/pci/drivers_probe) or let the tool bind it (drop --no-bind)"
+                        .replace("{bdf}", &self.bdf),
                 ));
             }
         } else {
@@ -406,6 +453,102 @@ impl Checks {
                     ));
                 }
             }
+        }
+    }
+
+    /// Whether VFIO will take the drive's interrupts: with interrupt
+    /// remapping (Intel VT-d's ECAP.IR on every unit, AMD-Vi always), or
+    /// with vfio_iommu_type1's `allow_unsafe_interrupts`. Without either
+    /// VFIO refuses to attach the group and the run would fail after the
+    /// drive was bound. `None` when fine or when no IOMMU shows at all
+    /// (reported on its own).
+    fn interrupt_remapping(&self) -> Option<Problem> {
+        let r = &self.root;
+        let cmdline = r.read_trim("/proc/cmdline").unwrap_or_default();
+        let unsafe_ok = ["vfio_iommu_type1", "iommufd"].iter().any(|m| {
+            matches!(
+                r.read_trim(format!(
+                    "/sys/module/{m}/parameters/allow_unsafe_interrupts"
+                ))
+                .as_deref(),
+                Ok("Y" | "y" | "1")
+            )
+        }) || cmdline.split_whitespace().any(|a| {
+            matches!(
+                a,
+                "vfio_iommu_type1.allow_unsafe_interrupts=1"
+                    | "vfio_iommu_type1.allow_unsafe_interrupts=Y"
+                    | "vfio_iommu_type1.allow_unsafe_interrupts=y"
+            )
+        });
+        if unsafe_ok {
+            return None;
+        }
+        const FIX_UNSAFE: &str = "or, on a host no one else uses, let VFIO take unremapped interrupts: modprobe vfio_iommu_type1 allow_unsafe_interrupts=1 (or vfio_iommu_type1.allow_unsafe_interrupts=1 on the kernel command line)";
+        if cmdline.split_whitespace().any(|a| a == "intremap=off") {
+            return Some(problem(
+                "interrupt remapping is off (intremap=off on the kernel command line): VFIO will not take the drive's interrupts",
+                format!("remove intremap=off from the kernel command line and reboot, {FIX_UNSAFE}"),
+            ));
+        }
+        let units = r.list("/sys/class/iommu");
+        if units.is_empty() {
+            return None;
+        }
+        let ir = |u: &String| -> bool {
+            if u.starts_with("ivhd") {
+                return true;
+            }
+            r.read_trim(format!("/sys/class/iommu/{u}/intel-iommu/ecap"))
+                .ok()
+                .and_then(|e| u64::from_str_radix(e.trim_start_matches("0x"), 16).ok())
+                .is_some_and(|e| e & (1 << 3) != 0)
+        };
+        let without: Vec<&String> = units.iter().filter(|u| !ir(u)).collect();
+        if without.is_empty() {
+            return None;
+        }
+        Some(problem(
+            format!(
+                "no interrupt remapping: IOMMU unit(s) {} of /sys/class/iommu cannot remap interrupts, and VFIO will not take the drive's interrupts without it",
+                without.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            format!("enable interrupt remapping in the firmware (VT-d / AMD-Vi with interrupt remapping, x2APIC), {FIX_UNSAFE}"),
+        ))
+    }
+
+    /// What `--kvm-exits` needs: root, tracefs with the KVM events, and
+    /// hist triggers (CONFIG_HIST_TRIGGERS: each event has a `hist` file).
+    /// An unmounted tracefs is mounted later, then checked again.
+    fn check_kvm_exits(&self, p: &mut Vec<Problem>) {
+        let r = &self.root;
+        if self.euid() != Some(0) {
+            p.push(problem(
+                "--kvm-exits: not running as root",
+                "run it with sudo (ftrace triggers are root's), or drop --kvm-exits",
+            ));
+        }
+        let t = "/sys/kernel/tracing";
+        if !r.exists(t) {
+            p.push(problem(
+                "--kvm-exits: this kernel has no tracefs (/sys/kernel/tracing)",
+                "boot a kernel with CONFIG_FTRACE and CONFIG_HIST_TRIGGERS (Debian's, Ubuntu's and Fedora's have both), or drop --kvm-exits",
+            ));
+            return;
+        }
+        if !r.exists(format!("{t}/events")) {
+            return; // not mounted yet: the tool mounts it
+        }
+        if !r.exists(format!("{t}/events/kvm/kvm_exit")) {
+            p.push(problem(
+                format!("--kvm-exits: no KVM trace events in {t}/events/kvm"),
+                "load KVM (modprobe kvm_intel or kvm_amd), or drop --kvm-exits",
+            ));
+        } else if !r.exists(format!("{t}/events/kvm/kvm_exit/hist")) {
+            p.push(problem(
+                "--kvm-exits: the kernel has no hist triggers (no events/kvm/kvm_exit/hist)",
+                "boot a kernel with CONFIG_HIST_TRIGGERS, or drop --kvm-exits",
+            ));
         }
     }
 
@@ -520,6 +663,14 @@ mod tests {
             f.file("dev/kvm", "");
             f.mkdir("sys/bus/pci/drivers/vfio-pci");
             f.mkdir("sys/bus/pci/drivers/nvme");
+            f.file("dev/vfio/vfio", "");
+            // VT-d with interrupt remapping (ECAP bit 3).
+            f.file("sys/class/iommu/dmar0/intel-iommu/ecap", "f050da\n");
+            f.file("sys/class/iommu/dmar1/intel-iommu/ecap", "f050da\n");
+            f.file(
+                "proc/cmdline",
+                "BOOT_IMAGE=/vmlinuz root=/dev/sda1 intel_iommu=on\n",
+            );
             f.mkdir(&format!("sys/kernel/iommu_groups/7/devices/{BDF}"));
             let dev = format!("sys/bus/pci/devices/{BDF}");
             f.file(&format!("{dev}/class"), "0x010802\n");
@@ -590,6 +741,7 @@ mod tests {
                 ],
                 guest_memory: 1 << 30,
                 path_env: Some(self.p("bin").into_os_string()),
+                kvm_exits: false,
             }
         }
         /// The one problem the checks find; fails unless there is exactly one.
@@ -670,16 +822,137 @@ mod tests {
     #[test]
     fn crowded_iommu_group() {
         let f = Fake::healthy();
-        f.mkdir("sys/kernel/iommu_groups/7/devices/0000:01:00.1");
-        f.file("sys/bus/pci/devices/0000:01:00.1/class", "0x0c0330\n");
-        // A bridge in the group is fine.
-        f.mkdir("sys/kernel/iommu_groups/7/devices/0000:00:1c.0");
-        f.file("sys/bus/pci/devices/0000:00:1c.0/class", "0x060400\n");
+        let member = |bdf: &str, class: &str, driver: Option<&str>| {
+            f.mkdir(&format!("sys/kernel/iommu_groups/7/devices/{bdf}"));
+            f.file(&format!("sys/bus/pci/devices/{bdf}/class"), class);
+            let link = f.p(&format!("sys/bus/pci/devices/{bdf}/driver"));
+            let _ = std::fs::remove_file(&link);
+            if let Some(d) = driver {
+                symlink(format!("../../../../bus/pci/drivers/{d}"), link).unwrap();
+            }
+        };
+        // What VFIO accepts: a bridge, unbound devices, vfio-pci, pci-stub.
+        member("0000:00:1c.0", "0x060400\n", Some("pcieport"));
+        member("0000:01:00.1", "0x0c0330\n", None);
+        member("0000:01:00.2", "0x0c0330\n", Some("vfio-pci"));
+        member("0000:01:00.3", "0x0c0330\n", Some("pci-stub"));
+        assert!(f.checks().run().problems.is_empty());
+        // A member on a host driver: VFIO would refuse the group.
+        member("0000:01:00.1", "0x0c0330\n", Some("xhci_hcd"));
         let line = f.only_problem(&f.checks());
         assert!(
-            line.contains("also holds 0000:01:00.1") && line.contains("own group"),
+            line.contains("also holds 0000:01:00.1 (on xhci_hcd)")
+                && !line.contains("01:00.2")
+                && line.contains(
+                    "echo 0000:01:00.1 > /sys/bus/pci/devices/0000:01:00.1/driver/unbind"
+                )
+                && line.contains("own group"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn vfio_nodes() {
+        let f = Fake::healthy();
+        f.rm("dev/vfio/vfio");
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("no /dev/vfio/vfio") && line.contains("modprobe vfio"),
+            "{line}"
+        );
+        // On vfio-pci already: its group's node must be there.
+        let f = Fake::healthy();
+        let dev = format!("sys/bus/pci/devices/{BDF}");
+        f.rm(&format!("{dev}/driver"));
+        f.rm(&format!("{dev}/nvme"));
+        symlink(
+            "../../../../bus/pci/drivers/vfio-pci",
+            f.p(&format!("{dev}/driver")),
+        )
+        .unwrap();
+        let line = f.only_problem(&f.checks());
+        assert!(line.contains("/dev/vfio/7 is missing"), "{line}");
+        f.file("dev/vfio/7", "");
+        assert!(f.checks().run().problems.is_empty());
+    }
+
+    #[test]
+    fn interrupt_remapping() {
+        // One VT-d unit without ECAP.IR: the kernel remaps on all or none.
+        let f = Fake::healthy();
+        f.file("sys/class/iommu/dmar1/intel-iommu/ecap", "f050d2\n");
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("no interrupt remapping")
+                && line.contains("dmar1")
+                && !line.contains("dmar0")
+                && line.contains("allow_unsafe_interrupts=1"),
+            "{line}"
+        );
+        // VFIO told to take unremapped interrupts: fine (module or cmdline).
+        f.file(
+            "sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts",
+            "Y\n",
+        );
+        assert!(f.checks().run().problems.is_empty());
+        f.rm("sys/module/vfio_iommu_type1");
+        f.file(
+            "proc/cmdline",
+            "ro vfio_iommu_type1.allow_unsafe_interrupts=1\n",
+        );
+        assert!(f.checks().run().problems.is_empty());
+        // Turned off on the command line.
+        let f = Fake::healthy();
+        f.file("proc/cmdline", "ro intel_iommu=on intremap=off\n");
+        assert!(f.only_problem(&f.checks()).contains("remove intremap=off"));
+        // AMD-Vi remaps interrupts; a virtio-iommu does not.
+        let f = Fake::healthy();
+        f.rm("sys/class/iommu/dmar0");
+        f.rm("sys/class/iommu/dmar1");
+        f.mkdir("sys/class/iommu/ivhd0/amd-iommu");
+        assert!(f.checks().run().problems.is_empty());
+        f.rm("sys/class/iommu/ivhd0");
+        f.mkdir("sys/class/iommu/virtio0");
+        assert!(f.only_problem(&f.checks()).contains("virtio0"));
+    }
+
+    #[test]
+    fn kvm_exits_needs_are_checked_before_binding() {
+        let f = Fake::healthy();
+        let mut c = f.checks();
+        c.kvm_exits = true;
+        let line = f.only_problem(&c);
+        assert!(line.contains("no tracefs"), "{line}");
+        // Not mounted yet: mounted at run time, nothing to say now.
+        f.mkdir("sys/kernel/tracing");
+        assert!(c.run().problems.is_empty());
+        f.mkdir("sys/kernel/tracing/events/sched");
+        assert!(f.only_problem(&c).contains("modprobe kvm_intel"));
+        f.file("sys/kernel/tracing/events/kvm/kvm_exit/trigger", "");
+        assert!(f.only_problem(&c).contains("CONFIG_HIST_TRIGGERS"));
+        f.file("sys/kernel/tracing/events/kvm/kvm_exit/hist", "");
+        assert!(c.run().problems.is_empty());
+        // Root even with --no-bind (drive on vfio-pci).
+        f.file(
+            "proc/self/status",
+            "Uid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\n",
+        );
+        f.file(
+            "proc/self/limits",
+            "Max locked memory unlimited unlimited bytes\n",
+        );
+        c.no_bind = true;
+        let dev = format!("sys/bus/pci/devices/{BDF}");
+        f.rm(&format!("{dev}/driver"));
+        f.rm(&format!("{dev}/nvme"));
+        symlink(
+            "../../../../bus/pci/drivers/vfio-pci",
+            f.p(&format!("{dev}/driver")),
+        )
+        .unwrap();
+        f.file("dev/vfio/7", "");
+        let line = f.only_problem(&c);
+        assert!(line.contains("--kvm-exits: not running as root"), "{line}");
     }
 
     #[test]
@@ -804,6 +1077,7 @@ mod tests {
             f.p(&format!("sys/bus/pci/devices/{BDF}/driver")),
         )
         .unwrap();
+        f.file("dev/vfio/7", "");
         assert!(f.checks().run().problems.is_empty());
     }
 

@@ -70,6 +70,10 @@ fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     std::fs::create_dir_all(root.join("sys/bus/pci/drivers/vfio-pci")).unwrap();
     std::fs::create_dir_all(root.join(format!("sys/kernel/iommu_groups/3/devices/{BDF}"))).unwrap();
     file(&root, "dev/kvm", "");
+    file(&root, "dev/vfio/vfio", "");
+    file(&root, "dev/vfio/3", "");
+    // VT-d with interrupt remapping (ECAP bit 3).
+    file(&root, "sys/class/iommu/dmar0/intel-iommu/ecap", "f050da\n");
     let dev = format!("sys/bus/pci/devices/{BDF}");
     file(&root, &format!("{dev}/class"), "0x010802\n");
     symlink(

@@ -117,6 +117,7 @@ fn preflight(cfg: &Config) -> Outcome {
         guest_memory: cfg.memory_mib << 20,
         path_env: std::env::var_os("PATH"),
         kvm_exits: a.kvm_exits,
+        block_sizes: cfg.bs.iter().map(|b| (b.label.clone(), b.bytes)).collect(),
     }
     .run()
 }
@@ -205,7 +206,7 @@ async fn run(cfg: Config) -> u8 {
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,
     };
-    let cmdline = plan::guest_cmdline(&cfg);
+    let cmdline = plan::guest_cmdline(&cfg, facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
     let phases = plan::phases(&cfg);
     let estimate = plan::estimate_cell(&cfg);
@@ -492,7 +493,10 @@ fn print_log(name: &str, log: &Path) {
 }
 
 /// The run's settings, for results.json.
-fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
+fn settings(
+    cfg: &Config,
+    facts: &viommu_bench::preflight::DeviceFacts,
+) -> std::collections::BTreeMap<String, String> {
     let a = &cfg.args;
     let join = |v: Vec<String>| v.join(",");
     [
@@ -510,7 +514,10 @@ fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),
         ("stall_seconds", a.stall_seconds.to_string()),
-        ("guest_cmdline", plan::guest_cmdline(cfg)),
+        (
+            "guest_cmdline",
+            plan::guest_cmdline(cfg, facts.logical_block_size),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -541,8 +548,8 @@ fn conclude(
             .read_trim("/proc/sys/kernel/osrelease")
             .unwrap_or_default(),
         device: cfg.bdf.clone(),
+        settings: settings(cfg, &facts),
         device_facts: facts,
-        settings: settings(cfg),
         columns: cfg.columns.clone(),
         cells,
         summary,

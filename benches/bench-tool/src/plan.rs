@@ -88,7 +88,10 @@ pub fn phases(cfg: &Config) -> Vec<Phase> {
 }
 
 /// The guest kernel command line (before a column's own parameters).
-pub fn guest_cmdline(cfg: &Config) -> String {
+/// `lbs`: the namespace's logical block size as the host saw it, the
+/// smallest I/O the guest's mixed-size verify may use (`lab.lbs`; the
+/// guest reads its own sysfs first and falls back to this, then 512).
+pub fn guest_cmdline(cfg: &Config, lbs: Option<u64>) -> String {
     let a = &cfg.args;
     let bs: Vec<&str> = cfg.bs.iter().map(|b| b.label.as_str()).collect();
     let nj: Vec<String> = cfg.numjobs.iter().map(|n| n.to_string()).collect();
@@ -102,8 +105,9 @@ pub fn guest_cmdline(cfg: &Config) -> String {
     } else {
         String::new()
     };
+    let lbs = lbs.map(|l| format!(" lab.lbs={l}")).unwrap_or_default();
     format!(
-        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}",
+        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}{lbs}",
         a.mode.as_str(),
         a.rw.as_str(),
         bs.join(","),
@@ -232,7 +236,9 @@ mod tests {
             names,
             ["randrw-4k", "randrw-128k", "randrw-4k-j2", "randrw-128k-j2"]
         );
-        let c = guest_cmdline(&cfg);
+        let c = guest_cmdline(&cfg, None);
+        assert!(!c.contains("lab.lbs"), "{c}");
+        assert!(guest_cmdline(&cfg, Some(4096)).ends_with(" lab.lbs=4096"));
         assert!(c.contains("lab.rw=randrw lab.bs=4k,128k lab.runtime=10 lab.iodepth=64 lab.verify=8M lab.numjobs=1,2"), "{c}");
         assert!(!c.contains("lab.ramp"), "no ramp unless asked: {c}");
         assert!(
@@ -251,7 +257,7 @@ mod tests {
         .unwrap()
         .validate()
         .unwrap();
-        assert!(guest_cmdline(&idle).ends_with(" lab.idle_ms=3000"));
+        assert!(guest_cmdline(&idle, None).ends_with(" lab.idle_ms=3000"));
         let ramp = Args::try_parse_from([
             "viommu-bench",
             "--device",
@@ -267,7 +273,7 @@ mod tests {
         .unwrap()
         .validate()
         .unwrap();
-        assert!(guest_cmdline(&ramp).ends_with(" lab.ramp=2"));
+        assert!(guest_cmdline(&ramp, None).ends_with(" lab.ramp=2"));
         // one verify size + mixed, one measured run of ramp + runtime
         assert_eq!(
             estimate_cell(&ramp),

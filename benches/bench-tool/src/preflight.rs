@@ -55,6 +55,11 @@ pub struct DeviceFacts {
     /// BAR0 in the host's physical space, `0xSTART-0xEND` (sysfs `resource`).
     #[serde(default)]
     pub bar0: Option<String>,
+    /// The namespaces' logical block size in bytes, the largest if they
+    /// differ (`/sys/block/NS/queue/logical_block_size`; absent when the
+    /// host sees no namespace, e.g. the drive is on vfio-pci already).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logical_block_size: Option<u64>,
 }
 
 /// What to check.
@@ -82,6 +87,9 @@ pub struct Checks {
     pub path_env: Option<OsString>,
     /// --kvm-exits (needs root and ftrace hist triggers on the KVM events).
     pub kvm_exits: bool,
+    /// The measured block sizes (label, bytes): each a multiple of the
+    /// namespaces' logical block size, or O_DIRECT fails.
+    pub block_sizes: Vec<(String, u64)>,
 }
 
 /// Programs found on the host.
@@ -300,6 +308,16 @@ impl Checks {
             f.model = f.model.take().or_else(|| r.read_trim(c.join("model")).ok());
         }
         f.namespaces = namespaces_of(r, &self.bdf);
+        f.logical_block_size = f
+            .namespaces
+            .iter()
+            .filter_map(|ns| {
+                r.read_trim(format!("/sys/block/{ns}/queue/logical_block_size"))
+                    .ok()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max();
         let facts = f.clone();
         let p = &mut out.problems;
         if let Some(c) = &self.consent {
@@ -408,6 +426,23 @@ impl Checks {
             ));
         }
         self.check_namespaces(&facts.namespaces, p);
+        if let Some(lbs) = facts.logical_block_size.filter(|l| *l > 0) {
+            let bad: Vec<&str> = self
+                .block_sizes
+                .iter()
+                .filter(|(_, b)| b % lbs != 0)
+                .map(|(l, _)| l.as_str())
+                .collect();
+            if !bad.is_empty() {
+                p.push(problem(
+                    format!(
+                        "--bs {}: not a multiple of the drive's logical block size, {lbs} bytes (O_DIRECT I/O of that size fails)",
+                        bad.join(",")
+                    ),
+                    format!("use block sizes that are multiples of {lbs}, e.g. --bs 4k,16k,64k,128k,256k"),
+                ));
+            }
+        }
     }
 
     fn check_namespaces(&self, namespaces: &[String], p: &mut Vec<Problem>) {
@@ -688,6 +723,7 @@ mod tests {
             f.file(&format!("{dev}/nvme/nvme0/model"), "Samsung SSD 980\n");
             f.mkdir(&format!("{dev}/nvme/nvme0/nvme0n1"));
             f.mkdir("sys/block/nvme0n1/holders");
+            f.file("sys/block/nvme0n1/queue/logical_block_size", "512\n");
             f.mkdir("sys/block/nvme0n1/nvme0n1p1/holders");
             f.file("proc/mounts", "/dev/sda1 / ext4 rw 0 0\n");
             f.file("proc/swaps", "Filename Type Size Used Priority\n");
@@ -742,6 +778,7 @@ mod tests {
                 guest_memory: 1 << 30,
                 path_env: Some(self.p("bin").into_os_string()),
                 kvm_exits: false,
+                block_sizes: vec![("4k".into(), 4096), ("128k".into(), 128 << 10)],
             }
         }
         /// The one problem the checks find; fails unless there is exactly one.
@@ -849,6 +886,30 @@ mod tests {
                 && line.contains("own group"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn logical_block_size_is_read_and_block_sizes_checked() {
+        let f = Fake::healthy();
+        assert_eq!(f.checks().run().facts.logical_block_size, Some(512));
+        f.file("sys/block/nvme0n1/queue/logical_block_size", "4096\n");
+        let mut c = f.checks();
+        assert_eq!(c.run().facts.logical_block_size, Some(4096));
+        assert!(c.run().problems.is_empty());
+        c.block_sizes.push(("512".into(), 512));
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("--bs 512: not a multiple of the drive's logical block size, 4096"),
+            "{line}"
+        );
+        // Through the subsystem too (native multipath).
+        let f = Fake::healthy();
+        multipath(&f);
+        f.file(
+            "sys/class/nvme-subsystem/nvme-subsys0/nvme0n1/queue/logical_block_size",
+            "4096\n",
+        );
+        assert_eq!(f.checks().run().facts.logical_block_size, Some(4096));
     }
 
     #[test]

@@ -276,13 +276,16 @@ pub fn build_or_reuse(inputs: &ImageInputs, cache: &Path) -> Result<PathBuf, Ima
     Ok(path)
 }
 
-/// `~/.cache/viommu-bench` (or `$XDG_CACHE_HOME/viommu-bench`).
+/// `/var/cache/viommu-bench` as root, else `$XDG_CACHE_HOME/viommu-bench`
+/// or `~/.cache/viommu-bench` (see [`crate::host::default_cache_for`]).
 pub fn default_cache() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/var/cache"))
-        .join("viommu-bench")
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    crate::host::default_cache_for(
+        euid,
+        std::env::var_os("XDG_CACHE_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )
 }
 
 #[cfg(test)]

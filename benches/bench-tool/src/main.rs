@@ -285,6 +285,8 @@ async fn run(cfg: Config) -> u8 {
     }
     eprintln!("{what}");
 
+    // What this run creates of --out, handed to the sudo user at the end.
+    let created = viommu_bench::host::first_missing(&out.join("logs"));
     for d in [out.join("logs"), run_dir.clone()] {
         if let Err(e) = std::fs::create_dir_all(&d) {
             eprintln!(
@@ -466,6 +468,7 @@ async fn run(cfg: Config) -> u8 {
         started,
         t0.elapsed().as_secs_f64(),
         interrupted,
+        created,
     )
 }
 
@@ -536,6 +539,7 @@ fn conclude(
     started: u64,
     elapsed_s: f64,
     interrupted: bool,
+    created: Option<PathBuf>,
 ) -> u8 {
     let a = &cfg.args;
     let phases = plan::phases(cfg);
@@ -576,8 +580,30 @@ fn conclude(
             1
         }
     };
+    if let Some((uid, gid)) = viommu_bench::host::sudo_user() {
+        hand_over(out, created.as_deref(), uid, gid);
+    }
     print!("{}", render_text(&doc.summary));
     code
+}
+
+/// Under sudo: what this run wrote in `out` (the directories it created,
+/// `created`, and the files it wrote) becomes the invoking user's, not
+/// root's.
+fn hand_over(out: &Path, created: Option<&Path>, uid: u32, gid: u32) {
+    let files = ["results.json", "table.md", "chart.png"].map(|f| out.join(f));
+    for p in created
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(files.into_iter().filter(|f| f.exists()))
+    {
+        if let Err(e) = viommu_bench::host::chown_tree(&p, uid, gid) {
+            warn!(
+                "cannot give {} to uid {uid} (SUDO_UID): {e}; it stays root's",
+                p.display()
+            );
+        }
+    }
 }
 
 /// `--report-from`: the cells of the FILEs (each a results.json, or lines
@@ -610,6 +636,7 @@ fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let out = out_dir(cfg, now);
+    let created = viommu_bench::host::first_missing(&out);
     let expected = cfg.columns.len() * cfg.args.rounds as usize;
     conclude(
         cfg,
@@ -620,6 +647,7 @@ fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
         now,
         elapsed,
         false,
+        created,
     )
 }
 

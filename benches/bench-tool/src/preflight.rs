@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::host::{Pkg, PkgManager};
 use crate::sysfs::{pci_dev, Root};
 
 /// PCI class of an NVMe controller (mass storage, NVM, NVMe).
@@ -222,7 +223,7 @@ impl Checks {
         if r.list("/sys/kernel/iommu_groups").is_empty() {
             p.push(problem(
                 "the IOMMU is off (/sys/kernel/iommu_groups is empty)",
-                "enable VT-d/AMD-Vi in the firmware and boot with intel_iommu=on (or amd_iommu=on) iommu=pt",
+                "enable VT-d (Intel) or AMD-Vi/IOMMU (AMD) in the firmware; on Intel boot with intel_iommu=on (iommu=pt keeps the host's own DMA fast); on AMD the kernel turns the IOMMU on by itself: check that neither amd_iommu=off nor iommu=off is on the kernel command line (there is no amd_iommu=on)",
             ));
         }
         if !r.exists("/sys/bus/pci/drivers/vfio-pci") {
@@ -399,7 +400,7 @@ impl Checks {
         } else {
             p.push(problem(
                 format!("{} has no IOMMU group", self.bdf),
-                "enable the IOMMU (intel_iommu=on or amd_iommu=on) and make sure it covers this slot",
+                "enable the IOMMU (firmware: VT-d or AMD-Vi; Intel: intel_iommu=on on the kernel command line; AMD: on by default, no amd_iommu=off) and make sure it covers this slot",
             ));
         }
         if self.no_bind && facts.driver.as_deref() != Some("vfio-pci") {
@@ -636,12 +637,13 @@ impl Checks {
 
     fn check_programs(&self, out: &mut Outcome) {
         let path = self.path_env.as_deref();
+        let pm = PkgManager::detect(&self.root);
         if let Some(q) = &self.qemu {
             out.tools.qemu = find_program(q, path);
             if out.tools.qemu.is_none() {
                 out.problems.push(problem(
                     format!("stock QEMU {}: not found", q.display()),
-                    "apt-get install qemu-system-x86 (or pass --qemu PATH)",
+                    format!("{} (or pass --qemu PATH)", pm.install(Pkg::Qemu)),
                 ));
             }
         }
@@ -659,20 +661,20 @@ impl Checks {
             if out.tools.fio.is_none() {
                 out.problems.push(problem(
                     "fio: not found (the guest image is built from the host's fio)",
-                    "apt-get install fio (or pass --initramfs PATH)",
+                    format!("{} (or pass --initramfs PATH)", pm.install(Pkg::Fio)),
                 ));
             }
             out.tools.busybox = find_program(Path::new("busybox"), path);
             if out.tools.busybox.is_none() {
                 out.problems.push(problem(
                     "busybox: not found (the guest image is built from the host's busybox)",
-                    "apt-get install busybox-static (or pass --initramfs PATH)",
+                    format!("{} (or pass --initramfs PATH)", pm.install(Pkg::Busybox)),
                 ));
             }
             if find_program(Path::new("ldd"), path).is_none() {
                 out.problems.push(problem(
                     "ldd: not found (it lists fio's libraries for the guest image)",
-                    "apt-get install libc-bin (or pass --initramfs PATH)",
+                    format!("{} (or pass --initramfs PATH)", pm.install(Pkg::Ldd)),
                 ));
             }
         }
@@ -699,6 +701,10 @@ mod tests {
             f.mkdir("sys/bus/pci/drivers/vfio-pci");
             f.mkdir("sys/bus/pci/drivers/nvme");
             f.file("dev/vfio/vfio", "");
+            f.file(
+                "etc/os-release",
+                "PRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\nID=debian\n",
+            );
             // VT-d with interrupt remapping (ECAP bit 3).
             f.file("sys/class/iommu/dmar0/intel-iommu/ecap", "f050da\n");
             f.file("sys/class/iommu/dmar1/intel-iommu/ecap", "f050da\n");
@@ -805,7 +811,7 @@ mod tests {
     fn each_missing_prerequisite_names_its_fix() {
         let cases: &[(&str, &str)] = &[
             ("dev/kvm", "modprobe kvm_intel"),
-            ("sys/kernel/iommu_groups/7", "intel_iommu=on"),
+            ("sys/kernel/iommu_groups/7", "no amd_iommu=on"),
             ("sys/bus/pci/drivers/vfio-pci", "modprobe vfio-pci"),
             ("bin/qemu-system-x86_64", "apt-get install qemu-system-x86"),
             ("bin/vmm", "cargo build --release -p vmm"),
@@ -831,6 +837,32 @@ mod tests {
             assert!(line.contains(fix), "{rm}: {line}");
             assert!(!line.contains('\n'));
         }
+    }
+
+    #[test]
+    fn hints_fit_the_hosts_package_manager() {
+        for (os, want) in [
+            ("ID=fedora\n", "dnf install qemu-system-x86-core"),
+            (
+                "ID=ubuntu\nID_LIKE=debian\n",
+                "apt-get install qemu-system-x86",
+            ),
+            (
+                "ID=opensuse-leap\nID_LIKE=\"suse opensuse\"\n",
+                "zypper install qemu-x86",
+            ),
+            ("ID=arch\n", "pacman -S qemu-system-x86"),
+        ] {
+            let f = Fake::healthy();
+            f.file("etc/os-release", os);
+            f.rm("bin/qemu-system-x86_64");
+            let line = f.only_problem(&f.checks());
+            assert!(line.contains(want), "{os}: {line}");
+        }
+        let f = Fake::healthy();
+        f.file("etc/os-release", "ID=fedora\n");
+        f.rm("bin/busybox");
+        assert!(f.only_problem(&f.checks()).contains("dnf install busybox"));
     }
 
     #[test]

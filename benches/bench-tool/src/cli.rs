@@ -69,7 +69,7 @@ pub struct Args {
     /// fio jobs, comma-separated: each value is one more measured run per block size.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub numjobs: Vec<u32>,
-    /// Guest vCPUs.
+    /// Guest vCPUs, at most 64 (the guest kernels' CONFIG_NR_CPUS).
     #[arg(long, default_value_t = 1)]
     pub guest_cpus: u32,
     /// Guest RAM, e.g. 1G or 2048M.
@@ -209,6 +209,11 @@ impl Mode {
         }
     }
 }
+
+/// The most vCPUs a guest may have: the guest kernels' CONFIG_NR_CPUS
+/// (guest-patches/config-fragment). A kernel built for fewer CPUs boots
+/// with only that many and says nothing, so more are refused.
+pub const GUEST_MAX_CPUS: u32 = 64;
 
 /// A flag with a bad value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -368,8 +373,12 @@ impl Args {
         if !(1..=4096).contains(&self.iodepth) {
             return Err(bad("--iodepth", self.iodepth, "between 1 and 4096"));
         }
-        if !(1..=254).contains(&self.guest_cpus) {
-            return Err(bad("--guest-cpus", self.guest_cpus, "between 1 and 254"));
+        if !(1..=GUEST_MAX_CPUS).contains(&self.guest_cpus) {
+            return Err(bad(
+                "--guest-cpus",
+                self.guest_cpus,
+                format!("between 1 and {GUEST_MAX_CPUS}: the guest kernels are built with CONFIG_NR_CPUS={GUEST_MAX_CPUS} (guest-patches/config-fragment) and would use no more; for larger guests raise both and rebuild the kernels"),
+            ));
         }
         let mem = parse_size(&self.guest_memory).ok_or_else(|| {
             bad(
@@ -556,6 +565,7 @@ mod tests {
             (&["--iodepth", "0"], "--iodepth"),
             (&["--ramp", "601"], "--ramp"),
             (&["--guest-cpus", "300"], "--guest-cpus"),
+            (&["--guest-cpus", "65"], "CONFIG_NR_CPUS=64"),
             (&["--guest-memory", "lots"], "--guest-memory \"lots\""),
             (&["--guest-memory", "128M"], "at least 256M"),
             (&["--runtime", "0"], "--runtime"),
@@ -569,6 +579,28 @@ mod tests {
             let e = parse(flags).unwrap_err().to_string();
             assert!(e.contains(want), "{flags:?}: {e}");
         }
+    }
+
+    #[test]
+    fn guest_cpus_stop_at_the_guest_kernels_nr_cpus() {
+        let fragment = include_str!("../../../guest-patches/config-fragment");
+        let nr: Vec<u32> = fragment
+            .lines()
+            .filter_map(|l| l.strip_prefix("CONFIG_NR_CPUS="))
+            .map(|v| v.trim().parse().unwrap())
+            .collect();
+        assert_eq!(nr, [GUEST_MAX_CPUS], "guest-patches/config-fragment");
+        let max = GUEST_MAX_CPUS.to_string();
+        assert_eq!(
+            parse(&["--guest-cpus", &max]).unwrap().args.guest_cpus,
+            GUEST_MAX_CPUS
+        );
+        let over = (GUEST_MAX_CPUS + 1).to_string();
+        let e = parse(&["--guest-cpus", &over]).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("--guest-cpus \"{over}\"")) && e.contains("between 1 and 64"),
+            "{e}"
+        );
     }
 
     #[test]

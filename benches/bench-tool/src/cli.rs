@@ -151,6 +151,11 @@ pub struct Args {
     /// within a round, the IOPS medians mix the runs.
     #[arg(long, value_name = "FILE")]
     pub report_from: Vec<PathBuf>,
+    /// Pin every VMM (and its threads) to the CPUs of the drive's NUMA node
+    /// (every online CPU when the drive reports none), the same for every
+    /// column; recorded in results.json (`host.pinned_cpus`).
+    #[arg(long)]
+    pub pin: bool,
     /// Root of the sysfs/procfs tree to read (for tests).
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,

@@ -6,7 +6,9 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use crate::sysfs::Root;
+use serde::{Deserialize, Serialize};
+
+use crate::sysfs::{pci_dev, Root};
 
 /// The host's package manager, from `/etc/os-release`'s `ID` and `ID_LIKE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,10 +172,264 @@ pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The host as results.json records it: what a reader needs to compare
+/// two runs (the QEMU, the CPU, the IOMMU, where the drive sits) and
+/// whether the VMMs were pinned.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// `qemu-system-x86_64 --version`, first line (when a column runs QEMU).
+    #[serde(default)]
+    pub qemu_version: Option<String>,
+    /// /proc/cpuinfo's first `model name`.
+    #[serde(default)]
+    pub cpu_model: Option<String>,
+    /// The host IOMMU: `intel`, `amd`, `virtio`, `other:NAME` or `none`
+    /// (from /sys/class/iommu).
+    #[serde(default)]
+    pub iommu: Option<String>,
+    /// The drive's NUMA node (sysfs `numa_node`; -1: the host has no NUMA
+    /// information for it).
+    #[serde(default)]
+    pub numa_node: Option<i64>,
+    /// `--pin`: the CPUs every VMM ran on (a cpulist, e.g. `0-7,16-23`);
+    /// absent: not pinned.
+    #[serde(default)]
+    pub pinned_cpus: Option<String>,
+}
+
+impl HostInfo {
+    /// Read it from `root`; `qemu`: the QEMU binary to ask its version.
+    pub fn gather(root: &Root, bdf: &str, qemu: Option<&Path>) -> HostInfo {
+        HostInfo {
+            qemu_version: qemu.and_then(qemu_version),
+            cpu_model: root
+                .read_trim("/proc/cpuinfo")
+                .ok()
+                .and_then(|t| cpu_model(&t)),
+            iommu: Some(iommu_kind(root)),
+            numa_node: root
+                .read_trim(pci_dev(bdf).join("numa_node"))
+                .ok()
+                .and_then(|n| n.parse().ok()),
+            pinned_cpus: None,
+        }
+    }
+}
+
+/// The first line of `qemu --version`.
+pub fn qemu_version(qemu: &Path) -> Option<String> {
+    let out = std::process::Command::new(qemu)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().next()?.trim();
+    (out.status.success() && !line.is_empty()).then(|| line.to_string())
+}
+
+/// The first `model name` of a /proc/cpuinfo.
+pub fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "model name").then(|| v.trim().to_string())
+    })
+}
+
+/// The kind of the host's IOMMU units (/sys/class/iommu): `intel`
+/// (`dmar*`), `amd` (`ivhd*`), `virtio` (`virtio*`), `other:NAME`, `none`.
+pub fn iommu_kind(root: &Root) -> String {
+    let units = root.list("/sys/class/iommu");
+    let kind = |u: &str| {
+        if u.starts_with("dmar") {
+            "intel".to_string()
+        } else if u.starts_with("ivhd") {
+            "amd".to_string()
+        } else if u.starts_with("virtio") {
+            "virtio".to_string()
+        } else {
+            format!("other:{u}")
+        }
+    };
+    let mut kinds: Vec<String> = units.iter().map(|u| kind(u)).collect();
+    kinds.dedup();
+    if kinds.is_empty() {
+        "none".into()
+    } else {
+        kinds.join(",")
+    }
+}
+
+/// The CPU numbers of a sysfs cpulist (`0-3,8,10-11`).
+pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                v.extend(a..=b);
+            }
+            None => v.push(part.trim().parse().ok()?),
+        }
+    }
+    (!v.is_empty()).then_some(v)
+}
+
+/// `--pin`'s CPUs: the drive's NUMA node's (`node/nodeN/cpulist`), or every
+/// online CPU when the drive has no node (-1 or no `numa_node`: one node).
+/// The cpulist as sysfs wrote it, and the CPUs.
+pub fn pin_cpus(root: &Root, bdf: &str) -> Result<(String, Vec<usize>), String> {
+    let node: i64 = root
+        .read_trim(pci_dev(bdf).join("numa_node"))
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1);
+    let file = if node >= 0 {
+        format!("/sys/devices/system/node/node{node}/cpulist")
+    } else {
+        "/sys/devices/system/cpu/online".to_string()
+    };
+    let list = root
+        .read_trim(&file)
+        .map_err(|e| format!("--pin: reading {file}: {e}; drop --pin, or pin by hand (taskset)"))?;
+    let cpus = parse_cpulist(&list).ok_or_else(|| {
+        format!(
+            "--pin: {file} holds {list:?}, not a CPU list; drop --pin, or pin by hand (taskset)"
+        )
+    })?;
+    Ok((list, cpus))
+}
+
+/// Pin the calling thread (and so every process it starts from now on) to `cpus`.
+pub fn pin_to(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it
+    // (CPU_SET ignores numbers beyond its size) and sched_setaffinity
+    // reads size_of::<cpu_set_t>() bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The CPUs the calling thread may run on.
+pub fn affinity() -> std::io::Result<Vec<usize>> {
+    // SAFETY: as in pin_to; sched_getaffinity fills the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    fn fake(files: &[(&str, &str)]) -> (tempfile::TempDir, Root) {
+        let d = tempfile::tempdir().unwrap();
+        for (rel, body) in files {
+            let p = d.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, body).unwrap();
+        }
+        let r = Root::new(d.path());
+        (d, r)
+    }
+
+    const BDF: &str = "0000:41:00.0";
+
+    #[test]
+    fn host_info_is_read() {
+        let (d, r) = fake(&[
+            ("proc/cpuinfo", "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9354 32-Core Processor\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 9354 32-Core Processor\n"),
+            ("sys/class/iommu/ivhd0/amd-iommu/cap", "0\n"),
+            ("sys/class/iommu/ivhd1/amd-iommu/cap", "0\n"),
+            (&format!("sys/bus/pci/devices/{BDF}/numa_node"), "1\n"),
+        ]);
+        let qemu = d.path().join("qemu");
+        std::fs::write(&qemu, "#!/bin/sh\necho 'QEMU emulator version 9.2.1 (Debian 1:9.2.1+ds-1)'\necho 'Copyright (c) 2003-2024'\n").unwrap();
+        std::fs::set_permissions(&qemu, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let h = HostInfo::gather(&r, BDF, Some(&qemu));
+        assert_eq!(
+            h,
+            HostInfo {
+                qemu_version: Some("QEMU emulator version 9.2.1 (Debian 1:9.2.1+ds-1)".into()),
+                cpu_model: Some("AMD EPYC 9354 32-Core Processor".into()),
+                iommu: Some("amd".into()),
+                numa_node: Some(1),
+                pinned_cpus: None,
+            }
+        );
+        let (_d, r) = fake(&[("sys/class/iommu/dmar0/intel-iommu/ecap", "0")]);
+        assert_eq!(iommu_kind(&r), "intel");
+        let (_d, r) = fake(&[("sys/class/iommu/virtio0/x", "")]);
+        assert_eq!(iommu_kind(&r), "virtio");
+        let (_d, r) = fake(&[]);
+        assert_eq!(iommu_kind(&r), "none");
+        assert_eq!(HostInfo::gather(&r, BDF, None).numa_node, None);
+    }
+
+    #[test]
+    fn pinning_takes_the_drives_node() {
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpulist(""), None);
+        assert_eq!(parse_cpulist("3-1"), None);
+        let (_d, r) = fake(&[
+            (&format!("sys/bus/pci/devices/{BDF}/numa_node"), "1\n"),
+            ("sys/devices/system/node/node0/cpulist", "0-15,32-47\n"),
+            ("sys/devices/system/node/node1/cpulist", "16-31,48-63\n"),
+            ("sys/devices/system/cpu/online", "0-63\n"),
+        ]);
+        let (list, cpus) = pin_cpus(&r, BDF).unwrap();
+        assert_eq!(list, "16-31,48-63");
+        assert_eq!(cpus.len(), 32);
+        assert_eq!((cpus[0], cpus[31]), (16, 63));
+        // No NUMA node for the drive: every online CPU.
+        std::fs::write(
+            r.path(format!("/sys/bus/pci/devices/{BDF}/numa_node")),
+            "-1\n",
+        )
+        .unwrap();
+        assert_eq!(pin_cpus(&r, BDF).unwrap().0, "0-63");
+        let (_d, r) = fake(&[(&format!("sys/bus/pci/devices/{BDF}/numa_node"), "2\n")]);
+        let e = pin_cpus(&r, BDF).unwrap_err();
+        assert!(
+            e.contains("node2/cpulist") && e.contains("drop --pin"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pinning_a_thread_is_seen_by_it() {
+        // In a thread of its own, so the test harness's threads stay as they were.
+        std::thread::spawn(|| {
+            let all = affinity().unwrap();
+            let one = [all[all.len() - 1]];
+            pin_to(&one).unwrap();
+            assert_eq!(affinity().unwrap(), one);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn package_manager_from_os_release() {

@@ -177,6 +177,24 @@ async fn run(cfg: Config) -> u8 {
         return 2;
     }
     let facts = &pre.facts;
+    let mut host = viommu_bench::host::HostInfo::gather(
+        &root,
+        &cfg.bdf,
+        pre.tools.qemu.as_deref().filter(|_| cfg.uses_qemu()),
+    );
+    // --pin: every VMM started from here on inherits this thread's CPUs.
+    let pin = if a.pin {
+        match viommu_bench::host::pin_cpus(&root, &cfg.bdf) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+    host.pinned_cpus = pin.as_ref().map(|(list, _)| list.clone());
     let out = out_dir(&cfg, started);
     let initramfs = match guest_image(&cfg, &pre, dry) {
         Ok(p) => p,
@@ -236,8 +254,15 @@ async fn run(cfg: Config) -> u8 {
             "bind it to vfio-pci (from {now_on}; given back at the end, also on failure or Ctrl-C)"
         )
     };
+    let pinning = match &host.pinned_cpus {
+        Some(list) => format!(
+            "; every VMM pinned to CPUs {list} (NUMA node {} of the drive)",
+            host.numa_node.unwrap_or(-1)
+        ),
+        None => String::new(),
+    };
     let what = format!(
-        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s); about {} in all; results in {}",
+        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s); about {} in all; results in {}{pinning}",
         cells.len(),
         cfg.columns.len(),
         a.rounds,
@@ -310,6 +335,13 @@ async fn run(cfg: Config) -> u8 {
     } else {
         None
     };
+
+    if let Some((list, cpus)) = &pin {
+        if let Err(e) = viommu_bench::host::pin_to(cpus) {
+            eprintln!("viommu-bench: --pin: pinning to CPUs {list}: {e}; drop --pin");
+            return 2;
+        }
+    }
 
     // 3. Bind (restored when `guard` drops, whatever happens below).
     let mut guard = None;
@@ -462,7 +494,7 @@ async fn run(cfg: Config) -> u8 {
     conclude(
         &cfg,
         &out,
-        facts.clone(),
+        (facts.clone(), host),
         results,
         cells.len(),
         started,
@@ -517,6 +549,7 @@ fn settings(
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),
         ("stall_seconds", a.stall_seconds.to_string()),
+        ("pin", a.pin.to_string()),
         (
             "guest_cmdline",
             plan::guest_cmdline(cfg, facts.logical_block_size),
@@ -533,7 +566,10 @@ fn settings(
 fn conclude(
     cfg: &Config,
     out: &Path,
-    facts: viommu_bench::preflight::DeviceFacts,
+    (facts, host): (
+        viommu_bench::preflight::DeviceFacts,
+        viommu_bench::host::HostInfo,
+    ),
     cells: Vec<CellResult>,
     expected: usize,
     started: u64,
@@ -551,6 +587,7 @@ fn conclude(
         host_kernel: Root::new(&a.root)
             .read_trim("/proc/sys/kernel/osrelease")
             .unwrap_or_default(),
+        host,
         device: cfg.bdf.clone(),
         settings: settings(cfg, &facts),
         device_facts: facts,
@@ -641,7 +678,7 @@ fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     conclude(
         cfg,
         &out,
-        Default::default(),
+        (Default::default(), Default::default()),
         cells,
         expected,
         now,

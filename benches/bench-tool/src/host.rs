@@ -32,6 +32,8 @@ pub enum Pkg {
     Qemu,
     /// fio.
     Fio,
+    /// fio's libaio engine (a package of its own where engines are plugins).
+    FioLibaio,
     /// A busybox that runs in the guest (static, or with its libraries).
     Busybox,
     /// ldd.
@@ -98,6 +100,7 @@ impl PkgManager {
                 "qemu-system-x86",
             ),
             Pkg::Fio => name("fio", "fio", "fio", "fio"),
+            Pkg::FioLibaio => name("fio", "fio-engine-libaio", "fio", "fio"),
             Pkg::Busybox => name("busybox-static", "busybox", "busybox", "busybox"),
             Pkg::Ldd => name("libc-bin", "glibc-common", "glibc", "glibc"),
         }

@@ -208,6 +208,31 @@ pub fn namespaces_of(r: &Root, bdf: &str) -> Vec<String> {
     found.into_iter().collect()
 }
 
+/// Why `fio --enghelp=libaio` says `fio` has no libaio engine; `None` when it has.
+fn libaio_missing(fio: &Path) -> Option<String> {
+    let out = std::process::Command::new(fio)
+        .arg("--enghelp=libaio")
+        .stdin(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let first = err.lines().next().unwrap_or("").trim();
+            Some(format!(
+                "fio --enghelp=libaio exited {}{}",
+                o.status.code().unwrap_or(-1),
+                if first.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {first}")
+                }
+            ))
+        }
+        Err(e) => Some(format!("fio --enghelp=libaio: {e}")),
+    }
+}
+
 impl Checks {
     /// Run every check.
     pub fn run(&self) -> Outcome {
@@ -658,11 +683,24 @@ impl Checks {
         }
         if self.build_image {
             out.tools.fio = find_program(Path::new("fio"), path);
-            if out.tools.fio.is_none() {
-                out.problems.push(problem(
+            match &out.tools.fio {
+                None => out.problems.push(problem(
                     "fio: not found (the guest image is built from the host's fio)",
                     format!("{} (or pass --initramfs PATH)", pm.install(Pkg::Fio)),
-                ));
+                )),
+                // The guest runs fio's libaio engine; a fio with run-time
+                // loaded engines may lack it (Fedora packages each apart).
+                Some(fio) => {
+                    if let Some(why) = libaio_missing(fio) {
+                        out.problems.push(problem(
+                            format!(
+                                "{}: no libaio engine ({why}); every guest's fio would fail",
+                                fio.display()
+                            ),
+                            format!("{} (or pass --initramfs PATH)", pm.install(Pkg::FioLibaio)),
+                        ));
+                    }
+                }
             }
             out.tools.busybox = find_program(Path::new("busybox"), path);
             if out.tools.busybox.is_none() {
@@ -863,6 +901,23 @@ mod tests {
         f.file("etc/os-release", "ID=fedora\n");
         f.rm("bin/busybox");
         assert!(f.only_problem(&f.checks()).contains("dnf install busybox"));
+    }
+
+    #[test]
+    fn a_fio_without_libaio_is_named() {
+        let f = Fake::healthy();
+        f.file("etc/os-release", "ID=fedora\n");
+        f.file(
+            "bin/fio",
+            "#!/bin/sh\n[ \"$1\" = --enghelp=libaio ] && echo 'fio: engine libaio not loadable' >&2 && exit 1\nexit 0\n",
+        );
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("no libaio engine")
+                && line.contains("engine libaio not loadable")
+                && line.contains("dnf install fio-engine-libaio"),
+            "{line}"
+        );
     }
 
     #[test]

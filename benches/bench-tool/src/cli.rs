@@ -93,6 +93,18 @@ pub struct Args {
     /// Bytes written and verified per block size and job before measuring.
     #[arg(long, default_value = "8M")]
     pub verify_size: String,
+    /// Before the measured runs each guest writes what they read, so no
+    /// read meets a never-written block (which a datacenter drive answers
+    /// without touching flash): span = write the first --span bytes
+    /// sequentially and keep the measured runs' reads inside them; full =
+    /// write the whole namespace; none = neither (reads cover the whole
+    /// namespace, written or not).
+    #[arg(long, value_enum, default_value_t = Precondition::Span)]
+    pub precondition: Precondition,
+    /// The span --precondition span writes and the measured runs read
+    /// (capped at the namespace's size); several times the drive's cache.
+    #[arg(long, default_value = "4G")]
+    pub span: String,
     /// Output directory [default: ./viommu-bench-results/TIMESTAMP].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -192,6 +204,29 @@ impl Rw {
     }
 }
 
+/// What the guest writes before measuring (`lab.precondition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precondition {
+    /// Nothing: reads may meet never-written blocks.
+    None,
+    /// The first --span bytes, sequentially; the measured reads stay inside.
+    Span,
+    /// The whole namespace, sequentially.
+    Full,
+}
+
+impl Precondition {
+    /// The guest's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precondition::None => "none",
+            Precondition::Span => "span",
+            Precondition::Full => "full",
+        }
+    }
+}
+
 /// What each guest runs (`lab.mode` of the guest's init).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -287,6 +322,11 @@ pub struct Config {
     pub memory_mib: u64,
     /// Verify bytes per block size and job.
     pub verify_bytes: u64,
+    /// --span in bytes.
+    pub span_bytes: u64,
+    /// The namespace's size in bytes, once preflight read it (None: unknown,
+    /// e.g. the drive is on vfio-pci already).
+    pub drive_bytes: Option<u64>,
 }
 
 /// `s` as a full PCI address: `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0.
@@ -428,6 +468,15 @@ impl Args {
                     "a size of at least 1M, e.g. 8M",
                 )
             })?;
+        let span_bytes = parse_size(&self.span)
+            .filter(|v| *v >= 64 << 20 && v % (1 << 20) == 0)
+            .ok_or_else(|| {
+                bad(
+                    "--span",
+                    &self.span,
+                    "a whole number of MiB, at least 64M, e.g. 4G",
+                )
+            })?;
         if self.first_round == 0 {
             return Err(bad("--first-round", 0, "rounds are numbered from 1"));
         }
@@ -460,6 +509,8 @@ impl Args {
             numjobs,
             memory_mib: mem >> 20,
             verify_bytes,
+            span_bytes,
+            drive_bytes: None,
             args: self,
         })
     }
@@ -577,6 +628,11 @@ mod tests {
             (&["--rounds", "0"], "--rounds"),
             (&["--stall-seconds", "5"], "--stall-seconds"),
             (&["--verify-size", "1k"], "--verify-size"),
+            (
+                &["--span", "1M"],
+                "--span \"1M\": a whole number of MiB, at least 64M",
+            ),
+            (&["--span", "lots"], "--span"),
             (&["--columns", "ours+turbo"], "\"ours+turbo\""),
             (&["--baseline", "nope"], "--baseline \"nope\""),
         ];

@@ -382,6 +382,17 @@ mod tests {
         assert_eq!(init_fn("mixed_bsrange fio 512"), "512-256k");
         assert_eq!(init_fn("mixed_bsrange mixed 512"), "4096-256k");
         assert_eq!(init_fn("mixed_bsrange mixed 8192"), "8192-256k");
+        // Preconditioning: the span, capped at the namespace; reads inside it.
+        assert_eq!(init_fn("precondition_bytes span 4096 1048576"), "4096");
+        assert_eq!(init_fn("precondition_bytes span 4096 1024"), "1024");
+        assert_eq!(init_fn("precondition_bytes full 4096 1024"), "1024");
+        assert_eq!(init_fn("precondition_bytes none 4096 1024"), "0");
+        // Job k starts at k * stride: the last job ends at the span's end.
+        assert_eq!(init_fn("read_size span 1000 1 8"), "1000");
+        assert_eq!(init_fn("read_size span 1000 3 8"), "984");
+        assert_eq!(init_fn("read_size span 16 3 8"), "5");
+        assert_eq!(init_fn("read_size full 1000 3 8"), "");
+        assert_eq!(init_fn("read_size none 1000 1 8"), "");
         // No fixed 512 left in what the guest runs.
         assert!(!INIT_SCRIPT.contains("=512-"), "a fixed 512-byte bsrange");
     }

@@ -151,7 +151,7 @@ fn guest_image(cfg: &Config, pre: &Outcome, dry: bool) -> Result<PathBuf, String
     image::build_or_reuse(&inputs, &cache).map_err(|e| e.to_string())
 }
 
-async fn run(cfg: Config) -> u8 {
+async fn run(mut cfg: Config) -> u8 {
     if !cfg.args.report_from.is_empty() {
         return report_only(&cfg, &cfg.args.report_from);
     }
@@ -177,6 +177,7 @@ async fn run(cfg: Config) -> u8 {
         return 2;
     }
     let facts = &pre.facts;
+    cfg.drive_bytes = facts.namespace_bytes;
     let mut host = viommu_bench::host::HostInfo::gather(
         &root,
         &cfg.bdf,
@@ -273,6 +274,7 @@ async fn run(cfg: Config) -> u8 {
         human_duration(estimate * cells.len() as u32),
         out.display()
     );
+    let what = format!("{what}; {}", plan::precondition_note(&cfg));
     if dry {
         println!("DRY RUN: nothing is bound, built or started.\n{what}\n");
         println!("guest kernel command line: {cmdline}");
@@ -550,6 +552,15 @@ fn settings(
         ("guest_memory_mib", cfg.memory_mib.to_string()),
         ("stall_seconds", a.stall_seconds.to_string()),
         ("pin", a.pin.to_string()),
+        ("precondition", a.precondition.as_str().to_string()),
+        (
+            "precondition_bytes",
+            match (a.precondition, plan::precondition_bytes(cfg)) {
+                (viommu_bench::cli::Precondition::None, _) => "0".into(),
+                (_, Some(b)) => b.to_string(),
+                (_, None) => "unknown".into(),
+            },
+        ),
         (
             "guest_cmdline",
             plan::guest_cmdline(cfg, facts.logical_block_size),

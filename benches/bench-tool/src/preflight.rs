@@ -61,6 +61,10 @@ pub struct DeviceFacts {
     /// host sees no namespace, e.g. the drive is on vfio-pci already).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logical_block_size: Option<u64>,
+    /// The largest namespace's size in bytes (`/sys/block/NS/size` x 512;
+    /// absent when the host sees no namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_bytes: Option<u64>,
 }
 
 /// What to check.
@@ -344,6 +348,17 @@ impl Checks {
                     .ok()
             })
             .max();
+        f.namespace_bytes = f
+            .namespaces
+            .iter()
+            .filter_map(|ns| {
+                r.read_trim(format!("/sys/block/{ns}/size"))
+                    .ok()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .map(|sectors| sectors * 512);
         let facts = f.clone();
         let p = &mut out.problems;
         if let Some(c) = &self.consent {
@@ -979,6 +994,11 @@ mod tests {
     fn logical_block_size_is_read_and_block_sizes_checked() {
         let f = Fake::healthy();
         assert_eq!(f.checks().run().facts.logical_block_size, Some(512));
+        f.file("sys/block/nvme0n1/size", "1953525168\n");
+        assert_eq!(
+            f.checks().run().facts.namespace_bytes,
+            Some(1953525168 * 512)
+        );
         f.file("sys/block/nvme0n1/queue/logical_block_size", "4096\n");
         let mut c = f.checks();
         assert_eq!(c.run().facts.logical_block_size, Some(4096));

@@ -207,6 +207,15 @@ fn a_whole_run_on_a_fake_host() {
     );
     assert_eq!(doc.cells.len(), 6);
     assert_eq!(doc.host_kernel, "6.1.0-fake");
+    // The default preconditioning (the drive's size is unknown on vfio-pci:
+    // the 4 GiB span, capped by the guest).
+    assert_eq!(doc.settings["precondition"], "span");
+    assert_eq!(doc.settings["precondition_bytes"], "4294967296");
+    assert!(
+        doc.settings["guest_cmdline"].contains("lab.precondition=span lab.span=4294967296"),
+        "{:?}",
+        doc.settings
+    );
     assert_eq!(
         doc.host,
         viommu_bench::host::HostInfo {

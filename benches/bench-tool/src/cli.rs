@@ -29,7 +29,8 @@ pub struct Args {
     #[arg(long)]
     pub no_bind: bool,
     /// Unpatched guest bzImage (guest-patches/linux-6.12/build.sh baseline;
-    /// any version with CONFIG_VIRTIO_IOMMU, e.g. linux-6.1).
+    /// any version with virtio-pci, virtio-iommu, ACPI VIOT and NVMe built
+    /// in, =y: the guest image loads no modules).
     #[arg(long, value_name = "PATH")]
     pub kernel_stock: Option<PathBuf>,
     /// Patched guest bzImage (guest-patches/linux-6.12/build.sh patched, or

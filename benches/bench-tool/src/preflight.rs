@@ -144,6 +144,52 @@ pub fn bar0_of(resource: &str) -> Option<String> {
     (n(start)? != 0 || n(end)? != 0).then(|| format!("{start}-{end}"))
 }
 
+/// What a guest kernel must have built in (`=y`): the guest image loads
+/// no modules, so a distribution kernel with these as modules boots and
+/// never sees the NVMe.
+pub const GUEST_KERNEL_OPTIONS: [&str; 11] = [
+    "CONFIG_BLK_DEV_INITRD",
+    "CONFIG_DEVTMPFS",
+    "CONFIG_SERIAL_8250",
+    "CONFIG_SERIAL_8250_CONSOLE",
+    "CONFIG_PCI",
+    "CONFIG_PCI_MSI",
+    "CONFIG_VIRTIO",
+    "CONFIG_VIRTIO_PCI",
+    "CONFIG_VIRTIO_IOMMU",
+    "CONFIG_ACPI_VIOT",
+    "CONFIG_BLK_DEV_NVME",
+];
+
+/// The kernel config that goes with the bzImage `kernel`, if one is found:
+/// `.config` beside it (guest-patches' cache), `config-VER` beside a
+/// `vmlinuz-VER` (a distribution's /boot), or the tree's `.config` for
+/// `arch/x86/boot/bzImage`.
+pub fn kernel_config(kernel: &Path) -> Option<PathBuf> {
+    let dir = kernel.parent()?;
+    let name = kernel.file_name()?.to_string_lossy();
+    let mut c = vec![dir.join(".config")];
+    if let Some(ver) = name.strip_prefix("vmlinuz-") {
+        c.push(dir.join(format!("config-{ver}")));
+    }
+    if kernel.ends_with("arch/x86/boot/bzImage") {
+        c.push(dir.parent()?.parent()?.parent()?.join(".config"));
+    }
+    c.into_iter().find(|p| p.is_file())
+}
+
+/// The options of [`GUEST_KERNEL_OPTIONS`] a kernel config does not build in.
+pub fn missing_guest_options(config: &str) -> Vec<String> {
+    GUEST_KERNEL_OPTIONS
+        .iter()
+        .filter(|o| !config.lines().any(|l| l.trim() == format!("{o}=y")))
+        .map(|o| {
+            let module = config.lines().any(|l| l.trim() == format!("{o}=m"));
+            format!("{o}{}", if module { " (=m)" } else { "" })
+        })
+        .collect()
+}
+
 /// Whether a drive bound to `driver` shows its namespaces to the host
 /// (every driver but none, vfio-pci and pci-stub: nvme, or one we do not know).
 fn drives_namespaces(driver: Option<&str>) -> bool {
@@ -283,6 +329,28 @@ impl Checks {
                 out.problems.push(problem(
                     format!("{flag} {}: no such file", k.display()),
                     "build it with guest-patches/linux-6.12/build.sh baseline|patched, or fix the path",
+                ));
+                continue;
+            }
+            if *flag == "--initramfs" {
+                continue;
+            }
+            let Some(cfg) = kernel_config(k) else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(&cfg) else {
+                continue;
+            };
+            let missing = missing_guest_options(&text);
+            if !missing.is_empty() {
+                out.problems.push(problem(
+                    format!(
+                        "{flag} {}: its config {} does not build in {}; the guest image loads no modules, so the guest would never see the NVMe",
+                        k.display(),
+                        cfg.display(),
+                        missing.join(", ")
+                    ),
+                    "use a kernel with them =y: guest-patches/linux-6.12/build.sh baseline|patched builds one (guest-patches/config-fragment lists what it needs)",
                 ));
             }
         }
@@ -931,6 +999,58 @@ mod tests {
             line.contains("no libaio engine")
                 && line.contains("engine libaio not loadable")
                 && line.contains("dnf install fio-engine-libaio"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_guest_kernel_with_modules_is_refused_by_its_config() {
+        let good: String = GUEST_KERNEL_OPTIONS
+            .iter()
+            .map(|o| format!("{o}=y\n"))
+            .collect();
+        assert!(missing_guest_options(&good).is_empty());
+        // A distribution's /boot: vmlinuz-VER and config-VER.
+        let f = Fake::healthy();
+        f.file("boot/vmlinuz-6.12.48+deb13-amd64", "bzImage");
+        f.file(
+            "boot/config-6.12.48+deb13-amd64",
+            &good
+                .replace("CONFIG_BLK_DEV_NVME=y", "CONFIG_BLK_DEV_NVME=m")
+                .replace(
+                    "CONFIG_VIRTIO_IOMMU=y\n",
+                    "# CONFIG_VIRTIO_IOMMU is not set\n",
+                ),
+        );
+        let mut c = f.checks();
+        c.kernels[0].1 = f.p("boot/vmlinuz-6.12.48+deb13-amd64");
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("--kernel-stock")
+                && line.contains("does not build in CONFIG_VIRTIO_IOMMU, CONFIG_BLK_DEV_NVME (=m)")
+                && line.contains("loads no modules"),
+            "{line}"
+        );
+        // guest-patches' cache keeps .config beside the bzImage; a tree has
+        // it three levels up from arch/x86/boot/bzImage.
+        f.file("k/.config", &good);
+        assert!(f.checks().run().problems.is_empty());
+        f.file("k/.config", "CONFIG_PCI=y\n");
+        // Both kernels sit beside it: each is named.
+        let out = f.checks().run();
+        assert_eq!(out.problems.len(), 2, "{:#?}", out.problems);
+        assert!(out
+            .problems
+            .iter()
+            .all(|p| p.what.contains("CONFIG_VIRTIO_PCI")));
+        f.rm("k/.config");
+        f.file("linux/arch/x86/boot/bzImage", "bzImage");
+        f.file("linux/.config", &good.replace("CONFIG_ACPI_VIOT=y", ""));
+        let mut c = f.checks();
+        c.kernels[1].1 = f.p("linux/arch/x86/boot/bzImage");
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("--kernel-patched") && line.contains("CONFIG_ACPI_VIOT"),
             "{line}"
         );
     }

@@ -256,10 +256,12 @@ async fn run(mut cfg: Config) -> u8 {
         )
     };
     let pinning = match &host.pinned_cpus {
-        Some(list) => format!(
-            "; every VMM pinned to CPUs {list} (NUMA node {} of the drive)",
-            host.numa_node.unwrap_or(-1)
-        ),
+        Some(list) => match host.numa_node.filter(|n| *n >= 0) {
+            Some(n) => format!("; every VMM pinned to CPUs {list} (NUMA node {n} of the drive)"),
+            None => format!(
+                "; every VMM pinned to CPUs {list} (the drive reports no NUMA node: every online CPU)"
+            ),
+        },
         None => String::new(),
     };
     let what = format!(

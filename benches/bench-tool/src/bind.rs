@@ -59,6 +59,16 @@ pub enum BindError {
         /// How long we waited.
         secs: u64,
     },
+    /// vfio-pci took the drive but its group's device node did not appear.
+    #[error("{bdf} is on vfio-pci but /dev/vfio/{group} did not appear within {secs} s: VFIO did not take IOMMU group {group} (check dmesg for vfio errors: another device of the group on a host driver, or no interrupt remapping); the drive was given back")]
+    NoGroupNode {
+        /// The drive.
+        bdf: String,
+        /// Its IOMMU group.
+        group: String,
+        /// How long we waited.
+        secs: u64,
+    },
 }
 
 /// The writes that move `bdf` from its driver (if any) to vfio-pci.
@@ -164,6 +174,21 @@ impl BindGuard {
         g.active = true;
         apply(root, &bind_writes(bdf, original), false)?;
         wait_for_driver(root, bdf, Some("vfio-pci"), WAIT)?;
+        // The VMMs open the group's node: no node, no run.
+        if let Some(group) = root.link_name(pci_dev(bdf).join("iommu_group")) {
+            let node = format!("/dev/vfio/{group}");
+            let start = Instant::now();
+            while !root.exists(&node) {
+                if start.elapsed() >= WAIT {
+                    return Err(BindError::NoGroupNode {
+                        bdf: bdf.into(),
+                        group,
+                        secs: WAIT.as_secs().max(1),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         Ok(g)
     }
 
@@ -282,6 +307,42 @@ mod tests {
                 .unwrap(),
             ""
         );
+    }
+
+    #[test]
+    fn a_bind_without_the_group_node_is_an_error_and_restored() {
+        let (_d, root) = fake();
+        std::fs::create_dir_all(root.path("/sys/kernel/iommu_groups/7")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../../kernel/iommu_groups/7",
+            root.path("/sys/bus/pci/devices/0000:01:00.0/iommu_group"),
+        )
+        .unwrap();
+        set_driver(&root, "vfio-pci");
+        let e = BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("/dev/vfio/7 did not appear within 1 s: VFIO did not take IOMMU group 7"),
+            "{e}"
+        );
+        // Given back: the override cleared, vfio-pci unbound.
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/devices/0000:01:00.0/driver_override")
+                .unwrap(),
+            ""
+        );
+        assert_eq!(
+            root.read_trim("/sys/bus/pci/drivers/vfio-pci/unbind")
+                .unwrap(),
+            "0000:01:00.0"
+        );
+        // With the node there, the bind holds.
+        std::fs::create_dir_all(root.path("/dev/vfio")).unwrap();
+        std::fs::write(root.path("/dev/vfio/7"), "").unwrap();
+        set_driver(&root, "vfio-pci");
+        let g = BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap();
+        set_driver(&root, "nvme");
+        drop(g);
     }
 
     #[test]

@@ -29,7 +29,8 @@ pub struct Args {
     #[arg(long)]
     pub no_bind: bool,
     /// Unpatched guest bzImage (guest-patches/linux-6.12/build.sh baseline;
-    /// any version with CONFIG_VIRTIO_IOMMU, e.g. linux-6.1).
+    /// any version with virtio-pci, virtio-iommu, ACPI VIOT and NVMe built
+    /// in, =y: the guest image loads no modules).
     #[arg(long, value_name = "PATH")]
     pub kernel_stock: Option<PathBuf>,
     /// Patched guest bzImage (guest-patches/linux-6.12/build.sh patched, or
@@ -69,7 +70,7 @@ pub struct Args {
     /// fio jobs, comma-separated: each value is one more measured run per block size.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub numjobs: Vec<u32>,
-    /// Guest vCPUs.
+    /// Guest vCPUs, at most 64 (the guest kernels' CONFIG_NR_CPUS).
     #[arg(long, default_value_t = 1)]
     pub guest_cpus: u32,
     /// Guest RAM, e.g. 1G or 2048M.
@@ -93,6 +94,18 @@ pub struct Args {
     /// Bytes written and verified per block size and job before measuring.
     #[arg(long, default_value = "8M")]
     pub verify_size: String,
+    /// Before the measured runs each guest writes what they read, so no
+    /// read meets a never-written block (which a datacenter drive answers
+    /// without touching flash): span = write the first --span bytes
+    /// sequentially and keep the measured runs' reads inside them; full =
+    /// write the whole namespace; none = neither (reads cover the whole
+    /// namespace, written or not).
+    #[arg(long, value_enum, default_value_t = Precondition::Span)]
+    pub precondition: Precondition,
+    /// The span --precondition span writes and the measured runs read
+    /// (capped at the namespace's size); several times the drive's cache.
+    #[arg(long, default_value = "4G")]
+    pub span: String,
     /// Output directory [default: ./viommu-bench-results/TIMESTAMP].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -151,6 +164,11 @@ pub struct Args {
     /// within a round, the IOPS medians mix the runs.
     #[arg(long, value_name = "FILE")]
     pub report_from: Vec<PathBuf>,
+    /// Pin every VMM (and its threads) to the CPUs of the drive's NUMA node
+    /// (every online CPU when the drive reports none), the same for every
+    /// column; recorded in results.json (`host.pinned_cpus`).
+    #[arg(long)]
+    pub pin: bool,
     /// Root of the sysfs/procfs tree to read (for tests).
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -187,6 +205,29 @@ impl Rw {
     }
 }
 
+/// What the guest writes before measuring (`lab.precondition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precondition {
+    /// Nothing: reads may meet never-written blocks.
+    None,
+    /// The first --span bytes, sequentially; the measured reads stay inside.
+    Span,
+    /// The whole namespace, sequentially.
+    Full,
+}
+
+impl Precondition {
+    /// The guest's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precondition::None => "none",
+            Precondition::Span => "span",
+            Precondition::Full => "full",
+        }
+    }
+}
+
 /// What each guest runs (`lab.mode` of the guest's init).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -209,6 +250,11 @@ impl Mode {
         }
     }
 }
+
+/// The most vCPUs a guest may have: the guest kernels' CONFIG_NR_CPUS
+/// (guest-patches/config-fragment). A kernel built for fewer CPUs boots
+/// with only that many and says nothing, so more are refused.
+pub const GUEST_MAX_CPUS: u32 = 64;
 
 /// A flag with a bad value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -277,6 +323,11 @@ pub struct Config {
     pub memory_mib: u64,
     /// Verify bytes per block size and job.
     pub verify_bytes: u64,
+    /// --span in bytes.
+    pub span_bytes: u64,
+    /// The namespace's size in bytes, once preflight read it (None: unknown,
+    /// e.g. the drive is on vfio-pci already).
+    pub drive_bytes: Option<u64>,
 }
 
 /// `s` as a full PCI address: `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0.
@@ -368,8 +419,12 @@ impl Args {
         if !(1..=4096).contains(&self.iodepth) {
             return Err(bad("--iodepth", self.iodepth, "between 1 and 4096"));
         }
-        if !(1..=254).contains(&self.guest_cpus) {
-            return Err(bad("--guest-cpus", self.guest_cpus, "between 1 and 254"));
+        if !(1..=GUEST_MAX_CPUS).contains(&self.guest_cpus) {
+            return Err(bad(
+                "--guest-cpus",
+                self.guest_cpus,
+                format!("between 1 and {GUEST_MAX_CPUS}: the guest kernels are built with CONFIG_NR_CPUS={GUEST_MAX_CPUS} (guest-patches/config-fragment) and would use no more; for larger guests raise both and rebuild the kernels"),
+            ));
         }
         let mem = parse_size(&self.guest_memory).ok_or_else(|| {
             bad(
@@ -414,6 +469,15 @@ impl Args {
                     "a size of at least 1M, e.g. 8M",
                 )
             })?;
+        let span_bytes = parse_size(&self.span)
+            .filter(|v| *v >= 64 << 20 && v % (1 << 20) == 0)
+            .ok_or_else(|| {
+                bad(
+                    "--span",
+                    &self.span,
+                    "a whole number of MiB, at least 64M, e.g. 4G",
+                )
+            })?;
         if self.first_round == 0 {
             return Err(bad("--first-round", 0, "rounds are numbered from 1"));
         }
@@ -446,6 +510,8 @@ impl Args {
             numjobs,
             memory_mib: mem >> 20,
             verify_bytes,
+            span_bytes,
+            drive_bytes: None,
             args: self,
         })
     }
@@ -556,12 +622,18 @@ mod tests {
             (&["--iodepth", "0"], "--iodepth"),
             (&["--ramp", "601"], "--ramp"),
             (&["--guest-cpus", "300"], "--guest-cpus"),
+            (&["--guest-cpus", "65"], "CONFIG_NR_CPUS=64"),
             (&["--guest-memory", "lots"], "--guest-memory \"lots\""),
             (&["--guest-memory", "128M"], "at least 256M"),
             (&["--runtime", "0"], "--runtime"),
             (&["--rounds", "0"], "--rounds"),
             (&["--stall-seconds", "5"], "--stall-seconds"),
             (&["--verify-size", "1k"], "--verify-size"),
+            (
+                &["--span", "1M"],
+                "--span \"1M\": a whole number of MiB, at least 64M",
+            ),
+            (&["--span", "lots"], "--span"),
             (&["--columns", "ours+turbo"], "\"ours+turbo\""),
             (&["--baseline", "nope"], "--baseline \"nope\""),
         ];
@@ -569,6 +641,28 @@ mod tests {
             let e = parse(flags).unwrap_err().to_string();
             assert!(e.contains(want), "{flags:?}: {e}");
         }
+    }
+
+    #[test]
+    fn guest_cpus_stop_at_the_guest_kernels_nr_cpus() {
+        let fragment = include_str!("../../../guest-patches/config-fragment");
+        let nr: Vec<u32> = fragment
+            .lines()
+            .filter_map(|l| l.strip_prefix("CONFIG_NR_CPUS="))
+            .map(|v| v.trim().parse().unwrap())
+            .collect();
+        assert_eq!(nr, [GUEST_MAX_CPUS], "guest-patches/config-fragment");
+        let max = GUEST_MAX_CPUS.to_string();
+        assert_eq!(
+            parse(&["--guest-cpus", &max]).unwrap().args.guest_cpus,
+            GUEST_MAX_CPUS
+        );
+        let over = (GUEST_MAX_CPUS + 1).to_string();
+        let e = parse(&["--guest-cpus", &over]).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("--guest-cpus \"{over}\"")) && e.contains("between 1 and 64"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct BootInfo {
     /// reported, 0: no NVMe).
     #[serde(default)]
     pub max_hw_kb: Option<u64>,
+    /// The smallest I/O the guest used: the namespace's logical block size
+    /// (its own sysfs, else the host's `lab.lbs`, else 512; absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lbs: Option<u64>,
 }
 
 /// One fio run's result, as the guest reports it (fio terse v3 fields).
@@ -342,6 +346,55 @@ mod tests {
         assert_eq!(phase_kind("idle"), None);
         assert_eq!(run_phase_name("randread", "4k", 1), "randread-4k");
         assert_eq!(run_phase_name("read", "64k", 4), "read-64k-j4");
+    }
+
+    /// The guest init's `min_bs` and `mixed_bsrange` functions, run by sh.
+    fn init_fn(call: &str) -> String {
+        let start = INIT_SCRIPT
+            .find("min_bs() {")
+            .expect("min_bs in guest/init");
+        let end = INIT_SCRIPT[start..]
+            .find("\n# end of block-size helpers")
+            .expect("end marker")
+            + start;
+        let script = format!("{}\n{call}\n", &INIT_SCRIPT[start..end]);
+        let o = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {o:?}");
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn the_guests_smallest_block_is_the_namespaces_logical_block() {
+        let d = tempfile::tempdir().unwrap();
+        let sysfs = d.path().join("logical_block_size");
+        let f = sysfs.display();
+        // The guest's own sysfs first, then lab.lbs from the host, then 512.
+        std::fs::write(&sysfs, "4096\n").unwrap();
+        assert_eq!(init_fn(&format!("min_bs {f} 512")), "4096");
+        assert_eq!(init_fn("min_bs /nonexistent 4096"), "4096");
+        assert_eq!(init_fn("min_bs /nonexistent ''"), "512");
+        // fio mode verifies from the smallest block up; mixed from 4k
+        // (or the logical block, when larger).
+        assert_eq!(init_fn("mixed_bsrange fio 4096"), "4096-256k");
+        assert_eq!(init_fn("mixed_bsrange fio 512"), "512-256k");
+        assert_eq!(init_fn("mixed_bsrange mixed 512"), "4096-256k");
+        assert_eq!(init_fn("mixed_bsrange mixed 8192"), "8192-256k");
+        // Preconditioning: the span, capped at the namespace; reads inside it.
+        assert_eq!(init_fn("precondition_bytes span 4096 1048576"), "4096");
+        assert_eq!(init_fn("precondition_bytes span 4096 1024"), "1024");
+        assert_eq!(init_fn("precondition_bytes full 4096 1024"), "1024");
+        assert_eq!(init_fn("precondition_bytes none 4096 1024"), "0");
+        // Job k starts at k * stride: the last job ends at the span's end.
+        assert_eq!(init_fn("read_size span 1000 1 8"), "1000");
+        assert_eq!(init_fn("read_size span 1000 3 8"), "984");
+        assert_eq!(init_fn("read_size span 16 3 8"), "5");
+        assert_eq!(init_fn("read_size full 1000 3 8"), "");
+        assert_eq!(init_fn("read_size none 1000 1 8"), "");
+        // No fixed 512 left in what the guest runs.
+        assert!(!INIT_SCRIPT.contains("=512-"), "a fixed 512-byte bsrange");
     }
 
     #[test]

@@ -83,6 +83,55 @@ fn libs_of(bin: &Path) -> Result<Vec<PathBuf>, ImageError> {
     Ok(parse_ldd(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// fio's engine plugins (`fio-*.so`, e.g. Fedora's `fio-libaio.so`),
+/// which fio built with `--dynamic-libengines` loads at run time from a
+/// directory compiled into it, so `ldd` never lists them. The directory is
+/// found as an absolute path ending in `/fio` among the binary's strings,
+/// else next to fio's prefix (`PREFIX/lib64/fio`, `PREFIX/lib/fio`,
+/// `PREFIX/lib/x86_64-linux-gnu/fio`). Empty for a fio with built-in
+/// engines (Debian's).
+pub fn engine_plugins(fio: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(bytes) = std::fs::read(fio) {
+        for s in bytes.split(|b| *b == 0) {
+            if s.first() == Some(&b'/') && s.ends_with(b"/fio") && s.len() < 4096 {
+                if let Ok(t) = std::str::from_utf8(s) {
+                    dirs.push(PathBuf::from(t));
+                }
+            }
+        }
+    }
+    if let Some(prefix) = fio.parent().and_then(Path::parent) {
+        for l in ["lib64/fio", "lib/fio", "lib/x86_64-linux-gnu/fio"] {
+            dirs.push(prefix.join(l));
+        }
+    }
+    let mut plugins = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default();
+                n.ends_with(".so") && p.is_file()
+            })
+            .collect();
+        found.sort();
+        for p in found {
+            if !plugins.contains(&p) {
+                plugins.push(p);
+            }
+        }
+    }
+    plugins
+}
+
 /// A newc ("070701") cpio archive written in memory.
 #[derive(Debug, Default)]
 pub struct Cpio {
@@ -158,7 +207,9 @@ pub struct ImageInputs {
     pub applets: Vec<String>,
     /// fio on the host.
     pub fio: PathBuf,
-    /// Libraries of both.
+    /// fio's engine plugins (see [`engine_plugins`]), at their host paths.
+    pub plugins: Vec<PathBuf>,
+    /// Libraries of both (and of the plugins).
     pub libs: Vec<PathBuf>,
     /// The guest /init.
     pub init: String,
@@ -179,16 +230,20 @@ impl ImageInputs {
                 why: "listed no applets".into(),
             });
         }
+        let plugins = engine_plugins(fio);
         let mut libs = libs_of(busybox)?;
-        for l in libs_of(fio)? {
-            if !libs.contains(&l) {
-                libs.push(l);
+        for bin in std::iter::once(fio).chain(plugins.iter().map(PathBuf::as_path)) {
+            for l in libs_of(bin)? {
+                if !libs.contains(&l) {
+                    libs.push(l);
+                }
             }
         }
         Ok(ImageInputs {
             busybox: busybox.into(),
             applets,
             fio: fio.into(),
+            plugins,
             libs,
             init: INIT_SCRIPT.into(),
         })
@@ -203,7 +258,11 @@ impl ImageInputs {
         ));
         h.update(self.init.as_bytes());
         h.update(self.applets.join(",").as_bytes());
-        for p in [&self.busybox, &self.fio].into_iter().chain(&self.libs) {
+        for p in [&self.busybox, &self.fio]
+            .into_iter()
+            .chain(&self.plugins)
+            .chain(&self.libs)
+        {
             h.update(p.to_string_lossy().as_bytes());
             h.update(std::fs::read(p).map_err(io(p))?);
         }
@@ -223,7 +282,7 @@ impl ImageInputs {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        for l in &self.libs {
+        for l in self.libs.iter().chain(&self.plugins) {
             let mut p = l.parent();
             while let Some(d) = p.filter(|d| *d != Path::new("/")) {
                 dirs.insert(d.to_string_lossy().trim_start_matches('/').to_string());
@@ -249,7 +308,7 @@ impl ImageInputs {
             0o755,
             &std::fs::read(&self.fio).map_err(io(&self.fio))?,
         );
-        for l in &self.libs {
+        for l in self.libs.iter().chain(&self.plugins) {
             c.file(
                 &l.to_string_lossy(),
                 0o755,
@@ -276,13 +335,16 @@ pub fn build_or_reuse(inputs: &ImageInputs, cache: &Path) -> Result<PathBuf, Ima
     Ok(path)
 }
 
-/// `~/.cache/viommu-bench` (or `$XDG_CACHE_HOME/viommu-bench`).
+/// `/var/cache/viommu-bench` as root, else `$XDG_CACHE_HOME/viommu-bench`
+/// or `~/.cache/viommu-bench` (see [`crate::host::default_cache_for`]).
 pub fn default_cache() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/var/cache"))
-        .join("viommu-bench")
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    crate::host::default_cache_for(
+        euid,
+        std::env::var_os("XDG_CACHE_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )
 }
 
 #[cfg(test)]
@@ -301,6 +363,71 @@ mod tests {
             ]
         );
         assert!(parse_ldd("\tnot a dynamic executable\n").is_empty());
+    }
+
+    #[test]
+    fn fio_engine_plugins_go_into_the_image() {
+        // Fedora's layout: /usr/bin/fio loads /usr/lib64/fio/fio-*.so,
+        // a path compiled into the binary.
+        let d = tempfile::tempdir().unwrap();
+        let usr = d.path().join("usr");
+        let engines = usr.join("lib64/fio");
+        std::fs::create_dir_all(&engines).unwrap();
+        std::fs::create_dir_all(usr.join("bin")).unwrap();
+        let fio = usr.join("bin/fio");
+        let mut bin = b"\x7fELF....\0".to_vec();
+        bin.extend_from_slice(engines.to_string_lossy().as_bytes());
+        bin.extend_from_slice(b"\0more\0");
+        std::fs::write(&fio, bin).unwrap();
+        for so in ["fio-libaio.so", "fio-rbd.so"] {
+            std::fs::write(engines.join(so), so).unwrap();
+        }
+        std::fs::write(engines.join("README"), "not a plugin").unwrap();
+        assert_eq!(
+            engine_plugins(&fio),
+            [engines.join("fio-libaio.so"), engines.join("fio-rbd.so")]
+        );
+        // Found next to the prefix too when the binary does not name the
+        // directory (here: under lib/ instead).
+        let other = tempfile::tempdir().unwrap();
+        let lib = other.path().join("lib/fio");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(other.path().join("bin")).unwrap();
+        std::fs::write(lib.join("fio-libaio.so"), "x").unwrap();
+        std::fs::write(other.path().join("bin/fio"), "fio").unwrap();
+        assert_eq!(
+            engine_plugins(&other.path().join("bin/fio")),
+            [lib.join("fio-libaio.so")]
+        );
+        // Debian's fio has its engines built in: nothing to add.
+        let plain = tempfile::tempdir().unwrap();
+        std::fs::write(plain.path().join("fio"), "fio").unwrap();
+        assert!(engine_plugins(&plain.path().join("fio")).is_empty());
+
+        let bb = d.path().join("busybox");
+        std::fs::write(&bb, "bb").unwrap();
+        let inp = ImageInputs {
+            busybox: bb,
+            applets: vec!["sh".into()],
+            fio: fio.clone(),
+            plugins: engine_plugins(&fio),
+            libs: vec![],
+            init: INIT_SCRIPT.into(),
+        };
+        let entries = unpack(&inp.pack().unwrap());
+        let at = |p: &Path| p.to_string_lossy().trim_start_matches('/').to_string();
+        let so = entries
+            .iter()
+            .find(|e| e.0 == at(&engines.join("fio-libaio.so")))
+            .expect("the plugin at its host path");
+        assert_eq!(so.2, b"fio-libaio.so");
+        assert!(entries
+            .iter()
+            .any(|e| e.0 == at(&engines) && e.1 == 0o040755));
+        // A changed plugin makes a new image.
+        let k = inp.key().unwrap();
+        std::fs::write(engines.join("fio-libaio.so"), "v2").unwrap();
+        assert_ne!(inp.key().unwrap(), k);
     }
 
     /// (name, mode, data) of every entry, read back.
@@ -352,6 +479,7 @@ mod tests {
             busybox: bb,
             applets: vec!["sh".into(), "mount".into(), "busybox".into()],
             fio,
+            plugins: vec![],
             libs: vec![lib.clone()],
             init: INIT_SCRIPT.into(),
         };

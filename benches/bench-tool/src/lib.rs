@@ -16,6 +16,7 @@ pub mod columns;
 pub mod cpu_time;
 pub mod guest;
 pub mod guest_time;
+pub mod host;
 pub mod image;
 pub mod kvm_exits;
 pub mod liveness;

@@ -116,6 +116,8 @@ fn preflight(cfg: &Config) -> Outcome {
         kernels,
         guest_memory: cfg.memory_mib << 20,
         path_env: std::env::var_os("PATH"),
+        kvm_exits: a.kvm_exits,
+        block_sizes: cfg.bs.iter().map(|b| (b.label.clone(), b.bytes)).collect(),
     }
     .run()
 }
@@ -149,7 +151,7 @@ fn guest_image(cfg: &Config, pre: &Outcome, dry: bool) -> Result<PathBuf, String
     image::build_or_reuse(&inputs, &cache).map_err(|e| e.to_string())
 }
 
-async fn run(cfg: Config) -> u8 {
+async fn run(mut cfg: Config) -> u8 {
     if !cfg.args.report_from.is_empty() {
         return report_only(&cfg, &cfg.args.report_from);
     }
@@ -175,6 +177,25 @@ async fn run(cfg: Config) -> u8 {
         return 2;
     }
     let facts = &pre.facts;
+    cfg.drive_bytes = facts.namespace_bytes;
+    let mut host = viommu_bench::host::HostInfo::gather(
+        &root,
+        &cfg.bdf,
+        pre.tools.qemu.as_deref().filter(|_| cfg.uses_qemu()),
+    );
+    // --pin: every VMM started from here on inherits this thread's CPUs.
+    let pin = if a.pin {
+        match viommu_bench::host::pin_cpus(&root, &cfg.bdf) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+    host.pinned_cpus = pin.as_ref().map(|(list, _)| list.clone());
     let out = out_dir(&cfg, started);
     let initramfs = match guest_image(&cfg, &pre, dry) {
         Ok(p) => p,
@@ -204,7 +225,7 @@ async fn run(cfg: Config) -> u8 {
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,
     };
-    let cmdline = plan::guest_cmdline(&cfg);
+    let cmdline = plan::guest_cmdline(&cfg, facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
     let phases = plan::phases(&cfg);
     let estimate = plan::estimate_cell(&cfg);
@@ -234,8 +255,17 @@ async fn run(cfg: Config) -> u8 {
             "bind it to vfio-pci (from {now_on}; given back at the end, also on failure or Ctrl-C)"
         )
     };
+    let pinning = match &host.pinned_cpus {
+        Some(list) => match host.numa_node.filter(|n| *n >= 0) {
+            Some(n) => format!("; every VMM pinned to CPUs {list} (NUMA node {n} of the drive)"),
+            None => format!(
+                "; every VMM pinned to CPUs {list} (the drive reports no NUMA node: every online CPU)"
+            ),
+        },
+        None => String::new(),
+    };
     let what = format!(
-        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s); about {} in all; results in {}",
+        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s); about {} in all; results in {}{pinning}",
         cells.len(),
         cfg.columns.len(),
         a.rounds,
@@ -246,6 +276,7 @@ async fn run(cfg: Config) -> u8 {
         human_duration(estimate * cells.len() as u32),
         out.display()
     );
+    let what = format!("{what}; {}", plan::precondition_note(&cfg));
     if dry {
         println!("DRY RUN: nothing is bound, built or started.\n{what}\n");
         println!("guest kernel command line: {cmdline}");
@@ -283,12 +314,35 @@ async fn run(cfg: Config) -> u8 {
     }
     eprintln!("{what}");
 
+    // What this run creates of --out, handed to the sudo user at the end.
+    let created = viommu_bench::host::first_missing(&out.join("logs"));
     for d in [out.join("logs"), run_dir.clone()] {
         if let Err(e) = std::fs::create_dir_all(&d) {
             eprintln!(
                 "viommu-bench: cannot create {}: {e}; pick another --out",
                 d.display()
             );
+            return 2;
+        }
+    }
+
+    // KVM exits per phase, when asked (triggers removed when this drops),
+    // before the drive is bound: a kernel without them changes nothing.
+    let kvm_exits = if a.kvm_exits {
+        match viommu_bench::kvm_exits::KvmExits::install(None) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
+
+    if let Some((list, cpus)) = &pin {
+        if let Err(e) = viommu_bench::host::pin_to(cpus) {
+            eprintln!("viommu-bench: --pin: pinning to CPUs {list}: {e}; drop --pin");
             return 2;
         }
     }
@@ -304,19 +358,6 @@ async fn run(cfg: Config) -> u8 {
             }
         }
     }
-
-    // KVM exits per phase, when asked (triggers removed when this drops).
-    let kvm_exits = if a.kvm_exits {
-        match viommu_bench::kvm_exits::KvmExits::install(None) {
-            Ok(k) => Some(k),
-            Err(e) => {
-                eprintln!("viommu-bench: {e}");
-                return 2;
-            }
-        }
-    } else {
-        None
-    };
 
     // 4. Every cell.
     let t0 = Instant::now();
@@ -457,12 +498,13 @@ async fn run(cfg: Config) -> u8 {
     conclude(
         &cfg,
         &out,
-        facts.clone(),
+        (facts.clone(), host),
         results,
         cells.len(),
         started,
         t0.elapsed().as_secs_f64(),
         interrupted,
+        created,
     )
 }
 
@@ -490,7 +532,10 @@ fn print_log(name: &str, log: &Path) {
 }
 
 /// The run's settings, for results.json.
-fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
+fn settings(
+    cfg: &Config,
+    facts: &viommu_bench::preflight::DeviceFacts,
+) -> std::collections::BTreeMap<String, String> {
     let a = &cfg.args;
     let join = |v: Vec<String>| v.join(",");
     [
@@ -508,7 +553,20 @@ fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),
         ("stall_seconds", a.stall_seconds.to_string()),
-        ("guest_cmdline", plan::guest_cmdline(cfg)),
+        ("pin", a.pin.to_string()),
+        ("precondition", a.precondition.as_str().to_string()),
+        (
+            "precondition_bytes",
+            match (a.precondition, plan::precondition_bytes(cfg)) {
+                (viommu_bench::cli::Precondition::None, _) => "0".into(),
+                (_, Some(b)) => b.to_string(),
+                (_, None) => "unknown".into(),
+            },
+        ),
+        (
+            "guest_cmdline",
+            plan::guest_cmdline(cfg, facts.logical_block_size),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -521,12 +579,16 @@ fn settings(cfg: &Config) -> std::collections::BTreeMap<String, String> {
 fn conclude(
     cfg: &Config,
     out: &Path,
-    facts: viommu_bench::preflight::DeviceFacts,
+    (facts, host): (
+        viommu_bench::preflight::DeviceFacts,
+        viommu_bench::host::HostInfo,
+    ),
     cells: Vec<CellResult>,
     expected: usize,
     started: u64,
     elapsed_s: f64,
     interrupted: bool,
+    created: Option<PathBuf>,
 ) -> u8 {
     let a = &cfg.args;
     let phases = plan::phases(cfg);
@@ -538,9 +600,10 @@ fn conclude(
         host_kernel: Root::new(&a.root)
             .read_trim("/proc/sys/kernel/osrelease")
             .unwrap_or_default(),
+        host,
         device: cfg.bdf.clone(),
+        settings: settings(cfg, &facts),
         device_facts: facts,
-        settings: settings(cfg),
         columns: cfg.columns.clone(),
         cells,
         summary,
@@ -567,8 +630,30 @@ fn conclude(
             1
         }
     };
+    if let Some((uid, gid)) = viommu_bench::host::sudo_user() {
+        hand_over(out, created.as_deref(), uid, gid);
+    }
     print!("{}", render_text(&doc.summary));
     code
+}
+
+/// Under sudo: what this run wrote in `out` (the directories it created,
+/// `created`, and the files it wrote) becomes the invoking user's, not
+/// root's.
+fn hand_over(out: &Path, created: Option<&Path>, uid: u32, gid: u32) {
+    let files = ["results.json", "table.md", "chart.png"].map(|f| out.join(f));
+    for p in created
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(files.into_iter().filter(|f| f.exists()))
+    {
+        if let Err(e) = viommu_bench::host::chown_tree(&p, uid, gid) {
+            warn!(
+                "cannot give {} to uid {uid} (SUDO_UID): {e}; it stays root's",
+                p.display()
+            );
+        }
+    }
 }
 
 /// `--report-from`: the cells of the FILEs (each a results.json, or lines
@@ -601,16 +686,18 @@ fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let out = out_dir(cfg, now);
+    let created = viommu_bench::host::first_missing(&out);
     let expected = cfg.columns.len() * cfg.args.rounds as usize;
     conclude(
         cfg,
         &out,
-        Default::default(),
+        (Default::default(), Default::default()),
         cells,
         expected,
         now,
         elapsed,
         false,
+        created,
     )
 }
 

@@ -3,7 +3,56 @@
 
 use std::time::Duration;
 
-use crate::cli::{Config, Mode};
+use crate::cli::{Config, Mode, Precondition};
+
+/// `b` as `N GiB` or `N MiB`.
+fn human_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{} GiB", b >> 30)
+    } else {
+        format!("{} MiB", b >> 20)
+    }
+}
+
+/// The sequential write speed the estimates assume for preconditioning.
+const PRECONDITION_BYTES_PER_S: u64 = 1 << 30;
+
+/// How many bytes each guest writes before measuring, if known: --span
+/// (capped at the drive's size when known), the drive's size, or nothing.
+pub fn precondition_bytes(cfg: &Config) -> Option<u64> {
+    match cfg.args.precondition {
+        Precondition::None => None,
+        Precondition::Span => Some(
+            cfg.drive_bytes
+                .map_or(cfg.span_bytes, |d| d.min(cfg.span_bytes)),
+        ),
+        Precondition::Full => cfg.drive_bytes,
+    }
+}
+
+/// What preconditioning does, for the plan the tool prints.
+pub fn precondition_note(cfg: &Config) -> String {
+    let per_vm = |b: u64| {
+        format!(
+            "about {} s per VM at 1 GiB/s",
+            b.div_ceil(PRECONDITION_BYTES_PER_S)
+        )
+    };
+    match (cfg.args.precondition, precondition_bytes(cfg)) {
+        (Precondition::None, _) => "no preconditioning (--precondition none): the measured reads may meet never-written blocks, which a drive can answer without touching flash".into(),
+        (Precondition::Span, Some(b)) => format!(
+            "each VM first writes the drive's first {} sequentially and the measured runs read only those ({})",
+            human_bytes(b),
+            per_vm(b)
+        ),
+        (Precondition::Full, Some(b)) => format!(
+            "each VM first writes the whole drive, {}, sequentially ({})",
+            human_bytes(b),
+            per_vm(b)
+        ),
+        (_, None) => "each VM first writes the whole drive sequentially (its size is unknown here: 1 s per GiB at 1 GiB/s, not in the estimate)".into(),
+    }
+}
 use crate::guest::run_phase_name;
 
 /// Guest debugfs counters reported per phase (the patched guest has them).
@@ -88,7 +137,10 @@ pub fn phases(cfg: &Config) -> Vec<Phase> {
 }
 
 /// The guest kernel command line (before a column's own parameters).
-pub fn guest_cmdline(cfg: &Config) -> String {
+/// `lbs`: the namespace's logical block size as the host saw it, the
+/// smallest I/O the guest's mixed-size verify may use (`lab.lbs`; the
+/// guest reads its own sysfs first and falls back to this, then 512).
+pub fn guest_cmdline(cfg: &Config, lbs: Option<u64>) -> String {
     let a = &cfg.args;
     let bs: Vec<&str> = cfg.bs.iter().map(|b| b.label.as_str()).collect();
     let nj: Vec<String> = cfg.numjobs.iter().map(|n| n.to_string()).collect();
@@ -102,8 +154,14 @@ pub fn guest_cmdline(cfg: &Config) -> String {
     } else {
         String::new()
     };
+    let lbs = lbs.map(|l| format!(" lab.lbs={l}")).unwrap_or_default();
+    let pre = match a.precondition {
+        Precondition::None => String::new(),
+        Precondition::Span => format!(" lab.precondition=span lab.span={}", cfg.span_bytes),
+        Precondition::Full => " lab.precondition=full".into(),
+    };
     format!(
-        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}",
+        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}{lbs}{pre}",
         a.mode.as_str(),
         a.rw.as_str(),
         bs.join(","),
@@ -125,7 +183,8 @@ pub fn estimate_cell(cfg: &Config) -> Duration {
         Mode::Smoke => 2,
         _ => (cfg.args.runtime + cfg.args.ramp) as u64,
     };
-    Duration::from_secs(15 + verifies * 3 + runs * (runtime + 2))
+    let pre = precondition_bytes(cfg).map_or(0, |b| b.div_ceil(PRECONDITION_BYTES_PER_S));
+    Duration::from_secs(15 + verifies * 3 + pre + runs * (runtime + 2))
 }
 
 /// The bound on one cell, whatever the progress: four times the estimate
@@ -142,6 +201,45 @@ mod tests {
     use super::*;
     use crate::cli::Args;
     use clap::Parser;
+
+    #[test]
+    fn preconditioning_is_planned_and_estimated() {
+        let cfg = |extra: &[&str]| {
+            let mut argv = vec![
+                "viommu-bench",
+                "--device",
+                "01:00.0",
+                "--dry-run",
+                "--bs",
+                "4k",
+            ];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap().validate().unwrap()
+        };
+        let base = |c: &Config| estimate_cell(c).as_secs();
+        let none = cfg(&["--precondition", "none"]);
+        assert_eq!(precondition_bytes(&none), None);
+        assert!(!guest_cmdline(&none, None).contains("lab.precondition"));
+        assert!(precondition_note(&none).contains("never-written"));
+        let mut span = cfg(&["--span", "8G"]);
+        assert_eq!(precondition_bytes(&span), Some(8 << 30));
+        assert_eq!(base(&span), base(&none) + 8);
+        assert!(guest_cmdline(&span, None).contains(" lab.precondition=span lab.span=8589934592"));
+        // A drive smaller than the span: the whole drive, no more.
+        span.drive_bytes = Some(2 << 30);
+        assert_eq!(precondition_bytes(&span), Some(2 << 30));
+        assert_eq!(base(&span), base(&none) + 2);
+        let note = precondition_note(&span);
+        assert!(
+            note.contains("first 2 GiB") && note.contains("about 2 s per VM"),
+            "{note}"
+        );
+        let mut full = cfg(&["--precondition", "full"]);
+        assert!(guest_cmdline(&full, None).ends_with(" lab.precondition=full"));
+        assert!(precondition_note(&full).contains("size is unknown"));
+        full.drive_bytes = Some(100 << 30);
+        assert_eq!(base(&full), base(&none) + 100);
+    }
 
     #[test]
     fn rounds_go_forwards_then_backwards() {
@@ -232,14 +330,24 @@ mod tests {
             names,
             ["randrw-4k", "randrw-128k", "randrw-4k-j2", "randrw-128k-j2"]
         );
-        let c = guest_cmdline(&cfg);
+        let c = guest_cmdline(&cfg, None);
+        assert!(!c.contains("lab.lbs"), "{c}");
+        assert!(guest_cmdline(&cfg, Some(4096)).contains(" lab.lbs=4096 "));
         assert!(c.contains("lab.rw=randrw lab.bs=4k,128k lab.runtime=10 lab.iodepth=64 lab.verify=8M lab.numjobs=1,2"), "{c}");
         assert!(!c.contains("lab.ramp"), "no ramp unless asked: {c}");
         assert!(
             !c.contains("lab.idle_ms"),
             "no idle phase unless asked: {c}"
         );
-        assert_eq!(estimate_cell(&cfg), Duration::from_secs(15 + 9 + 4 * 12));
+        // The default: a 4 GiB span, 4 s at 1 GiB/s.
+        assert!(
+            c.ends_with(" lab.precondition=span lab.span=4294967296"),
+            "{c}"
+        );
+        assert_eq!(
+            estimate_cell(&cfg),
+            Duration::from_secs(15 + 9 + 4 + 4 * 12)
+        );
         let idle = Args::try_parse_from([
             "viommu-bench",
             "--device",
@@ -247,11 +355,13 @@ mod tests {
             "--dry-run",
             "--idle-ms",
             "3000",
+            "--precondition",
+            "none",
         ])
         .unwrap()
         .validate()
         .unwrap();
-        assert!(guest_cmdline(&idle).ends_with(" lab.idle_ms=3000"));
+        assert!(guest_cmdline(&idle, None).ends_with(" lab.idle_ms=3000"));
         let ramp = Args::try_parse_from([
             "viommu-bench",
             "--device",
@@ -263,11 +373,13 @@ mod tests {
             "3",
             "--bs",
             "4k",
+            "--precondition",
+            "none",
         ])
         .unwrap()
         .validate()
         .unwrap();
-        assert!(guest_cmdline(&ramp).ends_with(" lab.ramp=2"));
+        assert!(guest_cmdline(&ramp, None).ends_with(" lab.ramp=2"));
         // one verify size + mixed, one measured run of ramp + runtime
         assert_eq!(
             estimate_cell(&ramp),

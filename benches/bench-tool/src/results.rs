@@ -123,6 +123,9 @@ pub struct Results {
     pub started: String,
     /// Host kernel (`uname -r` equivalent).
     pub host_kernel: String,
+    /// QEMU version, CPU model, IOMMU type, the drive's NUMA node, pinning.
+    #[serde(default)]
+    pub host: crate::host::HostInfo,
     /// The drive.
     pub device: String,
     /// What preflight found about it.

@@ -469,7 +469,11 @@ fn judge(st: &Cell, vmm_rc: Option<i32>) -> CellStatus {
         (None, _) => failed(format!(
             "the guest never reached its init (VMM exited {rc}; see the log)"
         )),
-        (Some(b), _) if !b.nvme => failed("the guest saw no NVMe (/dev/nvme0n1)".into()),
+        (Some(b), _) if !b.nvme => failed(format!(
+            "the guest saw no NVMe (/dev/nvme0n1): its kernel ({}) must have {} built in (=y; the guest image loads no modules)",
+            if b.kernel.is_empty() { "?" } else { b.kernel.as_str() },
+            crate::preflight::GUEST_KERNEL_OPTIONS.join(", ")
+        )),
         (_, None) => failed(format!("the VMM exited {rc} before the guest finished")),
         (_, Some(_)) if !st.errors.is_empty() => failed(st.errors.join("; ")),
         (_, Some(g)) if g != 0 => failed(format!("the guest finished with rc={g}")),
@@ -595,6 +599,25 @@ echo '@@LAB-GUEST-DONE@@ rc=1'
                     ..
                 }
             ),
+            "{:?}",
+            r.status
+        );
+        // A kernel with NVMe as a module: booted, no NVMe, the options named.
+        let body = r#"echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.12.48+deb13-amd64","nvme":false,"iommu_groups":"","cmdline":""}'
+echo '@@LAB-GUEST-DONE@@ rc=1'
+"#;
+        let r = run_cell(
+            &script_launch(d.path(), body),
+            "fake",
+            0,
+            &mut ctx(d.path(), rx.clone(), 15),
+            &p,
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(&r.status, CellStatus::Failed { reason, .. }
+                if reason.contains("6.12.48+deb13-amd64") && reason.contains("CONFIG_BLK_DEV_NVME") && reason.contains("loads no modules")),
             "{:?}",
             r.status
         );

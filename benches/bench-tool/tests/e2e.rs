@@ -30,6 +30,7 @@ fn file(root: &Path, rel: &str, body: &str) {
 /// VFIO trace lines per I/O (the trace is scaled down: 4 I/Os), without
 /// 4000 IOPS; the patched kernel "crashes" (exit 1 before finishing).
 const FAKE_QEMU: &str = r#"#!/bin/sh
+[ "$1" = --version ] && echo 'QEMU emulator version 9.9.9 (fake)' && exit 0
 trace= kernel= viommu=
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -70,6 +71,10 @@ fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     std::fs::create_dir_all(root.join("sys/bus/pci/drivers/vfio-pci")).unwrap();
     std::fs::create_dir_all(root.join(format!("sys/kernel/iommu_groups/3/devices/{BDF}"))).unwrap();
     file(&root, "dev/kvm", "");
+    file(&root, "dev/vfio/vfio", "");
+    file(&root, "dev/vfio/3", "");
+    // VT-d with interrupt remapping (ECAP bit 3).
+    file(&root, "sys/class/iommu/dmar0/intel-iommu/ecap", "f050da\n");
     let dev = format!("sys/bus/pci/devices/{BDF}");
     file(&root, &format!("{dev}/class"), "0x010802\n");
     symlink(
@@ -94,6 +99,13 @@ fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     );
     file(&root, "proc/mounts", "");
     file(&root, "proc/sys/kernel/osrelease", "6.1.0-fake\n");
+    file(
+        &root,
+        "proc/cpuinfo",
+        "processor\t: 0\nmodel name\t: Fake CPU @ 1.00GHz\n",
+    );
+    file(&root, &format!("{dev}/numa_node"), "0\n");
+    file(&root, "sys/devices/system/node/node0/cpulist", "0\n");
     let qemu = d.join("qemu");
     std::fs::write(&qemu, FAKE_QEMU).unwrap();
     std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -151,6 +163,7 @@ fn a_whole_run_on_a_fake_host() {
             "4k",
             "--rounds",
             "2",
+            "--pin",
         ])
         .output()
         .unwrap();
@@ -194,6 +207,29 @@ fn a_whole_run_on_a_fake_host() {
     );
     assert_eq!(doc.cells.len(), 6);
     assert_eq!(doc.host_kernel, "6.1.0-fake");
+    // The default preconditioning (the drive's size is unknown on vfio-pci:
+    // the 4 GiB span, capped by the guest).
+    assert_eq!(doc.settings["precondition"], "span");
+    assert_eq!(doc.settings["precondition_bytes"], "4294967296");
+    assert!(
+        doc.settings["guest_cmdline"].contains("lab.precondition=span lab.span=4294967296"),
+        "{:?}",
+        doc.settings
+    );
+    assert_eq!(
+        doc.host,
+        viommu_bench::host::HostInfo {
+            qemu_version: Some("QEMU emulator version 9.9.9 (fake)".into()),
+            cpu_model: Some("Fake CPU @ 1.00GHz".into()),
+            iommu: Some("intel".into()),
+            numa_node: Some(0),
+            pinned_cpus: Some("0".into()),
+        }
+    );
+    assert!(
+        stderr.contains("every VMM pinned to CPUs 0 (NUMA node 0 of the drive)"),
+        "{stderr}"
+    );
     let failed = doc
         .cells
         .iter()

@@ -84,6 +84,13 @@ class CollectorTest(unittest.TestCase):
         self.assertEqual(problems, ["ours round 1: hung in randread-128k (no I/O completed for 60 s; killed)"])
         self.assertEqual(warnings, ["qemu+stock round 1: hung in randread-128k (no I/O completed for 60 s; killed)"])
 
+    def test_a_hang_the_device_owes_fails_whatever_vmm(self):
+        owed = {"status": "hung", "phase": "randread-4k", "after_s": 60, "device_owes": True}
+        _, (problems, warnings) = judge("compare", SPECS, [HOST, line(cell("qemu+stock", status=owed)), line(cell("ours", status=owed)), "@@LAB-DONE@@ rc=0"])
+        want = ": hung in randread-4k (no I/O completed for 60 s; killed): the device owed the driver a request (see the cell's 'state at the hang')"
+        self.assertEqual(problems, ["qemu+stock round 1" + want, "ours round 1" + want])
+        self.assertEqual(warnings, [])
+
     def test_missing_cells_and_no_done_fail(self):
         _, (problems, _) = judge("compare", SPECS, [HOST, line(cell("qemu+stock"))])
         self.assertIn("lab host of round 1: never finished the scenario", problems)

@@ -266,6 +266,27 @@ fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
     }
 }
 
+/// One argument condition: `(argument index, width, comparison, value)`.
+type Arg = (u8, SeccompCmpArgLen, SeccompCmpOp, u64);
+
+/// Syscalls of one kind of thread allowed only with some arguments, with
+/// why: every condition of an entry must hold; several entries for one
+/// number are alternatives. A number here must not be in [`COMMON`] or
+/// [`extra`] (which allow it whatever its arguments).
+fn conditional(kind: ThreadKind) -> Vec<(libc::c_long, Vec<Arg>, &'static str)> {
+    use SeccompCmpArgLen::{Dword, Qword};
+    use SeccompCmpOp::Eq;
+    match kind {
+        ThreadKind::Vcpu => vec![(
+            libc::SYS_poll,
+            // poll(fds, nfds = 1, timeout = 0): one fd, never waits.
+            vec![(1, Qword, Eq, 1), (2, Dword, Eq, 0)],
+            "the VFIO function's PBA: whether a masked vector's eventfd holds a signal",
+        )],
+        _ => vec![],
+    }
+}
+
 /// The ioctls of one kind of thread, with why. Any other ioctl is denied.
 fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
     use ioctl::*;
@@ -337,6 +358,15 @@ pub fn build(kind: ThreadKind) -> Result<Filter, SeccompError> {
     // An ioctl allowed only for some requests; `extra` may not allow all.
     if !ioctl_rules.is_empty() {
         rules.insert(libc::SYS_ioctl, ioctl_rules);
+    }
+    for (nr, args, _why) in conditional(kind) {
+        let conds = args
+            .into_iter()
+            .map(|(i, len, op, v)| SeccompCondition::new(i, len, op, v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        let rule = SeccompRule::new(conds).map_err(err)?;
+        rules.entry(nr).or_default().push(rule);
     }
     // The open calls pass this filter and fail in the next one.
     for (nr, _why) in FAIL_WITH_EACCES {

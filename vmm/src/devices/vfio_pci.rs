@@ -261,7 +261,9 @@ impl VfioPciDevice {
     }
 
     /// Whether vector `v` has a signal waiting (only while detached: an
-    /// attached irqfd consumes signals at once).
+    /// attached irqfd consumes signals at once). Runs on a vCPU thread:
+    /// `poll` of one fd with a zero timeout is the only form the vCPU
+    /// seccomp filter allows (it neither waits nor consumes the signal).
     fn pending(&self, v: usize) -> bool {
         use std::os::fd::AsRawFd;
         let Some(fd) = self.irq_fds.get(v) else {

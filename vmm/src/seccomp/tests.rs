@@ -23,6 +23,21 @@ fn every_kind_builds() {
 }
 
 #[test]
+fn conditional_calls_are_not_also_allowed_unconditionally() {
+    // An unconditional entry for the same number would make the
+    // conditions moot (or, merged, narrow the unconditional one).
+    for k in KINDS {
+        for (nr, args, why) in conditional(k) {
+            assert!(!args.is_empty(), "{k:?} {nr}: {why}");
+            assert!(
+                !COMMON.iter().chain(extra(k)).any(|(n, _)| *n == nr),
+                "{k:?}: {nr} is both conditional and unconditional"
+            );
+        }
+    }
+}
+
+#[test]
 fn ioctl_numbers_match_the_kernel_headers() {
     assert_eq!(ioctl::KVM_RUN(), 0xae80);
     assert_eq!(ioctl::KVM_SIGNAL_MSI(), 0x4020_aea5);

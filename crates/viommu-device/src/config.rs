@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 use viommu_wire as wire;
 use vm_memory::{ByteValued, GuestAddressSpace};
 
-use crate::ratelimit::guest_warn;
+use crate::guest_warn;
 use crate::{Error, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
 
 /// The x86 MSI doorbell window (0xfee00000-0xfeefffff), the default

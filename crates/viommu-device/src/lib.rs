@@ -72,7 +72,7 @@ mod counters;
 mod domains;
 mod execute;
 mod queue;
-mod ratelimit;
+pub mod ratelimit;
 mod request;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
@@ -93,7 +93,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use dma_mapper::DmaMapper;
-use tracing::warn;
 use viommu_planner::Mapping;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddressSpace;
@@ -368,7 +367,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     pub fn set_acked_features(&mut self, features: u64) {
         let unknown = features & !self.device_features();
         if unknown != 0 {
-            warn!(
+            guest_warn!(
                 unknown = format_args!("{unknown:#x}"),
                 "driver acked features not offered"
             );

@@ -7,7 +7,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use tracing::{debug, error, trace};
 
-use crate::ratelimit::guest_warn;
+use crate::guest_warn;
 use viommu_planner::PlanOptions;
 use viommu_wire as wire;
 use viommu_wire::status::*;

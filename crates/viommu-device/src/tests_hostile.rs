@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::testing::{BusyGuest, CountingInterrupt, GuestDriver, TestMem, MEM_SIZE};
+use crate::testing::{
+    count_warnings, warning_budget, BusyGuest, CountingInterrupt, GuestDriver, TestMem, MEM_SIZE,
+};
 use crate::{DeviceConfig, Drained, VirtioIommu};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
@@ -60,4 +62,39 @@ fn a_notification_serves_at_most_a_queue_size_of_requests() {
         assert_eq!(dev.counters().requests.total(), guest.posted());
         assert_eq!(dev.counters().failed_requests, 0);
     }
+}
+
+#[test]
+fn config_writes_and_bad_features_log_within_the_rate_limit() {
+    let (mut dev, _guest) = busy_device(true, 0);
+    let start = std::time::Instant::now();
+    let n = count_warnings(|| {
+        for i in 0..10_000u64 {
+            dev.write_config(i % 40, &[1]);
+            dev.write_config(36, &[7]);
+            dev.set_acked_features(u64::MAX);
+        }
+    });
+    assert!(
+        n <= warning_budget(start.elapsed().as_secs()),
+        "{n} warnings for 30000 bad writes"
+    );
+}
+
+#[test]
+fn a_corrupt_avail_index_at_every_kick_logs_within_the_rate_limit() {
+    let (mut dev, guest) = busy_device(true, 0);
+    // More than a queue size ahead of the device.
+    guest.with_driver(|d, m| d.set_avail_idx(m, QSIZE + 5));
+    let start = std::time::Instant::now();
+    let n = count_warnings(|| {
+        for _ in 0..10_000 {
+            assert_eq!(dev.process_request_queue().unwrap(), Drained::Empty);
+        }
+    });
+    assert!(
+        n <= warning_budget(start.elapsed().as_secs()),
+        "{n} warnings"
+    );
+    assert_eq!(dev.counters().requests.total(), 0);
 }

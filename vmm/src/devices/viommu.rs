@@ -585,7 +585,8 @@ impl Worker {
         };
         self.shared.snapshot_counters(&self.model);
         r.unwrap_or_else(|e| {
-            tracing::error!(queue, "virtio-iommu: {e}");
+            // Guest memory the driver's rings point at: at every kick.
+            viommu_device::guest_error!(queue, "virtio-iommu: {e}");
             Drained::Empty
         })
     }

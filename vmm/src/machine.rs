@@ -82,11 +82,8 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
             Some(liveness),
             &devices.vfio_bdfs(),
         );
-        api::spawn(path, state, seccomp.filter(ThreadKind::Api)?)?;
-        if let Some(ids) = cfg.user {
-            std::os::unix::fs::chown(path, Some(ids.uid), Some(ids.gid))
-                .map_err(io_err("cannot hand the API socket to --user"))?;
-        }
+        // Handed to --user as it is created, never by path.
+        api::spawn(path, state, seccomp.filter(ThreadKind::Api)?, cfg.user)?;
         tracing::info!(path = %path.display(), "API socket ready");
     }
     // The setup is done: the main thread gives up root too (the others

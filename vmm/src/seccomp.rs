@@ -163,16 +163,11 @@ const COMMON: &[(libc::c_long, &str)] = &[
         "log lines to stderr, eventfd signals, the SIGSYS report",
     ),
     (libc::SYS_brk, "the allocator"),
-    (libc::SYS_mmap, "the allocator (large blocks)"),
     (
         libc::SYS_munmap,
         "the allocator; thread exit frees its signal stack",
     ),
     (libc::SYS_mremap, "the allocator (growing large blocks)"),
-    (
-        libc::SYS_mprotect,
-        "the allocator (glibc grows a thread's arena)",
-    ),
     (
         libc::SYS_madvise,
         "the allocator; glibc frees a finished thread's stack",
@@ -245,7 +240,6 @@ fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
             (libc::SYS_shutdown, "closing a connection's write side"),
             (libc::SYS_fcntl, "non-blocking mode of a connection"),
             (libc::SYS_getpid, "vm.vcpus: kicking a vCPU thread (tgkill)"),
-            (libc::SYS_tgkill, "vm.vcpus: kicking a vCPU thread"),
             (
                 libc::SYS_nanosleep,
                 "vm.vcpus: waiting for the vCPU's answer",
@@ -265,6 +259,56 @@ fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
             ),
         ],
     }
+}
+
+/// One argument condition: `(argument index, width, comparison, value)`.
+type Arg = (u8, SeccompCmpArgLen, SeccompCmpOp, u64);
+
+/// Syscalls of one kind of thread allowed only with some arguments, with
+/// why: every condition of an entry must hold; several entries for one
+/// number are alternatives. A number here must not be in [`COMMON`] or
+/// [`extra`] (which allow it whatever its arguments).
+fn conditional(kind: ThreadKind) -> Vec<(libc::c_long, Vec<Arg>, &'static str)> {
+    use SeccompCmpArgLen::{Dword, Qword};
+    use SeccompCmpOp::{Eq, MaskedEq};
+    let no_exec = || MaskedEq(libc::PROT_EXEC as u64);
+    // Every thread: memory, never executable (argument 2 is `prot`).
+    let mut v = vec![
+        (
+            libc::SYS_mmap,
+            vec![(2, Dword, no_exec(), 0)],
+            "the allocator (large blocks), never PROT_EXEC",
+        ),
+        (
+            libc::SYS_mprotect,
+            vec![(2, Dword, no_exec(), 0)],
+            "the allocator (glibc grows a thread's arena), never PROT_EXEC",
+        ),
+    ];
+    match kind {
+        ThreadKind::Vcpu => v.push((
+            libc::SYS_poll,
+            // poll(fds, nfds = 1, timeout = 0): one fd, never waits.
+            vec![(1, Qword, Eq, 1), (2, Dword, Eq, 0)],
+            "the VFIO function's PBA: whether a masked vector's eventfd holds a signal",
+        )),
+        ThreadKind::Api => v.push((
+            libc::SYS_tgkill,
+            // tgkill(tgid = this process, tid, sig = the vCPU kick).
+            vec![
+                (0, Dword, Eq, u64::from(std::process::id())),
+                (2, Dword, Eq, kick_signal()),
+            ],
+            "vm.vcpus: kicking a vCPU thread of this process with the kick signal",
+        )),
+        _ => {}
+    }
+    v
+}
+
+/// The vCPU kick signal (SIGRTMIN), as a filter value.
+fn kick_signal() -> u64 {
+    u64::try_from(libc::SIGRTMIN()).unwrap_or(u64::MAX)
 }
 
 /// The ioctls of one kind of thread, with why. Any other ioctl is denied.
@@ -342,6 +386,15 @@ pub fn build(kind: ThreadKind) -> Result<Filter, SeccompError> {
     // An ioctl allowed only for some requests; `extra` may not allow all.
     if !ioctl_rules.is_empty() {
         rules.insert(libc::SYS_ioctl, ioctl_rules);
+    }
+    for (nr, args, _why) in conditional(kind) {
+        let conds = args
+            .into_iter()
+            .map(|(i, len, op, v)| SeccompCondition::new(i, len, op, v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        let rule = SeccompRule::new(conds).map_err(err)?;
+        rules.entry(nr).or_default().push(rule);
     }
     // The open calls pass this filter and fail in the next one.
     for (nr, _why) in FAIL_WITH_EACCES {

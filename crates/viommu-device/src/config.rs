@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 use viommu_wire as wire;
 use vm_memory::{ByteValued, GuestAddressSpace};
 
-use crate::ratelimit::guest_warn;
+use crate::guest_warn;
 use crate::{Error, VirtioIommu, VIRTIO_IOMMU_F_BYPASS_CONFIG};
 
 /// The x86 MSI doorbell window (0xfee00000-0xfeefffff), the default
@@ -175,22 +175,93 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     /// Writes config space. Only `bypass` is writable, and only once
     /// `VIRTIO_IOMMU_F_BYPASS_CONFIG` is negotiated; anything else is ignored.
     pub fn write_config(&mut self, offset: u64, data: &[u8]) {
-        if offset != wire::CONFIG_BYPASS_OFFSET || data.len() != 1 {
-            warn!(
-                offset,
-                len = data.len(),
-                "driver wrote a read-only config field"
-            );
-            return;
+        self.apply_config_write(ConfigWrite::decide(self.acked, offset, data));
+    }
+
+    /// Applies a config write decided by [`ConfigWrite::decide`] (by a
+    /// transport that coalesces writes); an ignored one is logged, rate
+    /// limited. A `bypass` write is checked against the features this
+    /// device has negotiated.
+    pub fn apply_config_write(&mut self, write: ConfigWrite) {
+        match write {
+            ConfigWrite::Bypass(b) if self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) => self.bypass = b,
+            ConfigWrite::Bypass(_) => ConfigWrite::NotNegotiated.log_ignored(),
+            ignored => ignored.log_ignored(),
         }
-        if !self.acked(VIRTIO_IOMMU_F_BYPASS_CONFIG) {
-            guest_warn!("driver wrote bypass without negotiating BYPASS_CONFIG");
-            return;
+    }
+}
+
+/// What a driver's write to the config space does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigWrite {
+    /// Sets `bypass`.
+    Bypass(bool),
+    /// Ignored: not the `bypass` byte (every other field is read-only).
+    ReadOnly {
+        /// Offset written.
+        offset: u64,
+        /// Bytes written.
+        len: usize,
+    },
+    /// Ignored: `bypass` without `VIRTIO_IOMMU_F_BYPASS_CONFIG` negotiated.
+    NotNegotiated,
+    /// Ignored: a `bypass` value other than 0 and 1.
+    Invalid(u8),
+}
+
+impl ConfigWrite {
+    /// What writing `data` at `offset` does on a device whose driver
+    /// acked `acked`.
+    pub fn decide(acked: u64, offset: u64, data: &[u8]) -> ConfigWrite {
+        let [v] = data else {
+            return ConfigWrite::ReadOnly {
+                offset,
+                len: data.len(),
+            };
+        };
+        if offset != wire::CONFIG_BYPASS_OFFSET {
+            return ConfigWrite::ReadOnly { offset, len: 1 };
+        }
+        if acked & (1u64 << VIRTIO_IOMMU_F_BYPASS_CONFIG) == 0 {
+            return ConfigWrite::NotNegotiated;
         }
         // Spec: "The driver MUST NOT write a value different than 0 or 1 to bypass".
-        match data[0] {
-            0 | 1 => self.bypass = data[0] == 1,
-            v => guest_warn!(value = v, "driver wrote an invalid bypass value; ignored"),
+        match v {
+            0 | 1 => ConfigWrite::Bypass(*v == 1),
+            v => ConfigWrite::Invalid(*v),
+        }
+    }
+
+    /// Whether the device ignores this write whatever its state.
+    pub fn is_ignored(&self) -> bool {
+        !matches!(self, ConfigWrite::Bypass(_))
+    }
+
+    /// Whether this write changes the config space `config` (its bytes
+    /// as a driver reads them now): an ignored write never does.
+    pub fn changes(&self, config: &[u8]) -> bool {
+        match self {
+            ConfigWrite::Bypass(b) => usize::try_from(wire::CONFIG_BYPASS_OFFSET)
+                .ok()
+                .and_then(|o| config.get(o))
+                .is_none_or(|&cur| cur != u8::from(*b)),
+            _ => false,
+        }
+    }
+
+    /// Logs an ignored write, rate limited (the guest decides how often).
+    pub fn log_ignored(&self) {
+        match *self {
+            ConfigWrite::Bypass(_) => {}
+            ConfigWrite::ReadOnly { offset, len } => {
+                guest_warn!(offset, len, "driver wrote a read-only config field")
+            }
+            ConfigWrite::NotNegotiated => {
+                guest_warn!("driver wrote bypass without negotiating BYPASS_CONFIG")
+            }
+            ConfigWrite::Invalid(value) => {
+                guest_warn!(value, "driver wrote an invalid bypass value; ignored")
+            }
         }
     }
 }

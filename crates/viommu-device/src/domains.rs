@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use dma_mapper::DmaMapper;
-use tracing::{debug, error, warn};
+use tracing::{debug, error};
+
+use crate::guest_warn;
 use viommu_planner::{flush_deferred, replay_all, unmap_all, MapperSet, MappingTable};
 use viommu_wire as wire;
 use viommu_wire::status::*;
@@ -93,7 +95,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         match r.error {
             None => VIRTIO_IOMMU_S_OK,
             Some(e) => {
-                warn!(domain = id, failed = r.failed, error = %e, "flushing deferred unmaps failed");
+                guest_warn!(domain = id, failed = r.failed, error = %e, "flushing deferred unmaps failed");
                 VIRTIO_IOMMU_S_DEVERR
             }
         }
@@ -161,7 +163,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         // first; if that fails the ATTACH fails and nothing changed.
         if let Some(pos) = self.dirty.iter().position(|m| same_mapper(m, &mapper)) {
             if let Err(e) = mapper.unmap_all() {
-                warn!(endpoint, error = %e, "host mappings left by a reset still cannot be removed");
+                guest_warn!(endpoint, error = %e, "host mappings left by a reset still cannot be removed");
                 return VIRTIO_IOMMU_S_DEVERR;
             }
             self.dirty.remove(pos);
@@ -353,7 +355,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         match r {
             Ok(()) => VIRTIO_IOMMU_S_OK,
             Err(e) => {
-                warn!(domain = id, ?op, error = %e, "host mappings out of step with the domain");
+                guest_warn!(domain = id, ?op, error = %e, "host mappings out of step with the domain");
                 VIRTIO_IOMMU_S_DEVERR
             }
         }
@@ -401,7 +403,7 @@ fn unmap_everything(domain: u32, mappers: &[Arc<dyn DmaMapper>]) -> Vec<Arc<dyn 
         .iter()
         .filter(|m| match m.unmap_all() {
             Ok(()) => {
-                warn!(
+                guest_warn!(
                     domain,
                     "host mappings removed with unmap-all after a failed unmap"
                 );

@@ -2,7 +2,7 @@
 //! rules (statuses quote the spec), MAP/UNMAP segments between barriers go
 //! to the planner domain by domain, ATTACH/DETACH/PROBE/FLUSH run in place.
 
-use crate::ratelimit::guest_warn;
+use crate::guest_warn;
 use dma_mapper::DmaPerm;
 use viommu_planner::{run_batch, MapperSet, Mapping, Outcome, PlanOptions, Reject};
 use viommu_wire as wire;

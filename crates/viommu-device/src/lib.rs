@@ -72,7 +72,7 @@ mod counters;
 mod domains;
 mod execute;
 mod queue;
-mod ratelimit;
+pub mod ratelimit;
 mod request;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
@@ -80,6 +80,8 @@ pub mod testing;
 mod tests;
 #[cfg(test)]
 mod tests_failures;
+#[cfg(test)]
+mod tests_hostile;
 #[cfg(test)]
 mod tests_lazy;
 #[cfg(test)]
@@ -91,7 +93,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use dma_mapper::DmaMapper;
-use tracing::warn;
 use viommu_planner::Mapping;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestAddressSpace;
@@ -100,7 +101,7 @@ use crate::config::check_pool_hint;
 use crate::domains::{Domain, Endpoint};
 
 pub use crate::config::{
-    clip_ranges, merge_ranges, ConfigBuilder, DeviceConfig, PoolHint, X86_MSI_WINDOW,
+    clip_ranges, merge_ranges, ConfigBuilder, ConfigWrite, DeviceConfig, PoolHint, X86_MSI_WINDOW,
 };
 pub use crate::counters::{Counters, RequestCounts, BATCH_BUCKETS};
 pub use dma_mapper::DmaStats;
@@ -156,6 +157,19 @@ pub enum Error {
     /// The configuration is inconsistent.
     #[error("invalid device configuration: {0}")]
     Config(&'static str),
+}
+
+/// What a call of [`VirtioIommu::process_request_queue`] left on the
+/// request queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "`More` means: call again without waiting for a notification"]
+pub enum Drained {
+    /// Nothing is waiting; notifications are on again, the driver's next
+    /// request comes with a notification.
+    Empty,
+    /// The call took a queue size of requests and the driver has posted
+    /// more: call again (the driver may not notify for them).
+    More,
 }
 
 /// Where an endpoint's DMA goes.
@@ -353,7 +367,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     pub fn set_acked_features(&mut self, features: u64) {
         let unknown = features & !self.device_features();
         if unknown != 0 {
-            warn!(
+            guest_warn!(
                 unknown = format_args!("{unknown:#x}"),
                 "driver acked features not offered"
             );
@@ -447,7 +461,14 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     /// Handles a notification of the request queue: drains it (repeatedly,
     /// until no new request arrives while notifications are re-enabled),
     /// executes and completes the requests.
-    pub fn process_request_queue(&mut self) -> Result<(), Error> {
+    ///
+    /// One call takes at most a queue size of requests. If the driver
+    /// keeps posting, the call returns [`Drained::More`] with
+    /// notifications still off, and the caller must call again without
+    /// waiting for a notification (which may never come: a driver with
+    /// EVENT_IDX does not notify while the device is behind), after
+    /// serving whatever else waits for it.
+    pub fn process_request_queue(&mut self) -> Result<Drained, Error> {
         let Some(mut active) = self.active.take() else {
             return Err(Error::NotActivated);
         };

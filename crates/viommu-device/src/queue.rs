@@ -7,15 +7,15 @@ use std::sync::atomic::{fence, Ordering};
 
 use tracing::{debug, error, trace};
 
-use crate::ratelimit::guest_warn;
+use crate::guest_warn;
 use viommu_planner::PlanOptions;
 use viommu_wire as wire;
 use viommu_wire::status::*;
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemory};
 
 use crate::chain::{head_is_indirect, read_chain, write_at, ChainError, RawRequest};
-use crate::{Active, Counters, Error, FaultReport, IommuInterrupt, VirtioIommu};
+use crate::{Active, Counters, Drained, Error, FaultReport, IommuInterrupt, VirtioIommu};
 
 /// One request chain of a drained batch and the reply it will get.
 pub(crate) struct DrainedRequest {
@@ -37,18 +37,35 @@ pub(crate) enum Reply {
 }
 
 impl<S: GuestAddressSpace> VirtioIommu<S> {
-    pub(crate) fn drain_requests(&mut self, active: &mut Active<S>) -> Result<(), Error> {
+    /// Drains the request queue: pops what the driver made available,
+    /// executes it as batches and completes them, until the queue stays
+    /// empty with notifications enabled, or until a queue size of
+    /// requests has been taken ([`Drained::More`]: what is left waits for
+    /// the caller's next call, with notifications still off).
+    pub(crate) fn drain_requests(&mut self, active: &mut Active<S>) -> Result<Drained, Error> {
         let mem = active.mem.memory();
         let q = wire::REQUEST_QUEUE;
+        let queue_err = |source| Error::Queue { queue: q, source };
+        // The work of one call is bounded: the avail index is re-read after
+        // every batch, so a driver that posts one more request per finished
+        // batch would otherwise keep the caller here for ever (and away from
+        // reset, stop, config writes).
+        let mut budget = usize::from(active.requestq.size()).max(1);
+        let mut empty_rounds = 0u32;
         loop {
             active
                 .requestq
                 .disable_notification(&*mem)
-                .map_err(|source| Error::Queue { queue: q, source })?;
+                .map_err(queue_err)?;
             let mut requests = Vec::new();
-            let mut progress_unbatched = false;
+            let mut popped = 0usize;
+            let mut corrupt = false;
             let desc_table = GuestAddress(active.requestq.desc_table());
-            while let Some(chain) = active.requestq.pop_descriptor_chain(&*mem) {
+            while popped < budget {
+                let Some(chain) = pop(&mut active.requestq, &*mem, &mut corrupt) else {
+                    break;
+                };
+                popped += 1;
                 let indirect = head_is_indirect(&*mem, desc_table, chain.head_index());
                 let read = if indirect {
                     Err((chain.head_index(), ChainError::Indirect))
@@ -74,28 +91,48 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 if !self.cfg.batching {
                     self.run_and_complete(active, &*mem, &mut requests, PlanOptions::ONE_BY_ONE)?;
                     requests.clear();
-                    progress_unbatched = true;
                 }
             }
             if !requests.is_empty() {
                 self.run_and_complete(active, &*mem, &mut requests, PlanOptions::BATCHED)?;
             }
-            let popped = !requests.is_empty() || progress_unbatched;
+            budget -= popped;
+            if budget == 0 && !corrupt {
+                let avail = active
+                    .requestq
+                    .avail_idx(&*mem, Ordering::Acquire)
+                    .map_err(queue_err)?;
+                if avail.0 != active.requestq.next_avail() {
+                    // Notifications stay off: a driver with EVENT_IDX will not
+                    // kick again for these, so the caller must come back.
+                    return Ok(Drained::More);
+                }
+            }
             let more = active
                 .requestq
                 .enable_notification(&*mem)
-                .map_err(|source| Error::Queue { queue: q, source })?;
+                .map_err(queue_err)?;
             if !more {
-                return Ok(());
+                return Ok(Drained::Empty);
             }
-            if !popped {
-                // The avail index says there is more, but nothing could be
-                // popped: a corrupt index (e.g. more than a queue size ahead).
-                // Stop instead of spinning; the next notification retries.
-                guest_warn!(
-                    "request queue avail index is inconsistent; waiting for the next notification"
-                );
-                return Ok(());
+            if corrupt {
+                // A corrupt index (more than a queue size ahead): stop
+                // instead of spinning; the next notification retries.
+                return Ok(Drained::Empty);
+            }
+            if popped == 0 {
+                // Published between the pop and the re-enabling (the driver
+                // may have seen notifications off and not kicked): go again.
+                // More than twice in a row means the ring cannot be read.
+                empty_rounds += 1;
+                if empty_rounds > 2 {
+                    guest_warn!(
+                        "request queue has requests that cannot be popped; waiting for the next notification"
+                    );
+                    return Ok(Drained::Empty);
+                }
+            } else {
+                empty_rounds = 0;
             }
         }
     }
@@ -228,6 +265,28 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             &*active.interrupt,
             &mut self.counters,
         )
+    }
+}
+
+/// Pops the next available chain, like `QueueT::pop_descriptor_chain`
+/// but without its error log on every call: an avail index more than a
+/// queue size ahead of the device (a corrupt or hostile driver) sets
+/// `corrupt` and logs one rate-limited warning.
+fn pop<M>(queue: &mut Queue, mem: M, corrupt: &mut bool) -> Option<DescriptorChain<M>>
+where
+    M: Clone + std::ops::Deref,
+    M::Target: GuestMemory,
+{
+    match queue.iter(mem) {
+        Ok(mut it) => it.next(),
+        Err(e) => {
+            *corrupt = true;
+            guest_warn!(
+                error = %e,
+                "request queue avail index is inconsistent; waiting for the next notification"
+            );
+            None
+        }
     }
 }
 

@@ -44,15 +44,31 @@ pub fn allow() -> bool {
     }
 }
 
-/// `tracing::warn!` for what a guest can trigger, rate limited by [`allow`].
+/// `tracing::warn!` for what a guest can trigger, rate limited by
+/// [`allow`] (shared by every thread and crate that uses it).
+#[macro_export]
 macro_rules! guest_warn {
     ($($arg:tt)*) => {
         if $crate::ratelimit::allow() {
-            tracing::warn!($($arg)*);
+            $crate::ratelimit::__tracing::warn!($($arg)*);
         }
     };
 }
-pub(crate) use guest_warn;
+
+/// `tracing::error!` for a failure a guest can repeat at will (a host
+/// call its request makes fails), rate limited with [`guest_warn!`]'s
+/// budget.
+#[macro_export]
+macro_rules! guest_error {
+    ($($arg:tt)*) => {
+        if $crate::ratelimit::allow() {
+            $crate::ratelimit::__tracing::error!($($arg)*);
+        }
+    };
+}
+
+#[doc(hidden)]
+pub use tracing as __tracing;
 
 #[cfg(test)]
 mod tests {

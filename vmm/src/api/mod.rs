@@ -17,7 +17,9 @@
 //! connection. The server runs on a current-thread tokio runtime of its
 //! own thread; the HTTP parsing, with its size limits, is in [`http`].
 //!
-//! Who may talk to it: the socket is created mode 0600, and a connection
+//! Who may talk to it: the socket is created mode 0600 (and owned by
+//! `--user`) in a private directory and only then moved to its path
+//! ([`bind`]), and a connection
 //! whose peer is neither root nor the VMM's own user is refused (403). At
 //! most [`MAX_CONNECTIONS`] are served at once (more get 503 at once), and a
 //! request must arrive within [`REQUEST_TIMEOUT`]. A live socket at the path
@@ -28,6 +30,8 @@ pub mod info;
 pub mod liveness;
 
 use std::path::{Path, PathBuf};
+
+pub mod bind;
 use std::sync::Arc;
 
 use tokio::io::BufReader;
@@ -186,11 +190,13 @@ fn prepare_path(path: &Path) -> Result<(), ApiError> {
 }
 
 /// Listen on `path` and serve from a thread of its own, which installs
-/// `seccomp` first if given.
+/// `seccomp` first if given. The socket is mode 0600 and owned by `owner`
+/// (`--user`) if given, from the moment it appears at `path` ([`bind`]).
 pub fn spawn(
     path: &Path,
     state: ApiState,
     seccomp: Option<crate::seccomp::Filter>,
+    owner: Option<crate::privileges::Ids>,
 ) -> Result<(), ApiError> {
     prepare_path(path)?;
     let listen_err = |source| ApiError::Listen {
@@ -203,14 +209,11 @@ pub fn spawn(
         .build()
         .map_err(listen_err)?;
     let listener = {
+        let std_listener = bind::bind_private(path, owner).map_err(listen_err)?;
+        std_listener.set_nonblocking(true).map_err(listen_err)?;
         let _guard = rt.enter();
-        UnixListener::bind(path).map_err(listen_err)?
+        UnixListener::from_std(std_listener).map_err(listen_err)?
     };
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(listen_err)?;
-    }
     let state = Arc::new(state);
     crate::seccomp::spawn("api", seccomp, move || rt.block_on(serve(listener, state)))
         .map_err(listen_err)?;

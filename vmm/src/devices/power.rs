@@ -51,7 +51,9 @@ impl BusDevice for AcpiPowerDevice {
                 if typ == S5_SLEEP_TYPE {
                     self.exit.request(ExitReason::PowerOff);
                 } else {
-                    tracing::warn!("guest asked for unsupported sleep type {typ}; ignored");
+                    viommu_device::guest_warn!(
+                        "guest asked for unsupported sleep type {typ}; ignored"
+                    );
                 }
             }
             2 if value == ACPI_RESET_VALUE => self.exit.request(ExitReason::Reset),
@@ -91,6 +93,23 @@ impl BusDevice for I8042 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unsupported_sleep_types_log_within_the_rate_limit() {
+        let exit = Arc::new(VmExit::new().unwrap());
+        let mut p = AcpiPowerDevice::new(exit.clone());
+        let start = std::time::Instant::now();
+        let n = viommu_device::testing::count_warnings(|| {
+            for _ in 0..10_000 {
+                p.write(0, &[SLP_EN | 3 << SLP_TYP_SHIFT]);
+            }
+        });
+        assert!(
+            n <= viommu_device::testing::warning_budget(start.elapsed().as_secs()),
+            "{n} warnings"
+        );
+        assert_eq!(exit.reason(), None);
+    }
 
     #[test]
     fn s5_powers_off_and_reset_resets() {

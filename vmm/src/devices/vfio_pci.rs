@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 use vfio_bindings::bindings::vfio::{VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
+use viommu_device::guest_error;
+
 use crate::bus::BusDevice;
 use crate::pci::msix::{MsiRouter, MsixTable};
 use crate::pci::PciDevice;
@@ -35,12 +37,19 @@ pub trait VfioRegions: Send + Sync {
     fn disable_msix(&self) -> std::io::Result<()>;
 }
 
+/// Region accesses are checked and made here ([`region`]), not with
+/// `region_read`/`region_write`, which log every access a region refuses
+/// without a limit.
 impl VfioRegions for vfio_ioctls::VfioDevice {
     fn read(&self, index: u32, buf: &mut [u8], offset: u64) {
-        self.region_read(index, buf, offset);
+        use std::os::fd::AsRawFd;
+        let r = region::Region::of(self, index);
+        region::read(self.as_raw_fd(), index, r, buf, offset);
     }
     fn write(&self, index: u32, buf: &[u8], offset: u64) {
-        self.region_write(index, buf, offset);
+        use std::os::fd::AsRawFd;
+        let r = region::Region::of(self, index);
+        region::write(self.as_raw_fd(), index, r, buf, offset);
     }
     fn size(&self, index: u32) -> u64 {
         self.get_region_size(index)
@@ -239,20 +248,20 @@ impl VfioPciDevice {
             match self.table.deliverable_message(v) {
                 Some((addr, data)) => {
                     if let Err(e) = self.router.route(self.gsis[v], addr, data) {
-                        tracing::error!(vector = v, "VFIO MSI route: {e}");
+                        guest_error!(vector = v, "VFIO MSI route: {e}");
                         continue;
                     }
                     if !self.attached[v] {
                         match self.router.attach(&self.irq_fds[v], self.gsis[v]) {
                             Ok(()) => self.attached[v] = true,
-                            Err(e) => tracing::error!(vector = v, "VFIO irqfd: {e}"),
+                            Err(e) => guest_error!(vector = v, "VFIO irqfd: {e}"),
                         }
                     }
                 }
                 None if self.attached[v] => {
                     match self.router.detach(&self.irq_fds[v], self.gsis[v]) {
                         Ok(()) => self.attached[v] = false,
-                        Err(e) => tracing::error!(vector = v, "VFIO irqfd detach: {e}"),
+                        Err(e) => guest_error!(vector = v, "VFIO irqfd detach: {e}"),
                     }
                 }
                 None => {}
@@ -261,7 +270,9 @@ impl VfioPciDevice {
     }
 
     /// Whether vector `v` has a signal waiting (only while detached: an
-    /// attached irqfd consumes signals at once).
+    /// attached irqfd consumes signals at once). Runs on a vCPU thread:
+    /// `poll` of one fd with a zero timeout is the only form the vCPU
+    /// seccomp filter allows (it neither waits nor consumes the signal).
     fn pending(&self, v: usize) -> bool {
         use std::os::fd::AsRawFd;
         let Some(fd) = self.irq_fds.get(v) else {
@@ -296,11 +307,11 @@ impl VfioPciDevice {
             let fds: Vec<&EventFd> = self.irq_fds.iter().collect();
             match self.dev.enable_msix(&fds) {
                 Ok(()) => self.irq_enabled = true,
-                Err(e) => tracing::error!("VFIO: enabling MSI-X failed: {e}"),
+                Err(e) => guest_error!("VFIO: enabling MSI-X failed: {e}"),
             }
         } else if !enable && self.irq_enabled {
             if let Err(e) = self.dev.disable_msix() {
-                tracing::error!("VFIO: disabling MSI-X failed: {e}");
+                guest_error!("VFIO: disabling MSI-X failed: {e}");
             }
             self.irq_enabled = false;
         }
@@ -561,5 +572,6 @@ pub fn mmap_bar(
 /// The MSI-X interrupt index, for reference in logs.
 pub const MSIX_IRQ_INDEX: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
 
+mod region;
 #[cfg(test)]
 mod tests;

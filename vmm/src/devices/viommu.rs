@@ -19,6 +19,19 @@
 //! - What the transport asks of the model (features acked, config
 //!   writes, activation, reset, stop) goes to the thread as a [`Command`]
 //!   through a channel, in order, before the kicks of the same wake-up.
+//!   The channel is bounded ([`COMMAND_QUEUE`]) and a vCPU never waits on
+//!   it: every command but config writes is bounded by the protocol (one
+//!   reset at a time, the transport ignores the driver while it is in
+//!   progress; features acked once per reset; activation waits for its
+//!   answer), and config writes are coalesced: a write that changes
+//!   nothing (a read-only field, bypass not negotiated, the value it
+//!   already has or will have) is not queued at all, and an effective one
+//!   goes to a one-write slot that at most one queued command refers to.
+//! - A drain takes at most a queue size of requests per round; if the
+//!   driver posted more, the thread signals its own kick eventfd and comes
+//!   back after serving the commands that came meanwhile (the driver may
+//!   not kick for them: with EVENT_IDX it does not while the device is
+//!   behind).
 //!   Activation waits for the thread's answer: the thread is idle then
 //!   (the device was reset and nothing activated it, so no request can be
 //!   in progress). A reset does not wait: the transport keeps showing the
@@ -39,13 +52,13 @@
 //!   queue, and the driver's indices read from guest memory when asked.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use viommu_device::{Counters, IommuInterrupt, VirtioIommu};
+use viommu_device::{ConfigWrite, Counters, Drained, IommuInterrupt, VirtioIommu};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -56,6 +69,10 @@ use super::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
 pub const REQUEST_QUEUE_SIZE: u16 = 256;
 /// Event queue size.
 pub const EVENT_QUEUE_SIZE: u16 = 64;
+/// Commands the channel to the device thread holds. The transport has at
+/// most one config write, one feature ack, one reset and one activation
+/// in flight (see the module doc), and the thread handle one stop.
+pub const COMMAND_QUEUE: usize = 8;
 /// Bytes of config space kept in the snapshot (the virtio-iommu config is
 /// smaller; the rest reads 0, as the model reads it).
 const CONFIG_SNAPSHOT: usize = 0x100;
@@ -74,7 +91,8 @@ impl IommuInterrupt for Irq {
 /// What the transport asks of the device thread.
 enum Command {
     AckFeatures(u64),
-    WriteConfig(u64, Vec<u8>),
+    /// Apply the write in [`Shared::pending_config`] (if still there).
+    WriteConfig,
     Activate {
         mem: GuestMemoryMmap,
         queues: Vec<Queue>,
@@ -88,6 +106,11 @@ enum Command {
 /// What the transport and the device thread share.
 struct Shared {
     config: Mutex<Vec<u8>>,
+    /// The latest effective config write not applied yet; a queued
+    /// [`Command::WriteConfig`] refers to it. Locked before `config`.
+    pending_config: Mutex<Option<ConfigWrite>>,
+    /// Commands sent and not yet taken by the thread.
+    queued: AtomicUsize,
     counters: Arc<Mutex<Counters>>,
     reset_pending: AtomicBool,
     status: Arc<ThreadStatus>,
@@ -213,18 +236,22 @@ impl Shared {
 /// device thread.
 pub struct ViommuDevice {
     features: u64,
+    /// The features the transport acked since the last reset (config
+    /// writes are decided with them).
+    acked: u64,
     shared: Arc<Shared>,
     /// Kick eventfds of the request and event queues.
     kicks: [EventFd; 2],
     wake: EventFd,
-    commands: Sender<Command>,
+    commands: SyncSender<Command>,
 }
 
 /// The device thread, to stop and join (the device manager does before
 /// it removes the DMA mappings). Dropping it stops it too.
 pub struct DeviceThread {
+    shared: Arc<Shared>,
     wake: EventFd,
-    commands: Sender<Command>,
+    commands: SyncSender<Command>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -239,7 +266,12 @@ impl DeviceThread {
         let Some(h) = self.handle.take() else {
             return;
         };
-        let _ = self.commands.send(Command::Stop);
+        // Blocking: room comes as the thread takes commands (this is the
+        // main thread, at exit).
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        if self.commands.send(Command::Stop).is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+        }
         let _ = self.wake.write(1);
         if h.join().is_err() {
             tracing::error!("the virtio-iommu device thread panicked");
@@ -262,6 +294,8 @@ impl ViommuDevice {
     ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
         let shared = Arc::new(Shared {
             config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
+            pending_config: Mutex::new(None),
+            queued: AtomicUsize::new(0),
             counters: Arc::new(Mutex::new(Counters::default())),
             reset_pending: AtomicBool::new(false),
             status: Arc::new(ThreadStatus::new()),
@@ -270,7 +304,7 @@ impl ViommuDevice {
         shared.snapshot_counters(&model);
         let kicks = [EventFd::new(EFD_NONBLOCK)?, EventFd::new(EFD_NONBLOCK)?];
         let wake = EventFd::new(EFD_NONBLOCK)?;
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(COMMAND_QUEUE);
         let worker = Worker {
             model,
             kicks: [kicks[0].try_clone()?, kicks[1].try_clone()?],
@@ -283,12 +317,14 @@ impl ViommuDevice {
         Ok((
             ViommuDevice {
                 features,
-                shared,
+                acked: 0,
+                shared: shared.clone(),
                 kicks,
                 wake: wake.try_clone()?,
                 commands: tx.clone(),
             },
             DeviceThread {
+                shared,
                 wake,
                 commands: tx,
                 handle: Some(handle),
@@ -312,10 +348,30 @@ impl ViommuDevice {
         self.kicks.iter().map(EventFd::try_clone).collect()
     }
 
+    /// Commands sent to the device thread that it has not taken yet (at
+    /// most [`COMMAND_QUEUE`]).
+    pub fn queued_commands(&self) -> usize {
+        self.shared.queued.load(Ordering::Acquire)
+    }
+
+    /// Queues a command without waiting (this is a vCPU).
     fn send(&self, c: Command) {
-        if self.commands.send(c).is_err() {
-            tracing::error!("the virtio-iommu device thread is gone");
-            return;
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        match self.commands.try_send(c) {
+            Ok(()) => {}
+            Err(e) => {
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                match e {
+                    TrySendError::Disconnected(_) => {
+                        tracing::error!("the virtio-iommu device thread is gone")
+                    }
+                    // Cannot happen: see COMMAND_QUEUE.
+                    TrySendError::Full(_) => {
+                        tracing::error!("the virtio-iommu command queue is full; command dropped")
+                    }
+                }
+                return;
+            }
         }
         if let Err(e) = self.wake.write(1) {
             tracing::error!("cannot wake the virtio-iommu device thread: {e}");
@@ -337,6 +393,7 @@ impl VirtioDevice for ViommuDevice {
     }
 
     fn ack_features(&mut self, features: u64) {
+        self.acked = features & self.features;
         self.send(Command::AckFeatures(features));
     }
 
@@ -352,7 +409,30 @@ impl VirtioDevice for ViommuDevice {
     }
 
     fn write_config(&mut self, offset: u64, data: &[u8]) {
-        self.send(Command::WriteConfig(offset, data.to_vec()));
+        let write = ConfigWrite::decide(self.acked, offset, data);
+        if write.is_ignored() {
+            // Not queued: the guest may repeat this as fast as it likes.
+            write.log_ignored();
+            return;
+        }
+        let mut pending = self
+            .shared
+            .pending_config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Against what the config space will read once the pending write
+        // is in.
+        let changes = match *pending {
+            Some(p) => p != write,
+            None => write.changes(&self.shared.config.lock().unwrap_or_else(|e| e.into_inner())),
+        };
+        if !changes {
+            return;
+        }
+        if pending.replace(write).is_none() {
+            drop(pending);
+            self.send(Command::WriteConfig);
+        }
     }
 
     fn activate(
@@ -397,6 +477,7 @@ impl VirtioDevice for ViommuDevice {
     }
 
     fn reset(&mut self) {
+        self.acked = 0;
         *self
             .shared
             .status
@@ -447,17 +528,31 @@ impl Worker {
             // is applied before the kick is served.
             let _ = self.wake.read();
             while let Ok(c) = self.commands.try_recv() {
+                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
                 if !self.command(c) {
                     return;
                 }
             }
             for q in 0..2u16 {
                 // Nonblocking: EAGAIN when this queue was not kicked.
-                if self.kicks[usize::from(q)].read().is_ok() {
+                let kick = &self.kicks[usize::from(q)];
+                if kick.read().is_ok() {
                     if q == 0 {
                         status.kicks.fetch_add(1, Ordering::Relaxed);
                     }
-                    self.notify(q);
+                    if self.notify(q) == Drained::More {
+                        // The drain stopped at its cap with requests left,
+                        // and the driver may not kick for them: kick
+                        // ourselves, so that the commands that came
+                        // meanwhile are served first and the queue right
+                        // after.
+                        if let Err(e) = self.kicks[usize::from(q)].write(1) {
+                            tracing::error!(
+                                queue = q,
+                                "cannot re-kick the virtio-iommu queue: {e}"
+                            );
+                        }
+                    }
                 }
             }
             status.end(self.model.request_queue_next_avail());
@@ -468,9 +563,18 @@ impl Worker {
     fn command(&mut self, c: Command) -> bool {
         match c {
             Command::AckFeatures(f) => self.model.set_acked_features(f),
-            Command::WriteConfig(offset, data) => {
-                self.model.write_config(offset, &data);
-                self.shared.snapshot_config(&self.model);
+            Command::WriteConfig => {
+                // Taken and applied under the slot's lock: the transport
+                // sees either the write pending or its effect.
+                let mut pending = self
+                    .shared
+                    .pending_config
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if let Some(w) = pending.take() {
+                    self.model.apply_config_write(w);
+                    self.shared.snapshot_config(&self.model);
+                }
             }
             Command::Activate {
                 mem,
@@ -495,19 +599,23 @@ impl Worker {
         true
     }
 
-    fn notify(&mut self, queue: u16) {
+    /// Serves a kick of `queue`; [`Drained::More`] if requests are left
+    /// for the next round.
+    fn notify(&mut self, queue: u16) -> Drained {
         // A kick before activation or after a reset finds no queue.
         if !self.model.is_activated() {
-            return;
+            return Drained::Empty;
         }
         let r = match queue {
             0 => self.model.process_request_queue(),
-            _ => self.model.process_event_queue(),
+            _ => self.model.process_event_queue().map(|()| Drained::Empty),
         };
-        if let Err(e) = r {
-            tracing::error!(queue, "virtio-iommu: {e}");
-        }
         self.shared.snapshot_counters(&self.model);
+        r.unwrap_or_else(|e| {
+            // Guest memory the driver's rings point at: at every kick.
+            viommu_device::guest_error!(queue, "virtio-iommu: {e}");
+            Drained::Empty
+        })
     }
 }
 

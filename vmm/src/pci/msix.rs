@@ -205,7 +205,8 @@ impl MsixTable {
 pub fn send_all(sender: &Arc<dyn MsiSender>, msgs: Vec<(u64, u32)>) {
     for (addr, data) in msgs {
         if let Err(e) = sender.send(addr, data) {
-            tracing::warn!("MSI to {addr:#x} data {data:#x} failed: {e}");
+            // The guest programmed the message.
+            viommu_device::guest_warn!("MSI to {addr:#x} data {data:#x} failed: {e}");
         }
     }
 }

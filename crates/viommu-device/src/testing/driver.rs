@@ -211,6 +211,11 @@ impl GuestDriver {
         self.avail_idx = v;
     }
 
+    /// The avail index the driver published last.
+    pub fn avail_idx(&self) -> u16 {
+        self.avail_idx
+    }
+
     /// Sets the avail ring flags (e.g. `VRING_AVAIL_F_NO_INTERRUPT`).
     pub fn set_avail_flags<M: GuestMemory>(&self, mem: &M, v: u16) {
         mem.write_obj(v.to_le(), GuestAddress(self.avail))

@@ -180,9 +180,11 @@ impl Harness {
         self.kick()
     }
 
-    /// Notifies the device and collects the replies.
+    /// Notifies the device and collects the replies (calling the device
+    /// again while it says [`Drained::More`](crate::Drained::More), as the
+    /// VMM's device thread does).
     pub fn kick(&mut self) -> Vec<Used> {
-        self.dev.process_request_queue().expect("request queue");
+        while self.dev.process_request_queue().expect("request queue") == crate::Drained::More {}
         self.reqq.poll(&*self.mem)
     }
 

@@ -7,16 +7,22 @@
 //! - [`req`]: the bytes of each request type;
 //! - [`workload`]: request streams shaped like the Linux driver's;
 //! - [`harness`]: a device in guest memory with drivers on both queues,
-//!   fake mappers behind its endpoints and an interrupt counter.
+//!   fake mappers behind its endpoints and an interrupt counter;
+//! - [`busy`]: a guest that keeps the request queue busy without kicking;
+//! - [`logs`]: counting what a piece of code logs.
 
+pub mod busy;
 pub mod driver;
 pub mod harness;
+pub mod logs;
 pub mod mapper;
 pub mod req;
 pub mod workload;
 
+pub use busy::BusyGuest;
 pub use driver::{GuestDriver, Used};
 pub use harness::{CountingInterrupt, Harness, TestMem, DATA_BASE, MEM_SIZE};
+pub use logs::{count_warnings, warning_budget};
 pub use mapper::{FakeCall, FakeMapper};
 
 /// Property-test case count: `PROPTEST_CASES` from the environment, else

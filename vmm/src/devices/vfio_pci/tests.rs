@@ -207,3 +207,35 @@ fn mappable_ranges_skip_msix_pages() {
     assert_eq!(mappable_ranges(0x1000, &[(0, 0x10)], None), vec![]);
     assert_eq!(mappable_ranges(0x4000, &[], None), vec![(0, 0x4000)]);
 }
+
+#[test]
+fn a_pba_read_on_a_filtered_vcpu_thread_makes_no_denied_call() {
+    // The PBA is read on a vCPU thread, under the vCPU filter: a call it
+    // denies ends this test process with the SIGSYS report (exit 159),
+    // as it ended the VMM in the lab when a guest read the NVMe's PBA.
+    let (mut d, fake, _) = device();
+    d.write_config(0x50 / 4, 3, &[0x80]);
+    let fds = fake.msix_fds.lock().unwrap().take().expect("MSI-X enabled");
+    // Vectors 0 and 2 masked (the reset state) with a signal waiting in
+    // vector 2's eventfd; vector 1 unmasked and attached.
+    d.bar_write(0, 0x201c, &0u32.to_le_bytes());
+    fds[2].write(1).unwrap();
+    let filter = crate::seccomp::Policy::default()
+        .filter(crate::seccomp::ThreadKind::Vcpu)
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = crate::seccomp::spawn("vcpu0", filter, move || {
+        let mut pba = [0u8; 8];
+        d.bar_read(0, 0x3000, &mut pba);
+        let mut one = [0u8; 1];
+        d.bar_read(0, 0x3000, &mut one);
+        // The device goes back to be dropped: a debug build's fd drop
+        // asserts with fcntl, which no filter allows.
+        tx.send((pba, one, d)).unwrap();
+    })
+    .unwrap();
+    h.join().unwrap();
+    let (pba, one, _d) = rx.recv().unwrap();
+    assert_eq!(pba, [0b100, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(one, [0b100], "reading does not consume the signal");
+}

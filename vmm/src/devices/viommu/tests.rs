@@ -6,7 +6,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use dma_mapper::{DmaError, DmaMapper, DmaPerm};
-use viommu_device::testing::{req, FakeMapper, GuestDriver, DATA_BASE, MEM_SIZE};
+use viommu_device::testing::{req, BusyGuest, FakeMapper, GuestDriver, DATA_BASE, MEM_SIZE};
 use viommu_device::DeviceConfig;
 use vm_memory::GuestAddress;
 
@@ -308,4 +308,141 @@ fn status_tells_a_thread_stuck_in_a_host_call_from_one_waiting() {
     r.dev.reset();
     until("the reset", || !r.dev.reset_pending());
     assert_eq!(status.read().driver_avail, None);
+}
+
+/// The config space's `bypass` byte (virtio-iommu config offset 36).
+const BYPASS: u64 = 36;
+
+fn bypass(dev: &ViommuDevice) -> u8 {
+    let mut b = [0u8];
+    dev.read_config(BYPASS, &mut b);
+    b[0]
+}
+
+#[test]
+fn config_writes_that_change_nothing_are_not_queued() {
+    let mut r = rig();
+    // Hold the thread inside a host map: nothing it is sent is taken.
+    r.mapper.close();
+    r.kick(&[
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ]);
+    r.mapper.wait_for_waiter();
+    assert_eq!(bypass(&r.dev), 0);
+    for i in 0..10_000u64 {
+        // Read-only fields, any width; bypass as it is; bypass invalid.
+        r.dev
+            .write_config(i % 40, &i.to_le_bytes()[..(i % 8 + 1) as usize]);
+        r.dev.write_config(BYPASS, &[0]);
+        r.dev.write_config(BYPASS, &[2 + (i % 250) as u8]);
+    }
+    let idle = r.dev.queued_commands();
+    // Effective writes coalesce: one command, the last value wins.
+    for i in 0..10_000u32 {
+        r.dev.write_config(BYPASS, &[(i % 2) as u8]);
+    }
+    let coalesced = r.dev.queued_commands();
+    let before = bypass(&r.dev);
+    // Let the thread go before any assertion (a failing one would wait
+    // for it at the drop).
+    r.mapper.open();
+    assert_eq!(idle, 0, "writes that change nothing");
+    assert_eq!(coalesced, 1, "coalesced");
+    assert_eq!(before, 0, "not applied while the thread is busy");
+    until("the config write", || {
+        r.dev.queued_commands() == 0 && bypass(&r.dev) == 1
+    });
+    // The value it has now changes nothing either.
+    r.dev.write_config(BYPASS, &[1]);
+    assert_eq!(r.dev.queued_commands(), 0);
+    // After a reset the driver has negotiated nothing: bypass is read-only.
+    r.dev.reset();
+    until("the reset", || !r.dev.reset_pending());
+    r.dev.write_config(BYPASS, &[0]);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!((r.dev.queued_commands(), bypass(&r.dev)), (0, 1));
+}
+
+type BusyMem = Arc<GuestMemoryMmap>;
+
+/// A device thread behind which a [`BusyGuest`] posts `rounds` UNMAP + MAP
+/// pairs without kicking, every feature acked (EVENT_IDX included).
+fn busy_rig(
+    rounds: u64,
+) -> (
+    ViommuDevice,
+    DeviceThread,
+    Arc<BusyGuest<BusyMem>>,
+    Arc<EventIrq>,
+) {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
+    let guest = Arc::new(BusyGuest::new(
+        Arc::new(mem.clone()),
+        GuestDriver::new(&mem, 0, 64, 0x10_0000),
+        1,
+        rounds,
+    ));
+    let mut model = Model::new(DeviceConfig::default()).unwrap();
+    model.add_endpoint(EP, guest.clone()).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn(model, None).unwrap();
+    let irq = Arc::new(EventIrq {
+        fd: EventFd::new(EFD_NONBLOCK).unwrap(),
+        count: AtomicU64::new(0),
+    });
+    let evq = GuestDriver::new(&mem, 0x1_0000, 64, 0x80_0000);
+    let f = dev.features();
+    assert_ne!(f & (1 << 29), 0, "EVENT_IDX offered");
+    dev.ack_features(f);
+    let reqq = guest.with_driver(|d, _| d.queue());
+    dev.activate(mem, vec![reqq, evq.queue()], irq.clone())
+        .unwrap();
+    (dev, thread, guest, irq)
+}
+
+#[test]
+fn a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset() {
+    let (mut dev, thread, guest, _irq) = busy_rig(u64::MAX);
+    guest.start(EP);
+    dev.kick_eventfds().unwrap()[0].write(1).unwrap();
+    until("the stream", || guest.posted() > 2000);
+    // The guest never stops posting. The reset must be served anyway.
+    dev.reset();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dev.reset_pending() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let served = !dev.reset_pending();
+    // Let a thread that is still draining go (and the test end).
+    guest.stop();
+    assert!(
+        served,
+        "the reset waited behind a guest that kept posting requests"
+    );
+    thread.stop();
+    assert!(guest.inner.mappings().is_empty(), "the reset unmapped all");
+}
+
+#[test]
+fn requests_left_at_the_cap_are_served_without_a_new_kick() {
+    let (dev, thread, guest, irq) = busy_rig(1000);
+    let status = dev.status();
+    guest.start(EP);
+    // One kick, the only one: with EVENT_IDX the driver would not kick
+    // again while the device's avail_event is behind.
+    dev.kick_eventfds().unwrap()[0].write(1).unwrap();
+    until("every request the guest posted", || {
+        let (avail, used) = guest.with_driver(|d, m| (d.avail_idx(), d.used_idx(m)));
+        guest.posted() == 2002 && avail == used
+    });
+    until("the counters", || {
+        dev.counters().lock().unwrap().requests.total() == 2002
+    });
+    // Served in several rounds (a queue size of 64 at most each), each
+    // one a wake-up of the thread by itself.
+    let wakeups = status.read().wakeups;
+    assert!(wakeups >= 2002 / 64, "{wakeups} wake-ups");
+    assert!(irq.count.load(Ordering::Relaxed) >= 1);
+    assert_eq!(status.read().device_next_avail, Some(2002u16));
+    thread.stop();
 }

@@ -118,7 +118,11 @@ impl Irqfds {
     fn route(&self, v: usize, (address, data): (u64, u32)) {
         if let Some((gsi, _)) = self.lines.get(v) {
             if let Err(e) = self.router.route(*gsi, address, data) {
-                tracing::error!(vector = v, gsi, "cannot route a virtio MSI-X vector: {e}");
+                viommu_device::guest_error!(
+                    vector = v,
+                    gsi,
+                    "cannot route a virtio MSI-X vector: {e}"
+                );
             }
         }
     }
@@ -482,7 +486,7 @@ impl VirtioPciDevice {
             let offered = self.device.features();
             let f = self.driver_features;
             if f & !offered != 0 || f & (1 << VIRTIO_F_VERSION_1) == 0 {
-                tracing::warn!(
+                viommu_device::guest_warn!(
                     "driver features {f:#x} not acceptable (offered {offered:#x}, VERSION_1 required)"
                 );
                 new &= !features_ok;
@@ -495,7 +499,8 @@ impl VirtioPciDevice {
             match self.activate() {
                 Ok(()) => self.active = true,
                 Err(e) => {
-                    tracing::error!("{e}");
+                    // The driver's queue setup; it may reset and retry.
+                    viommu_device::guest_error!("{e}");
                     new |= VIRTIO_CONFIG_S_NEEDS_RESET as u8;
                     self.status = new;
                     let _ = self.interrupt().trigger_config();

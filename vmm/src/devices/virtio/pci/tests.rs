@@ -399,3 +399,23 @@ fn interrupts_go_through_irqfds_routed_as_the_table_says() {
     drop(r);
     assert!(router.attached.lock().unwrap().is_empty());
 }
+
+#[test]
+fn repeated_features_ok_with_bad_features_logs_within_the_rate_limit() {
+    let mut r = rig();
+    r.w(STATUS, 1 | 2, 1);
+    // Features the device does not offer (and no VERSION_1).
+    r.w(0x08, 0, 4);
+    r.w(0x0c, 1 << 5, 4);
+    let start = std::time::Instant::now();
+    let n = viommu_device::testing::count_warnings(|| {
+        for _ in 0..10_000 {
+            r.w(STATUS, 1 | 2 | 8, 1);
+        }
+    });
+    assert_eq!(r.r(STATUS, 1), 1 | 2, "FEATURES_OK refused");
+    assert!(
+        n <= viommu_device::testing::warning_budget(start.elapsed().as_secs()),
+        "{n} warnings"
+    );
+}

@@ -1,0 +1,240 @@
+//! Creating the API socket so that nobody can make us change the mode or
+//! owner of anything else: the VMM runs as root while it does this, and
+//! the socket's directory may be writable by others.
+//!
+//! The socket is bound in a fresh directory of ours (mode 0700, made in
+//! the target's directory and checked by descriptor), under a umask that
+//! gives it mode 0600 from its first instant; it is handed to `--user`
+//! there (`fchownat` relative to that directory's descriptor, not
+//! following links: nobody else can put anything in it), and only then
+//! renamed to its path with `RENAME_NOREPLACE` (which replaces nothing,
+//! a planted symlink included). No `chmod` or `chown` ever resolves a path
+//! someone else can write.
+
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::privileges::Ids;
+
+/// The socket's name inside the private directory.
+const INNER: &str = "s";
+
+fn cstr(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn open_dir(at: libc::c_int, name: &CString) -> io::Result<File> {
+    // SAFETY: `name` is a valid C string; the returned fd is owned by the
+    // File below.
+    let fd = unsafe {
+        libc::openat(
+            at,
+            name.as_ptr(),
+            libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_RDONLY,
+        )
+    };
+    check(fd)?;
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// The process umask set for the life of the value.
+struct Umask(libc::mode_t);
+
+impl Umask {
+    fn set(mask: libc::mode_t) -> Umask {
+        // SAFETY: umask cannot fail.
+        Umask(unsafe { libc::umask(mask) })
+    }
+}
+
+impl Drop for Umask {
+    fn drop(&mut self) {
+        // SAFETY: umask cannot fail.
+        unsafe { libc::umask(self.0) };
+    }
+}
+
+/// Binds a Unix socket at `path` with mode 0600, owned by `owner` if
+/// given (else by us), see the module doc. Nothing may be at `path`.
+pub fn bind_private(
+    path: &Path,
+    owner: Option<Ids>,
+) -> io::Result<std::os::unix::net::UnixListener> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let parent = open_dir(libc::AT_FDCWD, &cstr(parent.as_os_str())?)?;
+    // A fresh directory of ours next to the target (rename needs the same
+    // filesystem); mkdirat fails on anything already there.
+    let mut tmp = None;
+    for i in 0..100u32 {
+        let t = cstr(OsStr::new(&format!(
+            ".{}.{}.{i}",
+            name.to_string_lossy(),
+            std::process::id()
+        )))?;
+        // SAFETY: `t` is a valid C string.
+        match check(unsafe { libc::mkdirat(parent.as_raw_fd(), t.as_ptr(), 0o700) }) {
+            Ok(()) => {
+                tmp = Some(t);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let tmp = tmp.ok_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists))?;
+    let r = bind_in(&parent, &tmp, name, owner);
+    // SAFETY: `tmp` is a valid C string; the directory is ours, and empty
+    // unless an error left the socket in it (removed first).
+    unsafe {
+        if r.is_err() {
+            let inner = cstr(OsStr::new(INNER))?;
+            if let Ok(d) = open_dir(parent.as_raw_fd(), &tmp) {
+                libc::unlinkat(d.as_raw_fd(), inner.as_ptr(), 0);
+            }
+        }
+        libc::unlinkat(parent.as_raw_fd(), tmp.as_ptr(), libc::AT_REMOVEDIR);
+    }
+    r
+}
+
+fn bind_in(
+    parent: &File,
+    tmp: &CString,
+    name: &OsStr,
+    owner: Option<Ids>,
+) -> io::Result<std::os::unix::net::UnixListener> {
+    let dir = open_dir(parent.as_raw_fd(), tmp)?;
+    // It must be the directory we made: ours, nobody else's to write.
+    let m = dir.metadata()?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me || m.mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the private directory for the socket was replaced",
+        ));
+    }
+    // Through the directory's descriptor: no path component anyone else
+    // controls is resolved.
+    let at = format!("/proc/self/fd/{}/{INNER}", dir.as_raw_fd());
+    let listener = {
+        let _mask = Umask::set(0o177);
+        std::os::unix::net::UnixListener::bind(&at)?
+    };
+    let inner = cstr(OsStr::new(INNER))?;
+    if let Some(ids) = owner {
+        // SAFETY: `inner` is a valid C string.
+        check(unsafe {
+            libc::fchownat(
+                dir.as_raw_fd(),
+                inner.as_ptr(),
+                ids.uid,
+                ids.gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+    }
+    let target = cstr(name)?;
+    // SAFETY: both names are valid C strings.
+    check(unsafe {
+        libc::renameat2(
+            dir.as_raw_fd(),
+            inner.as_ptr(),
+            parent.as_raw_fd(),
+            target.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    })?;
+    Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    use super::*;
+
+    fn dir(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("vmm-bind-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_socket_appears_private_owned_and_alone() {
+        let d = dir("owned");
+        // A directory anyone may write, as /tmp.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let path = d.join("api.sock");
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let owner = root.then_some(Ids {
+            uid: 54321,
+            gid: 54322,
+        });
+        let l = bind_private(&path, owner).unwrap();
+        let m = std::fs::symlink_metadata(&path).unwrap();
+        assert!(m.file_type().is_socket());
+        assert_eq!(m.mode() & 0o777, 0o600);
+        if root {
+            assert_eq!((m.uid(), m.gid()), (54321, 54322));
+        }
+        // Nothing else is left in the directory.
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("api.sock")]);
+        // It is the listening socket.
+        let _c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        assert!(l.accept().is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_at_the_path_is_neither_followed_nor_replaced() {
+        let d = dir("link");
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"x").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let path = d.join("api.sock");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let owner = Some(Ids {
+            uid: 54321,
+            gid: 54321,
+        });
+        let e = bind_private(&path, owner).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        let v = std::fs::metadata(&victim).unwrap();
+        assert_eq!(v.mode() & 0o777, 0o644);
+        assert_ne!(v.uid(), 54321);
+        assert!(std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // Nothing left behind but the two.
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 2);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,218 @@
+//! Guest accesses of a VFIO device's regions (config space, BARs that
+//! trap), checked before they reach the kernel: an access the region
+//! cannot take (outside it, or one it does not allow) is refused here with
+//! a rate-limited warning, instead of going to `vfio-ioctls`, whose
+//! `region_read`/`region_write` log every such access unlimited (a guest
+//! reading a conventional function's extended config space, or a BAR
+//! after clearing Memory Enable, would flood the log).
+
+use std::os::fd::RawFd;
+
+use vfio_bindings::bindings::vfio::{VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE};
+use viommu_device::guest_warn;
+
+/// Where a region is in the device file and what it allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Region {
+    /// Offset of the region in the device file.
+    pub offset: u64,
+    /// Bytes of the region.
+    pub size: u64,
+    /// `VFIO_REGION_INFO_FLAG_*`.
+    pub flags: u32,
+}
+
+impl Region {
+    /// The region `index` of `dev` (flags 0 for an index it does not
+    /// have: every access is then refused).
+    pub fn of(dev: &vfio_ioctls::VfioDevice, index: u32) -> Region {
+        // get_region_flags is silent about an unknown index (get_region_size
+        // is not).
+        let flags = dev.get_region_flags(index);
+        if flags == 0 {
+            return Region {
+                offset: 0,
+                size: 0,
+                flags: 0,
+            };
+        }
+        Region {
+            offset: dev.get_region_offset(index),
+            size: dev.get_region_size(index),
+            flags,
+        }
+    }
+
+    /// The file offset of an access of `len` bytes at `addr` that needs
+    /// `flag`, or `None` if the region cannot take it.
+    fn file_offset(&self, addr: u64, len: usize, flag: u32) -> Option<u64> {
+        let end = addr.checked_add(u64::try_from(len).ok()?)?;
+        if self.flags & flag == 0 || end > self.size {
+            return None;
+        }
+        self.offset.checked_add(addr)
+    }
+}
+
+/// Reads `buf.len()` bytes at `addr` of region `index` (`region`) of the
+/// device file `fd`. On a refused or failed access `buf` is left as it
+/// was and a rate-limited warning logged.
+pub(super) fn read(fd: RawFd, index: u32, region: Region, buf: &mut [u8], addr: u64) {
+    let Some(off) = region.file_offset(addr, buf.len(), VFIO_REGION_INFO_FLAG_READ) else {
+        guest_warn!(
+            index,
+            addr,
+            len = buf.len(),
+            size = region.size,
+            "VFIO region read outside the region; ignored"
+        );
+        return;
+    };
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        let at = off + done as u64;
+        let Ok(at) = libc::off64_t::try_from(at) else {
+            return;
+        };
+        // SAFETY: `rest` is valid for writes of `rest.len()` bytes for the
+        // call; pread64 writes at most that many.
+        let n = unsafe { libc::pread64(fd, rest.as_mut_ptr().cast(), rest.len(), at) };
+        match usize::try_from(n) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                guest_warn!(index, addr, len = buf.len(), "VFIO region read failed: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Writes `buf` at `addr` of region `index` (`region`) of the device file
+/// `fd`. A refused or failed access is dropped with a rate-limited
+/// warning.
+pub(super) fn write(fd: RawFd, index: u32, region: Region, buf: &[u8], addr: u64) {
+    let Some(off) = region.file_offset(addr, buf.len(), VFIO_REGION_INFO_FLAG_WRITE) else {
+        guest_warn!(
+            index,
+            addr,
+            len = buf.len(),
+            size = region.size,
+            "VFIO region write outside the region; ignored"
+        );
+        return;
+    };
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        let at = off + done as u64;
+        let Ok(at) = libc::off64_t::try_from(at) else {
+            return;
+        };
+        // SAFETY: `rest` is valid for reads of `rest.len()` bytes for the
+        // call.
+        let n = unsafe { libc::pwrite64(fd, rest.as_ptr().cast(), rest.len(), at) };
+        match usize::try_from(n) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                guest_warn!(
+                    index,
+                    addr,
+                    len = buf.len(),
+                    "VFIO region write failed: {e}"
+                );
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use viommu_device::testing::{count_warnings, warning_budget};
+
+    use super::*;
+
+    fn file(bytes: &[u8]) -> std::fs::File {
+        let path = std::env::temp_dir().join(format!(
+            "vmm-region-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&path, bytes).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
+
+    const RW: u32 = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+
+    #[test]
+    fn accesses_inside_the_region_reach_the_file_at_its_offset() {
+        let f = file(&(0..=255u8).collect::<Vec<_>>());
+        let r = Region {
+            offset: 0x80,
+            size: 0x40,
+            flags: RW,
+        };
+        let mut b = [0u8; 4];
+        read(f.as_raw_fd(), 0, r, &mut b, 0x3c);
+        assert_eq!(b, [0xbc, 0xbd, 0xbe, 0xbf]);
+        write(f.as_raw_fd(), 0, r, &[1, 2], 0x10);
+        read(f.as_raw_fd(), 0, r, &mut b, 0x10);
+        assert_eq!(b, [1, 2, 0x92, 0x93]);
+    }
+
+    #[test]
+    fn accesses_the_region_cannot_take_are_refused_and_logged_within_the_limit() {
+        let f = file(&[0xaa; 0x200]);
+        // A conventional function's config space: 256 bytes; the guest
+        // reads and writes extended config space (up to 4 KiB) in a loop.
+        let r = Region {
+            offset: 0,
+            size: 0x100,
+            flags: RW,
+        };
+        let start = std::time::Instant::now();
+        let n = count_warnings(|| {
+            for i in 0..10_000u64 {
+                let mut b = [0x55u8; 4];
+                read(f.as_raw_fd(), 7, r, &mut b, 0x100 + (i % 0xf00));
+                assert_eq!(b, [0x55; 4], "nothing read past the region");
+                write(f.as_raw_fd(), 7, r, &[0; 4], 0xfe + (i % 2));
+                // And a region without the access flag.
+                let ro = Region {
+                    flags: VFIO_REGION_INFO_FLAG_READ,
+                    ..r
+                };
+                write(f.as_raw_fd(), 7, ro, &[0; 4], 0);
+                let no = Region { flags: 0, ..r };
+                read(f.as_raw_fd(), 9, no, &mut b, 0);
+            }
+        });
+        assert!(
+            n <= warning_budget(start.elapsed().as_secs()),
+            "{n} warnings"
+        );
+        let mut b = [0u8; 4];
+        read(f.as_raw_fd(), 7, r, &mut b, 0xfc);
+        assert_eq!(b, [0xaa; 4], "no write reached the file");
+        assert_eq!(r.file_offset(u64::MAX, 4, RW), None, "no overflow");
+    }
+}

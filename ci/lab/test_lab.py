@@ -91,6 +91,38 @@ class CollectorTest(unittest.TestCase):
         self.assertEqual(problems, ["qemu+stock round 1" + want, "ours round 1" + want])
         self.assertEqual(warnings, [])
 
+    def test_a_console_that_ends_without_done_is_a_wedge_and_its_guests_run_again(self):
+        # The demo's round 2 at ffa4a45: the log simply ended after a guest
+        # ran again, no failure field set; the round was lost.
+        col = lab.Collector(2)
+        for l in [HOST, line(cell("qemu+stock"))]:
+            col.feed(l)
+        col.finish(0)
+        self.assertIn("ended without @@LAB-DONE@@", col.stalled)
+        boots = []
+
+        def boot(todo, attempt):
+            boots.append(list(todo))
+            if attempt == 1:
+                return col
+            fresh = lab.Collector(len(todo))
+            for l in [HOST, line(cell("ours")), "@@LAB-DONE@@ rc=0"]:
+                fresh.feed(l)
+            fresh.finish(0)
+            return fresh
+
+        doc = {"boots": [], "cells": [], "checks": []}
+        lab.run_round(doc, 1, SPECS, boot)
+        self.assertEqual(boots, [SPECS, [SPECS[1]]])
+        self.assertEqual(sorted(c["column"] for c in doc["cells"]), ["ours", "qemu+stock"])
+        self.assertTrue(doc["boots"][0].get("host_stall_retried"))
+        # A console that ended with its marker, or a crash already named,
+        # is not turned into a wedge.
+        done = lab.Collector(0)
+        done.feed("@@LAB-DONE@@ rc=0")
+        done.finish(0)
+        self.assertIsNone(done.stalled)
+
     def test_missing_cells_and_no_done_fail(self):
         _, (problems, _) = judge("compare", SPECS, [HOST, line(cell("qemu+stock"))])
         self.assertIn("lab host of round 1: never finished the scenario", problems)

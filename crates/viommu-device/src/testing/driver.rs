@@ -222,6 +222,27 @@ impl GuestDriver {
             .expect("avail flags");
     }
 
+    /// The `avail_event` the device published (EVENT_IDX): the driver
+    /// notifies when its avail index passes it.
+    pub fn avail_event<M: GuestMemory>(&self, mem: &M) -> u16 {
+        u16::from_le(
+            mem.load(
+                GuestAddress(self.used + 4 + 8 * u64::from(self.size)),
+                Ordering::Acquire,
+            )
+            .expect("avail_event"),
+        )
+    }
+
+    /// The used ring's flags (`VRING_USED_F_NO_NOTIFY`: without EVENT_IDX,
+    /// the device asks the driver not to notify).
+    pub fn used_flags<M: GuestMemory>(&self, mem: &M) -> u16 {
+        u16::from_le(
+            mem.load(GuestAddress(self.used), Ordering::Acquire)
+                .expect("used flags"),
+        )
+    }
+
     /// The device's used index.
     pub fn used_idx<M: GuestMemory>(&self, mem: &M) -> u16 {
         u16::from_le(

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use dma_mapper::{DmaError, DmaMapper, DmaPerm};
 use viommu_device::testing::{req, BusyGuest, FakeMapper, GuestDriver, DATA_BASE, MEM_SIZE};
 use viommu_device::DeviceConfig;
+use virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY;
 use vm_memory::GuestAddress;
 
 use super::*;
@@ -444,5 +445,159 @@ fn requests_left_at_the_cap_are_served_without_a_new_kick() {
     assert!(wakeups >= 2002 / 64, "{wakeups} wake-ups");
     assert!(irq.count.load(Ordering::Relaxed) >= 1);
     assert_eq!(status.read().device_next_avail, Some(2002u16));
+    thread.stop();
+}
+
+/// Linux's split-ring driver as the virtio-iommu driver drives it, on
+/// two CPUs sharing its request lock: requests are published at once and
+/// notified only at a sync (`virtqueue_kick_prepare()` with EVENT_IDX:
+/// a full fence, then notify when `avail_event` lies in `[old, new)`,
+/// `old` being the avail index at the previous kick_prepare), so lazy
+/// UNMAPs rest in the ring unnotified until the next sync; a sync then
+/// spins on the used ring. The real device thread serves it through its
+/// kick eventfd. A request the device never takes leaves a sync spinning:
+/// found here as a sync that waits more than 10 s.
+struct LinuxDriver {
+    d: GuestDriver,
+    /// VIRTIO_RING_F_EVENT_IDX negotiated.
+    event_idx: bool,
+    /// Requests published since the last kick_prepare (`num_added`).
+    num_added: u16,
+    /// Requests published and not yet seen used.
+    in_flight: usize,
+    next_iova: u64,
+}
+
+impl LinuxDriver {
+    fn add(&mut self, mem: &GuestMemoryMmap, r: &[u8]) {
+        self.d.push(mem, r, 4).expect("room in the queue");
+        self.num_added = self.num_added.wrapping_add(1);
+        self.in_flight += 1;
+    }
+
+    /// virtqueue_kick_prepare() + virtqueue_notify().
+    fn kick(&mut self, mem: &GuestMemoryMmap, notify: &EventFd) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let new = self.d.avail_idx();
+        let old = new.wrapping_sub(self.num_added);
+        self.num_added = 0;
+        let need = if self.event_idx {
+            let event = self.d.avail_event(mem);
+            // vring_need_event()
+            new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+        } else {
+            self.d.used_flags(mem) & VRING_USED_F_NO_NOTIFY as u16 == 0
+        };
+        if need {
+            notify.write(1).unwrap();
+        }
+        need
+    }
+
+    /// __viommu_sync_req(): nothing in flight, nothing to do; else kick and
+    /// spin until every request is used.
+    fn sync(&mut self, mem: &GuestMemoryMmap, notify: &EventFd, status: &ThreadStatus) {
+        if self.in_flight == 0 {
+            return;
+        }
+        self.kick(mem, notify);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.in_flight > 0 {
+            self.in_flight -= self.d.poll(mem).len();
+            if Instant::now() > deadline {
+                panic!(
+                    "a sync waits for requests the device does not serve: driver avail {}, \
+                     {} in flight, avail_event {}; device {:?}",
+                    self.d.avail_idx(),
+                    self.in_flight,
+                    self.d.avail_event(mem),
+                    status.read()
+                );
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[test]
+fn a_linux_driver_on_two_cpus_never_waits_for_a_request_the_device_did_not_take() {
+    linux_driver_on_two_cpus(true);
+}
+
+#[test]
+fn the_same_without_event_idx() {
+    linux_driver_on_two_cpus(false);
+}
+
+fn linux_driver_on_two_cpus(event_idx: bool) {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
+    let mut model = Model::new(DeviceConfig::default()).unwrap();
+    let mapper = Arc::new(FakeMapper::new());
+    model.add_endpoint(EP, mapper.clone()).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn(model, None).unwrap();
+    let irq = Arc::new(EventIrq {
+        fd: EventFd::new(EFD_NONBLOCK).unwrap(),
+        count: AtomicU64::new(0),
+    });
+    let reqq = GuestDriver::new(&mem, 0, 64, 0x10_0000);
+    let evq = GuestDriver::new(&mem, 0x1_0000, 64, 0x80_0000);
+    let f = dev.features();
+    assert_ne!(f & (1 << 29), 0, "EVENT_IDX offered");
+    dev.ack_features(if event_idx { f } else { f & !(1 << 29) });
+    dev.activate(mem.clone(), vec![reqq.queue(), evq.queue()], irq)
+        .unwrap();
+    let status = dev.status();
+    let notify = dev.kick_eventfds().unwrap().remove(0);
+    let driver = Arc::new(Mutex::new(LinuxDriver {
+        d: reqq,
+        event_idx,
+        num_added: 0,
+        in_flight: 0,
+        next_iova: 0x10_0000,
+    }));
+    {
+        let mut d = driver.lock().unwrap();
+        d.add(&mem, &req::attach(1, EP, 0));
+        d.sync(&mem, &notify, &status);
+    }
+    let ops = 1500;
+    let cpus: Vec<_> = (0..2u64)
+        .map(|cpu| {
+            let (driver, mem, status) = (driver.clone(), mem.clone(), status.clone());
+            let notify = notify.try_clone().unwrap();
+            std::thread::spawn(move || {
+                // xorshift: each CPU its own reproducible op sequence.
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (cpu + 1);
+                for _ in 0..ops {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let mut d = driver.lock().unwrap();
+                    if d.d.free_descriptors() < 4 {
+                        // __viommu_add_req() on -ENOSPC: sync and retry.
+                        d.sync(&mem, &notify, &status);
+                    }
+                    let iova = d.next_iova;
+                    d.next_iova += 0x1000;
+                    // A MAP and its sync (iotlb_sync_map), or a lazy UNMAP
+                    // left in the ring until a later sync.
+                    if x % 3 == 0 {
+                        d.add(&mem, &req::unmap(1, iova, iova + 0xfff));
+                    } else {
+                        d.add(&mem, &req::map(1, iova, iova + 0xfff, DATA_BASE, 3));
+                        d.sync(&mem, &notify, &status);
+                    }
+                    drop(d);
+                    if x % 7 == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in cpus {
+        c.join().unwrap();
+    }
+    driver.lock().unwrap().sync(&mem, &notify, &status);
     thread.stop();
 }

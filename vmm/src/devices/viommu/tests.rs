@@ -581,14 +581,14 @@ fn linux_driver_on_two_cpus(event_idx: bool) {
                     d.next_iova += 0x1000;
                     // A MAP and its sync (iotlb_sync_map), or a lazy UNMAP
                     // left in the ring until a later sync.
-                    if x % 3 == 0 {
+                    if x.is_multiple_of(3) {
                         d.add(&mem, &req::unmap(1, iova, iova + 0xfff));
                     } else {
                         d.add(&mem, &req::map(1, iova, iova + 0xfff, DATA_BASE, 3));
                         d.sync(&mem, &notify, &status);
                     }
                     drop(d);
-                    if x % 7 == 0 {
+                    if x.is_multiple_of(7) {
                         std::thread::yield_now();
                     }
                 }

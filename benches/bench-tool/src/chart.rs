@@ -87,6 +87,17 @@ fn bars(s: &Summary) -> (String, Bars) {
     (what, groups)
 }
 
+/// Plot height in pixels that the legend box and the group titles take
+/// (above every bar), as a share of the plot: 16 px a legend line, its
+/// margins and frame, the titles' line; the plot is about 440 px high.
+fn legend_share(ncols: usize, labels: bool) -> f64 {
+    if !labels {
+        return 0.0;
+    }
+    let px = 16.0 * ncols as f64 + 25.0 + 20.0;
+    (px / 440.0).min(0.7)
+}
+
 /// Draw `s` into `path` (PNG); `labels` draws text (a font must be loaded).
 pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartError> {
     let err = |why: String| ChartError {
@@ -96,10 +107,13 @@ pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartEr
     let (what, groups) = bars(s);
     let n = groups.len().max(1);
     let ncols = groups.first().map_or(1, |g| g.1.len().max(1));
-    let ymax = groups
+    let top = groups
         .iter()
         .flat_map(|g| g.1.iter().filter_map(|(_, v)| v.map(|v| v.max)))
         .fold(1.1f64, |a, b| a.max(b * 1.1));
+    // Headroom for the legend (upper right, a line per column) and the
+    // group titles, so that neither ever covers a bar.
+    let ymax = top / (1.0 - legend_share(ncols, labels));
     let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let mut b = ChartBuilder::on(&root);
@@ -107,8 +121,8 @@ pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartEr
     if labels {
         b.caption(
             format!(
-                "NVMe passthrough: {what}, median and min-max over {} round(s)",
-                s.rounds
+                "NVMe passthrough: {what}, median and min-max over {}",
+                s.rounds_text()
             ),
             ("sans-serif", 18),
         )
@@ -229,5 +243,27 @@ mod tests {
         write_chart(&s2, &p2, false).unwrap();
         assert!(is_png(&p2));
         assert!(!load_font(&["/nonexistent/font.ttf"]));
+    }
+
+    #[test]
+    fn the_legend_sits_above_every_bar_and_the_caption_counts_finished_rounds() {
+        let (cols, phases, cells) = crate::report::tests::fixture();
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert!(!s.rounds_text().contains(" of "), "{}", s.rounds_text());
+        // Asked for more rounds than the cells hold: the text says so.
+        let more = summarize(&cols, &phases, &cells, 0, 9);
+        assert!(
+            more.rounds_text().contains(" of 9 rounds"),
+            "{}",
+            more.rounds_text()
+        );
+        // The legend box (a line per column) takes the top share of the
+        // plot; the tallest bar stays below it.
+        let (_, groups) = bars(&s);
+        let ncols = groups[0].1.len();
+        let share = legend_share(ncols, true);
+        let legend_px = 16.0 * ncols as f64 + 25.0;
+        assert!(share * 440.0 >= legend_px, "{share}");
+        assert_eq!(legend_share(ncols, false), 0.0);
     }
 }

@@ -169,6 +169,24 @@ pub struct Summary {
     pub findings: Vec<String>,
 }
 
+impl Summary {
+    /// "N round(s)", or "N of M rounds" when fewer than the M asked for
+    /// measured anything (a lab host lost, every guest of a round hung).
+    pub fn rounds_text(&self) -> String {
+        let finished = self
+            .groups
+            .iter()
+            .flat_map(|g| g.rows.iter().map(|r| r.rounds_ok))
+            .max()
+            .unwrap_or(0);
+        if finished < self.rounds {
+            format!("{finished} of {} rounds", self.rounds)
+        } else {
+            format!("{} round(s)", self.rounds)
+        }
+    }
+}
+
 fn median(v: &[f64]) -> Option<f64> {
     Spread::of(v).map(|s| s.median)
 }
@@ -733,8 +751,8 @@ const TIME_NOTE: &str = "Where our VMM's virtio-iommu time goes (device counters
 
 fn notes(s: &Summary) -> String {
     let mut n = format!(
-        "Medians over {} round(s), [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise; [a..b] = the lowest and highest difference in percent round by round, each against the baseline's IOPS in the same round (same host and drive).",
-        s.rounds, s.baseline
+        "Medians over {}, [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise; [a..b] = the lowest and highest difference in percent round by round, each against the baseline's IOPS in the same round (same host and drive).",
+        s.rounds_text(), s.baseline
     );
     match &s.ceiling {
         Some(c) => n += &format!(" x ceiling: IOPS / {c}'s IOPS of the same round."),

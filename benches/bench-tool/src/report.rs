@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
 use crate::cpu_time::{self, CpuRow};
-use crate::guest::{count_phase_name, FioRecord};
+use crate::guest::{count_phase_name, is_count_phase, FioRecord};
 use crate::guest_time::{self, GuestTimeRow};
 use crate::metrics::DeviceCounters;
 use crate::order;
@@ -268,15 +268,23 @@ pub(crate) fn ios_of(f: &crate::guest::FioRecord, ph: &Phase) -> f64 {
     (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64
 }
 
-/// Whether `cell` measured `phase` usably: not hung, no failed verify, and
-/// fio reported the phase without error.
+/// Whether `cell` hung in (or right after) an untimed counting run, after
+/// its timed phases were over.
+fn hung_counting(cell: &CellResult) -> bool {
+    matches!(&cell.status, CellStatus::Hung { phase, .. }
+        if is_count_phase(phase.strip_prefix("after ").unwrap_or(phase)))
+}
+
+/// Whether `cell` measured `phase` usably: not hung (but in an untimed
+/// counting run, after the timed phases), no failed verify, and fio
+/// reported the phase without error.
 pub(crate) fn usable<'a>(
     cell: &'a CellResult,
     phase: &str,
 ) -> Option<&'a crate::results::PhaseResult> {
     match &cell.status {
-        CellStatus::Hung { .. }
-        | CellStatus::Failed {
+        CellStatus::Hung { .. } if !hung_counting(cell) => return None,
+        CellStatus::Failed {
             verify_failed: true,
             ..
         } => return None,
@@ -458,7 +466,7 @@ pub fn summarize(
             }
             let hung = mine
                 .iter()
-                .filter(|c| matches!(c.status, CellStatus::Hung { .. }))
+                .filter(|c| matches!(c.status, CellStatus::Hung { .. }) && !hung_counting(c))
                 .count() as u32;
             rows.push(Row {
                 column: col.tag.clone(),
@@ -546,6 +554,14 @@ pub fn summarize(
                 col.tag,
                 mine.len(),
                 why_not.join("; ")
+            ));
+        }
+        let hung_counting = mine.iter().filter(|c| hung_counting(c)).count();
+        if hung_counting > 0 {
+            findings.push(format!(
+                "{}: the guest hung in its untimed counting run (QEMU's trace on) in {hung_counting} of {} VM(s) and was killed; their timed phases count",
+                col.tag,
+                mine.len()
             ));
         }
         let traced = mine
@@ -1418,6 +1434,44 @@ pub(crate) mod tests {
         with(&mut cells, "ours+patched-lazy", |c| c.counting = None);
         let s = summarize(&cols, &phases, &cells, 0, 3);
         assert_eq!(s.groups[0].rows[1].counted, Some(Counted::Exact));
+    }
+
+    #[test]
+    fn a_hang_in_the_counting_run_keeps_the_timed_phases() {
+        let (cols, phases, mut cells) = fixture();
+        with(&mut cells, "qemu+stock", |c| {
+            c.phases.remove("count-randread-4k");
+            c.status = CellStatus::Hung {
+                phase: if c.round == 0 {
+                    "count-randread-4k".into()
+                } else {
+                    "after count-randread-4k".into()
+                },
+                after_s: 60,
+                device_owes: false,
+            };
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!((r.rounds_ok, r.hung, r.failed), (3, 0, 0));
+        assert_eq!(r.iops.unwrap().median, 1050.0);
+        assert_eq!(r.counted, Some(Counted::NotCounted));
+        assert!(
+            s.findings.iter().any(|f| f.starts_with("qemu+stock: the guest hung in its untimed counting run (QEMU's trace on) in 3 of 3 VM(s)")),
+            "{:?}",
+            s.findings
+        );
+        // A hang in a timed phase still drops the cell.
+        with(&mut cells, "qemu+stock", |c| {
+            c.status = CellStatus::Hung {
+                phase: "randread-4k".into(),
+                after_s: 60,
+                device_owes: false,
+            }
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!((r.rounds_ok, r.hung), (0, 3));
     }
 
     #[test]

@@ -366,7 +366,7 @@ pub async fn run_cell(
         guest_crash: st.crash,
         boot_stall: st.boot_stall,
         bar0_reserved: None,
-        lower_bound: src.lower_bound(),
+        lower_bound: counting == Counting::Pass,
         counting: Some(counting),
         place: None,
         wall_s: start.elapsed().as_secs_f64(),

@@ -434,6 +434,7 @@ class OuterTraceTest(unittest.TestCase):
             (out / "lab.out").write_text(
                 "100.0 [lab] [viommu-bench] cell 1/1 round 1/2 ours: verify-mixed (ETA 9s)\n"
                 "101.0 [lab] [viommu-bench] cell 1/1 round 1/2 ours: randread-256k-j2 (ETA 5s)\n"
+                "103.0 [lab] [viommu-bench] cell 1/1 round 1/2 ours: count-randread-256k-j2 (ETA 3s)\n"
                 "104.0 [lab] [viommu-bench] wrote /tmp/bench/results.json\n"
                 "200.0 [lab] [viommu-bench] cell 1/1 round 2 ours: randread-256k-j2 (ETA 5s)\n"
                 "203.0 [lab] [viommu-bench] wrote /tmp/bench/results.json\n")
@@ -442,14 +443,18 @@ class OuterTraceTest(unittest.TestCase):
                 lines.append(f"7@{101.1 + i * 0.1:.6f}:pci_nvme_read cid {i} nsid 1 nlb 256 count 131072 lba 0x0")
                 lines += [f"7@{101.1 + i * 0.1:.6f}:vtd_iotlb_page_update IOTLB page update"] * 32
             lines.append("7@102.5:vtd_iotlb_reset IOTLB reset (reason: iotlb exceeds size limit)")
+            # An untimed counting run (a stock QEMU guest's): not a window of its own, not the phase's.
+            lines += [f"7@{103.1 + i * 0.1:.6f}:pci_nvme_read cid {i} nsid 1 nlb 8 count 4096 lba 0x0" for i in range(5)]
             (out / "outer-7.log").write_text("\n".join(lines) + "\n")
             # Round 2 in its own lab host's file: 4 commands of 256 KiB, no miss.
             (out / "outer-8.log").write_text("".join(
                 f"8@{200.5 + i * 0.1:.6f}:pci_nvme_read cid {i} nsid 1 nlb 512 count 262144 lba 0x0\n" for i in range(4)))
             (out / "run" / "cells.jsonl").write_text("".join(json.dumps(
-                {"column": "ours", "round": r, "phases": {"randread-256k-j2": {"fio": {"read_kib": 256 * n}}}}) + "\n"
+                {"column": "ours", "round": r, "phases": {"randread-256k-j2": {"fio": {"read_kib": 256 * n}},
+                                                          "count-randread-256k-j2": {"fio": {"read_kib": 20}}}}) + "\n"
                 for r, n in ((0, 5), (1, 4))))
             rows = {(x["phase"], x["column"]): x["rounds"] for x in outer_trace.summarize(out)["rows"]}
+            self.assertNotIn(("count-randread-256k-j2", "ours"), rows)
             r1, r2 = rows[("randread-256k-j2", "ours")]
             self.assertEqual((r1["round"], r1["nvme_cmds_per_io"], r1["kib_per_cmd"]), (1, 2.0, 128.0))
             self.assertEqual((r1["iotlb_misses_per_io"], r1["iotlb_misses_per_4k"], r1["iotlb_resets"]), (64.0, 1.0, 1))

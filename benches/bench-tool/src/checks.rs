@@ -168,6 +168,7 @@ mod tests {
             boot_stall: None,
             bar0_reserved: None,
             lower_bound: false,
+            counting: None,
             place: None,
             wall_s: 1.0,
             command: String::new(),

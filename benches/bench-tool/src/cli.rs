@@ -84,6 +84,17 @@ pub struct Args {
     /// it): steady state without the first mappings of fio's buffers.
     #[arg(long, default_value_t = 0)]
     pub ramp: u32,
+    /// Seconds of each untimed counting run of stock QEMU's columns behind a
+    /// virtio-iommu. No timed run is traced: after its timed runs such a
+    /// guest runs each one's fio job again this long, and only then are
+    /// QEMU's trace events on (turned on and off over QMP); its requests
+    /// and VFIO calls per I/O come from these runs (lower bounds, marked
+    /// `untimed`). Our VMM's counts come from the timed runs themselves
+    /// (its counters are always on; exact). 0: no counting runs, QEMU
+    /// starts with no trace file or QMP socket at all, its counts read
+    /// `not counted`.
+    #[arg(long, default_value_t = 3, value_name = "S")]
+    pub count_runtime: u32,
     /// Run every column this many times, in a balanced order: rounds 2k and
     /// 2k+1 run the columns from column k mod n on, forwards then backwards.
     #[arg(long, default_value_t = 3)]
@@ -446,6 +457,13 @@ impl Args {
         if self.ramp > 600 {
             return Err(bad("--ramp", self.ramp, "seconds between 0 and 600"));
         }
+        if self.count_runtime > 600 {
+            return Err(bad(
+                "--count-runtime",
+                self.count_runtime,
+                "seconds between 0 (no counting runs) and 600",
+            ));
+        }
         if !(1..=100).contains(&self.rounds) {
             return Err(bad(
                 "--rounds",
@@ -569,6 +587,11 @@ mod tests {
         assert_eq!(c.ceiling(), Some(5));
         assert_eq!(c.args.rw, Rw::Randread);
         assert_eq!(c.args.rounds, 3);
+        assert_eq!(c.args.count_runtime, 3);
+        assert_eq!(
+            parse(&["--count-runtime", "0"]).unwrap().args.count_runtime,
+            0
+        );
     }
 
     #[test]
@@ -621,6 +644,10 @@ mod tests {
             (&["--numjobs", "0"], "--numjobs \"0\""),
             (&["--iodepth", "0"], "--iodepth"),
             (&["--ramp", "601"], "--ramp"),
+            (
+                &["--count-runtime", "601"],
+                "--count-runtime \"601\": seconds between 0",
+            ),
             (&["--guest-cpus", "300"], "--guest-cpus"),
             (&["--guest-cpus", "65"], "CONFIG_NR_CPUS=64"),
             (&["--guest-memory", "lots"], "--guest-memory \"lots\""),

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::results::Counting;
+
 /// The default columns, in order.
 pub const DEFAULT_COLUMNS: &str =
     "qemu+stock,qemu+patched,ours+stock,ours+patched-strict,ours+patched-lazy,no-viommu";
@@ -83,6 +85,15 @@ pub enum ColumnError {
     /// No column at all.
     #[error("--columns is empty; name at least one column, e.g. --columns {DEFAULT_COLUMNS}")]
     Empty,
+}
+
+impl Column {
+    /// Whether its device counts come from untimed counting runs (stock
+    /// QEMU behind a virtio-iommu, whose trace must stay off in the timed
+    /// runs), when `--count-runtime` is not 0.
+    pub fn counts_in_pass(&self) -> bool {
+        self.vmm == Vmm::Qemu && self.iommu == Iommu::Viommu
+    }
 }
 
 fn col(tag: &str, vmm: Vmm, iommu: Iommu, kernel: Kernel, params: &[&str]) -> Column {
@@ -191,6 +202,9 @@ pub struct LaunchInputs {
     pub cpus: u32,
     /// Guest RAM in MiB.
     pub memory_mib: u64,
+    /// Seconds of each untimed counting run of stock QEMU's columns behind
+    /// a virtio-iommu (`--count-runtime`; 0: none, and no tracing at all).
+    pub count_runtime: u32,
 }
 
 /// A ready-to-run VMM command.
@@ -200,14 +214,22 @@ pub struct Launch {
     pub program: PathBuf,
     /// Its arguments, the guest command line last.
     pub args: Vec<String>,
-    /// QEMU's trace file (`-D`), when it traces.
+    /// QEMU's trace file (`-D`), when it counts: its events are off but in
+    /// the untimed counting phases.
     pub trace: Option<PathBuf>,
+    /// QEMU's QMP socket, which turns them on and off.
+    #[serde(default)]
+    pub qmp: Option<PathBuf>,
     /// Our VMM's API socket.
     pub api_socket: Option<PathBuf>,
     /// The guest kernel it boots (its System.map beside it names a hung
     /// guest's addresses).
     #[serde(default)]
     pub kernel: Option<PathBuf>,
+    /// How its device counts are taken (stock QEMU's [`Counting::Pass`]
+    /// is settled by the run: see [`crate::trace::QemuTrace::counting`]).
+    #[serde(default)]
+    pub counting: Counting,
 }
 
 impl Launch {
@@ -234,7 +256,14 @@ fn shell_quote(s: &str) -> String {
 
 /// The command that starts `col`'s guest with `cmdline` (the guest protocol
 /// knobs; the column's own guest parameters are appended), keeping its
-/// trace file or API socket in `run_dir` under `name`.
+/// trace file and QMP socket or API socket in `run_dir` under `name`.
+///
+/// Stock QEMU behind a virtio-iommu starts untraced: its `-D` file is open
+/// and no trace event is on (no `-trace`), so the timed phases run as in a
+/// QEMU started without tracing; its guest gets `lab.count=S` (untimed
+/// counting runs after the timed ones), answered on the serial console,
+/// and the QMP socket turns the events on for those runs only (see
+/// [`crate::trace`]).
 pub fn launch(
     col: &Column,
     inp: &LaunchInputs,
@@ -255,7 +284,9 @@ pub fn launch(
     let p = |x: &Path| x.to_string_lossy().into_owned();
     let mut args = Vec::new();
     let mut trace = None;
+    let mut qmp = None;
     let mut api_socket = None;
+    let mut counting = Counting::None;
     let program = match col.vmm {
         Vmm::Qemu => {
             args.extend(["-accel", "kvm", "-M", "q35", "-cpu", "host", "-smp"].map(s));
@@ -282,14 +313,23 @@ pub fn launch(
             args.push(s("-initrd"));
             args.push(p(&inp.initramfs));
             if col.iommu == Iommu::Viommu {
-                let t = run_dir.join(format!("{name}.trace"));
-                args.extend(["-device", "virtio-iommu-pci", "-D"].map(s));
-                args.push(p(&t));
-                for ev in crate::trace::EVENTS {
-                    args.push(s("-trace"));
-                    args.push(s(ev));
+                args.extend(["-device", "virtio-iommu-pci"].map(s));
+                if col.counts_in_pass() && inp.count_runtime > 0 {
+                    let t = run_dir.join(format!("{name}.trace"));
+                    let q = run_dir.join(format!("{name}.qmp"));
+                    args.push(s("-D"));
+                    args.push(p(&t));
+                    args.push(s("-qmp"));
+                    args.push(format!("unix:{},server=on,wait=off", p(&q)));
+                    full_cmdline.push_str(&format!(" lab.count={}", inp.count_runtime));
+                    trace = Some(t);
+                    qmp = Some(q);
+                    counting = Counting::Pass;
+                } else {
+                    counting = Counting::NotCounted {
+                        why: "--count-runtime 0: no counting pass".into(),
+                    };
                 }
-                trace = Some(t);
             }
             args.push(s("-device"));
             args.push(format!("vfio-pci,host={}", inp.bdf));
@@ -313,6 +353,7 @@ pub fn launch(
             args.push(format!("/sys/bus/pci/devices/{}", inp.bdf));
             if col.iommu == Iommu::Viommu {
                 args.push(s("--viommu"));
+                counting = Counting::Exact;
             }
             args.extend(col.vmm_flags.iter().cloned());
             args.push(s("--cmdline"));
@@ -325,8 +366,10 @@ pub fn launch(
         program,
         args,
         trace,
+        qmp,
         api_socket,
         kernel: Some(kernel.clone()),
+        counting,
     }
 }
 
@@ -344,6 +387,7 @@ mod tests {
             bdf: "0000:01:00.0".into(),
             cpus: 2,
             memory_mib: 1024,
+            count_runtime: 3,
         }
     }
 
@@ -388,8 +432,13 @@ mod tests {
         );
         let line = l.display();
         assert!(line.starts_with("/usr/bin/qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp 2 -m 1024 -nodefaults"), "{line}");
-        assert!(line.contains("-kernel /k/stock -initrd /c/initramfs.cpio -device virtio-iommu-pci -D /run/qemu+stock-r1.trace -trace virtio_iommu_map -trace virtio_iommu_unmap -trace vfio_iommu_map_notify -device vfio-pci,host=0000:01:00.0 -append console=ttyS0"), "{line}");
+        // Untraced: the log file open, no event on, a QMP socket to turn
+        // them on in the counting runs the guest is asked for.
+        assert!(line.contains("-kernel /k/stock -initrd /c/initramfs.cpio -device virtio-iommu-pci -D /run/qemu+stock-r1.trace -qmp unix:/run/qemu+stock-r1.qmp,server=on,wait=off -device vfio-pci,host=0000:01:00.0 -append 'console=ttyS0 lab.count=3'"), "{line}");
+        assert!(!line.contains("-trace"), "{line}");
         assert_eq!(l.trace, Some(PathBuf::from("/run/qemu+stock-r1.trace")));
+        assert_eq!(l.qmp, Some(PathBuf::from("/run/qemu+stock-r1.qmp")));
+        assert_eq!(l.counting, Counting::Pass);
         let none = launch(
             &builtin("no-viommu").unwrap(),
             &inputs(),
@@ -397,8 +446,30 @@ mod tests {
             Path::new("/run"),
             "n",
         );
-        assert!(!none.display().contains("virtio-iommu"));
-        assert_eq!(none.trace, None);
+        let line = none.display();
+        assert!(
+            !line.contains("virtio-iommu") && !line.contains(" -D ") && !line.contains("-qmp"),
+            "{line}"
+        );
+        assert!(!line.contains("lab.count="), "{line}");
+        assert_eq!((none.trace, none.qmp), (None, None));
+        assert_eq!(none.counting, Counting::None);
+        // --count-runtime 0: no counting runs, nothing to trace with.
+        let off = LaunchInputs {
+            count_runtime: 0,
+            ..inputs()
+        };
+        let l = launch(&c, &off, "console=ttyS0", Path::new("/run"), "q");
+        let line = l.display();
+        assert!(
+            !line.contains(" -D ") && !line.contains("-qmp") && !line.contains("lab.count="),
+            "{line}"
+        );
+        assert!(
+            matches!(&l.counting, Counting::NotCounted { why } if why.contains("--count-runtime 0")),
+            "{:?}",
+            l.counting
+        );
     }
 
     #[test]
@@ -416,5 +487,16 @@ mod tests {
             "/opt/vmm --kernel /k/patched --initrd /c/initramfs.cpio --memory 1024M --cpus 2 --api-socket /run/x.sock --vfio /sys/bus/pci/devices/0000:01:00.0 --viommu --cmdline 'console=ttyS0 lab.mode=fio iommu.strict=0'"
         );
         assert_eq!(l.api_socket, Some(PathBuf::from("/run/x.sock")));
+        // Our VMM's counters are always on: nothing more to start, exact.
+        assert_eq!(l.counting, Counting::Exact);
+        let plain = launch(
+            &parse_column("p:ours:none:stock").unwrap(),
+            &inputs(),
+            "c",
+            Path::new("/run"),
+            "p",
+        );
+        assert_eq!(plain.counting, Counting::None);
+        assert!(!plain.display().contains("lab.count="));
     }
 }

@@ -223,12 +223,37 @@ pub enum PhaseKind {
         /// fio jobs.
         numjobs: u32,
     },
+    /// `count-RUN`: the untimed counting run of the measured run `RUN`
+    /// (the same fio job, shorter, with stock QEMU's trace on).
+    Count {
+        /// The measured run's name.
+        run: String,
+    },
+}
+
+/// The prefix of the counting phases' names.
+const COUNT_PREFIX: &str = "count-";
+
+/// Whether `name` is an untimed counting phase (`count-RUN`).
+pub fn is_count_phase(name: &str) -> bool {
+    name.starts_with(COUNT_PREFIX)
+}
+
+/// The counting phase of the measured run `run`.
+pub fn count_phase_name(run: &str) -> String {
+    format!("{COUNT_PREFIX}{run}")
 }
 
 /// The kind of phase `name` is; `None` for a name this protocol never uses.
 pub fn phase_kind(name: &str) -> Option<PhaseKind> {
     if name.starts_with("verify-") {
         return Some(PhaseKind::Verify);
+    }
+    if let Some(run) = name.strip_prefix(COUNT_PREFIX) {
+        return match phase_kind(run)? {
+            PhaseKind::Run { .. } => Some(PhaseKind::Count { run: run.into() }),
+            _ => None,
+        };
     }
     // RW itself may hold a dash (randread-buffered): read from the end.
     let (rest, numjobs) = match name.rsplit_once('-') {
@@ -344,6 +369,17 @@ mod tests {
         assert_eq!(phase_kind("randread-4k-x2"), None);
         assert_eq!(phase_kind("randread-4k-j2x"), None);
         assert_eq!(phase_kind("idle"), None);
+        assert_eq!(
+            phase_kind("count-randread-4k-j2"),
+            Some(PhaseKind::Count {
+                run: "randread-4k-j2".into()
+            })
+        );
+        assert_eq!(phase_kind("count-verify-4k"), None);
+        assert_eq!(phase_kind("count-idle"), None);
+        assert_eq!(count_phase_name("read-64k"), "count-read-64k");
+        assert!(is_count_phase(&count_phase_name("read-64k")));
+        assert!(!is_count_phase("randread-4k"));
         assert_eq!(run_phase_name("randread", "4k", 1), "randread-4k");
         assert_eq!(run_phase_name("read", "64k", 4), "read-64k-j4");
     }
@@ -395,6 +431,121 @@ mod tests {
         assert_eq!(init_fn("read_size none 1000 1 8"), "");
         // No fixed 512 left in what the guest runs.
         assert!(!INIT_SCRIPT.contains("=512-"), "a fixed 512-byte bsrange");
+    }
+
+    /// The guest init's `host_go` run by busybox sh (the guest's shell:
+    /// its `read -t`) with `input` on stdin; its exit status.
+    fn host_go(input: &str) -> i32 {
+        let start = INIT_SCRIPT
+            .find("host_go() {")
+            .expect("host_go in guest/init");
+        let end = INIT_SCRIPT[start..].find("\n}\n").expect("its end") + start + 3;
+        let script = format!("{}host_go\n", &INIT_SCRIPT[start..end]);
+        let mut child = std::process::Command::new("busybox")
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("busybox, the guest's shell (apt-get install busybox-static)");
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+        drop(child.stdin.take());
+        child.wait().unwrap().code().unwrap()
+    }
+
+    #[test]
+    fn a_counting_run_starts_on_the_hosts_go_only() {
+        assert_eq!(host_go("go\n"), 0);
+        assert_eq!(host_go("go\r\n"), 0, "a serial line may end in CR LF");
+        assert_eq!(host_go("skip\n"), 1);
+        assert_eq!(host_go("gone\n"), 1);
+        assert_eq!(host_go(""), 1, "no answer");
+        // The counting runs are the measured runs again, gated, after
+        // everything else and only after a clean run.
+        let tail = &INIT_SCRIPT[INIT_SCRIPT
+            .find("\tmeasured_runs \"\" \"\" 0")
+            .expect("the measured runs")..];
+        let idle = tail.find("idle_phase").unwrap();
+        let count = tail
+            .find("[ $rc -eq 0 ] && measured_runs count- \"$count\" 1")
+            .expect("the counting runs");
+        assert!(idle < count, "{tail}");
+        assert!(INIT_SCRIPT.contains("lab.count=*) count=${arg#*=} ;;"));
+    }
+
+    /// The guest init's `fio_run` of a counting run (fio_gate=1), run by
+    /// busybox sh with `answer` on the console and a fake fio that notes
+    /// it ran; the console output, and whether fio ran.
+    fn gated_run(answer: &str) -> (String, bool) {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().display().to_string();
+        let start = INIT_SCRIPT.find("emit() {").expect("emit in guest/init");
+        let end = INIT_SCRIPT
+            .find("# idle_phase:")
+            .expect("idle_phase after fio_run");
+        // The init's scratch files, in the test's directory.
+        let fns = INIT_SCRIPT[start..end].replace("/tmp/", &format!("{dir}/"));
+        let fields: Vec<String> = (1..=50)
+            .map(|i| match i {
+                1 => "3".into(),
+                6 => "8".into(),
+                8 => "700".into(),
+                9 => "3000".into(),
+                _ => "0".into(),
+            })
+            .collect();
+        std::fs::write(
+            d.path().join("fio"),
+            format!("#!/bin/sh\n: >{dir}/fio.ran\necho '{}'\n", fields.join(";")),
+        )
+        .unwrap();
+        let script = format!(
+            "PATH={dir}:$PATH dev=/dev/null verify=8M rc=0 counters=\n{fns}\nfio_gate=1\nfio_run count-randread-4k 1 --rw=randread --bs=4k\n"
+        );
+        std::fs::set_permissions(
+            d.path().join("fio"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let mut child = std::process::Command::new("busybox")
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("busybox, the guest's shell (apt-get install busybox-static)");
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), answer.as_bytes()).unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            d.path().join("fio.ran").exists(),
+        )
+    }
+
+    #[test]
+    fn the_guest_runs_a_counting_run_after_the_hosts_go_and_not_before() {
+        let (out, ran) = gated_run("go\n");
+        assert!(ran, "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "@@LAB-PHASE@@ begin count-randread-4k", "{out}");
+        assert_eq!(lines[1], "@@LAB-PHASE@@ end count-randread-4k", "{out}");
+        match parse_line(lines[2]).unwrap() {
+            Some(Marker::Fio(r)) => {
+                assert_eq!(
+                    (r.phase.as_str(), r.read_iops, r.read_kib),
+                    ("count-randread-4k", 700, 8)
+                );
+            }
+            other => panic!("{other:?} in {out}"),
+        }
+        let (out, ran) = gated_run("skip\n");
+        assert!(!ran, "fio ran without the host's go: {out}");
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [
+                "@@LAB-PHASE@@ begin count-randread-4k",
+                "@@LAB-PHASE@@ end count-randread-4k"
+            ]
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! (flags) → [`preflight`] (host checks, consent) → [`image`] (guest
 //! initramfs) → [`bind`] (vfio-pci, restored on exit) → [`runner`] (one VM
 //! per cell of [`plan`], watched by [`guest`] markers, counted by
-//! [`metrics`] and [`trace`]) → [`report`] ([`stats`]) → [`chart`].
+//! [`metrics`] and, for stock QEMU in untimed counting phases, [`trace`]
+//! over [`qmp`]) → [`report`] ([`stats`]) → [`chart`].
 
 pub mod bind;
 pub mod chart;
@@ -25,6 +26,7 @@ pub mod order;
 pub mod paired;
 pub mod plan;
 pub mod preflight;
+pub mod qmp;
 pub mod report;
 pub mod results;
 pub mod runner;

@@ -224,11 +224,14 @@ async fn run(mut cfg: Config) -> u8 {
         bdf: cfg.bdf.clone(),
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,
+        count_runtime: a.count_runtime,
     };
     let cmdline = plan::guest_cmdline(&cfg, facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
     let phases = plan::phases(&cfg);
     let estimate = plan::estimate_cell(&cfg);
+    let total = plan::estimate_cells(&cfg, &cells);
+    let counting = cfg.columns.iter().any(|c| c.counts_in_pass()) && a.count_runtime > 0;
 
     // 2. Say what will happen.
     let drive = format!(
@@ -264,8 +267,17 @@ async fn run(mut cfg: Config) -> u8 {
         },
         None => String::new(),
     };
+    let count_note = if counting {
+        format!(
+            "; stock QEMU's vIOMMU VMs then run each again for {} s, untimed, with its trace on ({} more each; its counts come from these)",
+            a.count_runtime,
+            human_duration(plan::count_pass(&cfg))
+        )
+    } else {
+        String::new()
+    };
     let what = format!(
-        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s); about {} in all; results in {}{pinning}",
+        "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s{count_note}); about {} in all; results in {}{pinning}",
         cells.len(),
         cfg.columns.len(),
         a.rounds,
@@ -273,7 +285,7 @@ async fn run(mut cfg: Config) -> u8 {
         phases.len(),
         a.rw.as_str(),
         a.runtime,
-        human_duration(estimate * cells.len() as u32),
+        human_duration(total),
         out.display()
     );
     let what = format!("{what}; {}", plan::precondition_note(&cfg));
@@ -303,6 +315,17 @@ async fn run(mut cfg: Config) -> u8 {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if counting {
+            println!(
+                "untimed counting phases of stock QEMU's vIOMMU VMs ({} s each, its trace on; nothing is traced in the measured ones): {}",
+                a.count_runtime,
+                phases
+                    .iter()
+                    .map(|p| viommu_bench::guest::count_phase_name(&p.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if !pre.problems.is_empty() {
             println!(
                 "\n{} prerequisite(s) missing (see above): a real run would stop here.",
@@ -361,7 +384,7 @@ async fn run(mut cfg: Config) -> u8 {
 
     // 4. Every cell.
     let t0 = Instant::now();
-    let mut progress = Progress::new(cells.len(), a.rounds, estimate);
+    let mut progress = Progress::new(cells.len(), a.rounds, total / (cells.len().max(1) as u32));
     progress.first_round = a.first_round;
     let mut ctx = CellCtx {
         stall: Duration::from_secs(a.stall_seconds),
@@ -549,6 +572,7 @@ fn settings(
         ),
         ("runtime_s", a.runtime.to_string()),
         ("ramp_s", a.ramp.to_string()),
+        ("count_runtime_s", a.count_runtime.to_string()),
         ("rounds", a.rounds.to_string()),
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),

@@ -3,8 +3,19 @@
 //! Our VMM answers HTTP on its API socket (`vmm --api-socket`): `GET
 //! /metrics` is Prometheus text (what `vmmctl SOCKET metrics` prints),
 //! e.g. `viommu_requests_total{type="map"} 30240`. Only [`MetricsEndpoint`]
-//! and [`OursEndpoint`] know the protocol. Stock QEMU's counters come from
-//! its trace file ([`crate::trace`]).
+//! and [`OursEndpoint`] know the protocol.
+//!
+//! Our VMM's counters are always on: its device thread bumps plain
+//! integers where each thing happens, times each notification (two clock
+//! reads, `viommu_busy_ns_total`) and copies them into a mutex-guarded
+//! snapshot after it (vmm/src/devices/viommu.rs), in every run, measured
+//! or not: no flag or build leaves them out, so what is measured is what
+//! users run. The tool reads them only at each phase's begin and end
+//! marker, off the request path, with nothing turned on for the
+//! measurement; the counts are exact. (They are not atomics, and not free:
+//! their cost is part of our VMM's IOPS, as it is of every user's.) Stock
+//! QEMU's counters come from its trace file, written only in untimed
+//! counting phases ([`crate::trace`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -14,7 +25,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::trace::TraceCounter;
+use crate::trace::QemuTrace;
 
 /// What the device did (cumulative, or the difference over one phase).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,40 +254,34 @@ pub fn prometheus_samples(text: &str) -> (BTreeMap<&str, u64>, Option<&str>) {
 /// Where one guest's device counters come from.
 #[derive(Debug)]
 pub enum CounterSource {
-    /// Our VMM's API.
+    /// Our VMM's API: its always-on counters, read at every phase's begin
+    /// and end marker.
     Ours(OursEndpoint),
-    /// Stock QEMU's trace file (lower bounds).
-    QemuTrace(PathBuf, TraceCounter),
+    /// Stock QEMU's trace file and QMP socket: counts only in the untimed
+    /// counting phases ([`crate::trace::QemuTrace`]), none in timed ones.
+    Qemu(Box<QemuTrace>),
     /// Nothing to count (no vIOMMU).
     None,
 }
 
 impl CounterSource {
-    /// The source for a VMM started with this trace file or API socket.
-    pub fn new(trace: Option<&Path>, api_socket: Option<&Path>) -> Self {
-        match (trace, api_socket) {
-            (_, Some(s)) => CounterSource::Ours(OursEndpoint::new(s)),
-            (Some(t), None) => CounterSource::QemuTrace(t.to_path_buf(), TraceCounter::default()),
-            (None, None) => CounterSource::None,
+    /// The source for a VMM started with this trace file and QMP socket
+    /// (stock QEMU) or API socket (ours).
+    pub fn new(trace: Option<&Path>, qmp: Option<&Path>, api_socket: Option<&Path>) -> Self {
+        match (trace, qmp, api_socket) {
+            (_, _, Some(s)) => CounterSource::Ours(OursEndpoint::new(s)),
+            (Some(t), Some(q), None) => CounterSource::Qemu(Box::new(QemuTrace::new(t, q))),
+            _ => CounterSource::None,
         }
     }
 
-    /// Whether the counts are lower bounds (QEMU's log backend drops lines).
-    pub fn lower_bound(&self) -> bool {
-        matches!(self, CounterSource::QemuTrace(..))
-    }
-
-    /// The cumulative counters now; `Ok(None)` when there is nothing to count.
+    /// The cumulative counters now, at a timed phase's begin or end;
+    /// `Ok(None)` when there is nothing to count. Stock QEMU's trace is off
+    /// in timed phases: nothing (its counts come from the counting phases).
     pub async fn snapshot(&mut self) -> Result<Option<DeviceCounters>, MetricsError> {
         match self {
             CounterSource::Ours(e) => e.fetch().await.map(Some),
-            CounterSource::QemuTrace(p, t) => {
-                t.poll(p).map(Some).map_err(|source| MetricsError::Io {
-                    path: p.clone(),
-                    source,
-                })
-            }
-            CounterSource::None => Ok(None),
+            CounterSource::Qemu(_) | CounterSource::None => Ok(None),
         }
     }
 }
@@ -363,6 +368,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn stock_qemu_gives_nothing_in_timed_phases() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("q.trace");
+        // Even lines in its trace file (were it traced) are not read.
+        std::fs::write(&t, "virtio_iommu_map domain=1\n").unwrap();
+        let mut src = CounterSource::new(Some(&t), Some(&d.path().join("q.qmp")), None);
+        assert!(matches!(src, CounterSource::Qemu(_)));
+        assert_eq!(src.snapshot().await.unwrap(), None);
+        // A trace file without a QMP socket cannot be counted: nothing.
+        assert!(matches!(
+            CounterSource::new(Some(&t), None, None),
+            CounterSource::None
+        ));
+    }
+
+    #[tokio::test]
     async fn fetches_from_a_socket() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("api.sock");
@@ -394,8 +415,7 @@ mod tests {
             .await
             .unwrap();
         });
-        let mut src = CounterSource::new(None, Some(&p));
-        assert!(!src.lower_bound());
+        let mut src = CounterSource::new(None, None, Some(&p));
         let c = src.snapshot().await.unwrap().unwrap();
         assert_eq!(c.map_requests, 30240);
     }

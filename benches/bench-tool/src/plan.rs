@@ -187,13 +187,33 @@ pub fn estimate_cell(cfg: &Config) -> Duration {
     Duration::from_secs(15 + verifies * 3 + pre + runs * (runtime + 2))
 }
 
+/// How much longer a cell of a column with untimed counting runs (stock
+/// QEMU behind a virtio-iommu) takes: one run per measured run,
+/// `--count-runtime` seconds and 2 s more each; nothing with 0.
+pub fn count_pass(cfg: &Config) -> Duration {
+    if cfg.args.count_runtime == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_secs(phases(cfg).len() as u64 * (cfg.args.count_runtime as u64 + 2))
+}
+
+/// A rough duration of `cells`: each one's estimate, and the counting
+/// runs of those whose column has them.
+pub fn estimate_cells(cfg: &Config, cells: &[Cell]) -> Duration {
+    let counting = cells
+        .iter()
+        .filter(|c| cfg.columns[c.column].counts_in_pass())
+        .count() as u32;
+    estimate_cell(cfg) * cells.len() as u32 + count_pass(cfg) * counting
+}
+
 /// The bound on one cell, whatever the progress: four times the estimate
-/// plus the stall window.
+/// (with counting runs) plus the stall window.
 pub fn cell_bound(cfg: &Config) -> Duration {
     if let Some(s) = cfg.args.cell_timeout {
         return Duration::from_secs(s);
     }
-    estimate_cell(cfg) * 4 + Duration::from_secs(cfg.args.stall_seconds)
+    (estimate_cell(cfg) + count_pass(cfg)) * 4 + Duration::from_secs(cfg.args.stall_seconds)
 }
 
 #[cfg(test)]
@@ -234,6 +254,22 @@ mod tests {
             note.contains("first 2 GiB") && note.contains("about 2 s per VM"),
             "{note}"
         );
+        // Stock QEMU's VMs count in untimed runs: 3 s + 2 s per measured run.
+        assert_eq!(count_pass(&none), Duration::from_secs(5));
+        let cells = rotation(none.columns.len(), 1);
+        let counting = none.columns.iter().filter(|c| c.counts_in_pass()).count();
+        assert_eq!(counting, 2, "qemu+stock and qemu+patched");
+        assert_eq!(
+            estimate_cells(&none, &cells).as_secs(),
+            6 * base(&none) + 2 * 5
+        );
+        assert_eq!(
+            cell_bound(&none).as_secs(),
+            (base(&none) + 5) * 4 + none.args.stall_seconds
+        );
+        let off = cfg(&["--precondition", "none", "--count-runtime", "0"]);
+        assert_eq!(count_pass(&off), Duration::ZERO);
+        assert_eq!(estimate_cells(&off, &cells).as_secs(), 6 * base(&off));
         let mut full = cfg(&["--precondition", "full"]);
         assert!(guest_cmdline(&full, None).ends_with(" lab.precondition=full"));
         assert!(precondition_note(&full).contains("size is unknown"));

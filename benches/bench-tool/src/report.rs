@@ -9,11 +9,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
 use crate::cpu_time::{self, CpuRow};
+use crate::guest::{count_phase_name, is_count_phase, FioRecord};
 use crate::guest_time::{self, GuestTimeRow};
+use crate::metrics::DeviceCounters;
 use crate::order;
 use crate::paired;
 use crate::plan::Phase;
-use crate::results::{CellResult, CellStatus};
+use crate::results::{CellResult, CellStatus, Counting, PhaseResult};
 use crate::stats::Spread;
 
 /// One column against the baseline column.
@@ -44,8 +46,12 @@ pub struct Row {
     pub requests_per_io: Option<f64>,
     /// Median VFIO calls per I/O.
     pub vfio_per_io: Option<f64>,
-    /// The counts are lower bounds (stock QEMU's trace drops lines).
+    /// The counts are lower bounds (stock QEMU's trace).
     pub lower_bound: bool,
+    /// How the counts were taken (of the rounds with counts, the least
+    /// exact way; with none, why); None: no vIOMMU.
+    #[serde(default)]
+    pub counted: Option<Counted>,
     /// Median bounce-pool hit rate (0-1), from the guest's counters.
     pub pool_hit_rate: Option<f64>,
     /// Median reuse-cache hit rate (0-1), from the guest's counters.
@@ -58,6 +64,90 @@ pub struct Row {
     pub failed: u32,
     /// Against the baseline column.
     pub vs_baseline: Option<Versus>,
+}
+
+/// How a row's requests and VFIO calls per I/O were taken, from the most
+/// exact way to no count at all (a row shows the least exact way among
+/// its rounds with counts; with none, the last reason among them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Counted {
+    /// Our VMM's device counters over the timed phase itself: exact.
+    Exact,
+    /// The guest's own virtio-iommu counters over the timed phase (its
+    /// requests: exact; no VFIO count), where the device gave none.
+    Guest,
+    /// Stock QEMU's trace over the phase's untimed counting run (the same
+    /// fio job, `--count-runtime` s): lower bounds of a sample.
+    Untimed,
+    /// Stock QEMU's trace during the timed phase itself (results from
+    /// before the counting pass): lower bounds, and the IOPS paid for it.
+    Traced,
+    /// Not counted (`--count-runtime 0`, or the counting runs failed).
+    NotCounted,
+    /// Stock QEMU wrote no trace (no `log` backend): unknown.
+    NoTrace,
+}
+
+impl Counted {
+    /// Whether its counts are lower bounds.
+    pub fn lower_bound(self) -> bool {
+        matches!(self, Counted::Untimed | Counted::Traced)
+    }
+}
+
+/// What one cell says about requests and VFIO calls per I/O in a phase.
+enum CellCount {
+    /// Device counters over this many I/Os, taken this way.
+    Device(DeviceCounters, f64, Counted),
+    /// Only the guest's own count of requests per I/O.
+    Guest(f64),
+    /// No count, for this reason.
+    Missing(Counted),
+    /// Nothing to count.
+    Nothing,
+}
+
+/// The counts of `cell` for the timed phase `ph` (its result `p`, fio's
+/// record `f`): our VMM's counters over the phase itself, stock QEMU's from
+/// the phase's untimed counting run, or from the phase itself in results
+/// from before the counting pass (QEMU traced during the timed phase).
+fn cell_count(cell: &CellResult, p: &PhaseResult, f: &FioRecord, ph: &Phase) -> CellCount {
+    let ios = ios_of(f, ph);
+    let guest = || {
+        let g = f.counter_sum("/map") + f.counter_sum("/unmap") + f.counter_sum("/flush");
+        if g > 0 {
+            CellCount::Guest(g as f64 / ios)
+        } else {
+            CellCount::Nothing
+        }
+    };
+    match &cell.counting {
+        Some(Counting::Exact) => match p.device {
+            Some(d) => CellCount::Device(d, ios, Counted::Exact),
+            None => guest(),
+        },
+        Some(Counting::Pass) => {
+            let run = cell.phases.get(&count_phase_name(&ph.name));
+            let counted = run.and_then(|r| {
+                let cf = r.fio.as_ref().filter(|cf| cf.error == 0)?;
+                Some((r.device?, ios_of(cf, ph)))
+            });
+            match counted {
+                Some((d, n)) if n > 0.0 => CellCount::Device(d, n, Counted::Untimed),
+                _ => CellCount::Missing(Counted::NotCounted),
+            }
+        }
+        Some(Counting::NoTrace { .. }) => CellCount::Missing(Counted::NoTrace),
+        Some(Counting::NotCounted { .. }) => CellCount::Missing(Counted::NotCounted),
+        Some(Counting::None) => CellCount::Nothing,
+        // Before the counting pass: whatever was counted in the phase.
+        None => match p.device.filter(|d| d.requests() > 0 || d.vfio_calls > 0) {
+            Some(d) if cell.lower_bound => CellCount::Device(d, ios, Counted::Traced),
+            Some(d) => CellCount::Device(d, ios, Counted::Exact),
+            None => guest(),
+        },
+    }
 }
 
 /// One measured phase, all columns.
@@ -196,15 +286,23 @@ pub(crate) fn ios_of(f: &crate::guest::FioRecord, ph: &Phase) -> f64 {
     (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64
 }
 
-/// Whether `cell` measured `phase` usably: not hung, no failed verify, and
-/// fio reported the phase without error.
+/// Whether `cell` hung in (or right after) an untimed counting run, after
+/// its timed phases were over.
+fn hung_counting(cell: &CellResult) -> bool {
+    matches!(&cell.status, CellStatus::Hung { phase, .. }
+        if is_count_phase(phase.strip_prefix("after ").unwrap_or(phase)))
+}
+
+/// Whether `cell` measured `phase` usably: not hung (but in an untimed
+/// counting run, after the timed phases), no failed verify, and fio
+/// reported the phase without error.
 pub(crate) fn usable<'a>(
     cell: &'a CellResult,
     phase: &str,
 ) -> Option<&'a crate::results::PhaseResult> {
     match &cell.status {
-        CellStatus::Hung { .. }
-        | CellStatus::Failed {
+        CellStatus::Hung { .. } if !hung_counting(cell) => return None,
+        CellStatus::Failed {
             verify_failed: true,
             ..
         } => return None,
@@ -298,7 +396,8 @@ pub fn summarize(
                 (vec![], vec![], vec![], vec![], vec![]);
             let (mut busy, mut vshare, mut vob, mut upc, mut rpm) =
                 (vec![], vec![], vec![], vec![], vec![]);
-            let mut lower_bound = false;
+            // How the shown counts were taken, and why rounds have none.
+            let (mut shown, mut missing) = (vec![], vec![]);
             for c in &mine {
                 let Some(p) = usable(c, &ph.name) else {
                     continue;
@@ -314,36 +413,48 @@ pub fn summarize(
                 }
                 let ios = ios_of(f, ph);
                 if col.iommu == Iommu::Viommu && ios > 0.0 {
-                    let dev = p.device.filter(|d| d.requests() > 0 || d.vfio_calls > 0);
-                    let guest =
-                        f.counter_sum("/map") + f.counter_sum("/unmap") + f.counter_sum("/flush");
-                    if let Some(d) = dev {
-                        req.push(d.requests() as f64 / ios);
-                        vfio.push(d.vfio_calls as f64 / ios);
-                        lower_bound |= c.lower_bound;
-                        let wall_ns = f.read_ms.max(f.write_ms) as f64 * 1e6;
-                        if d.busy_ns > 0 && wall_ns > 0.0 {
-                            busy.push(d.busy_ns as f64 / wall_ns);
-                            vshare.push(d.vfio_ns as f64 / wall_ns);
-                            vob.push(d.vfio_ns as f64 / d.busy_ns as f64);
-                            rpm.push(d.requests() as f64 / (d.busy_ns as f64 / 1e6));
-                            if d.vfio_calls > 0 {
-                                upc.push(d.vfio_ns as f64 / 1e3 / d.vfio_calls as f64);
+                    match cell_count(c, p, f, ph) {
+                        CellCount::Device(d, n, how) => {
+                            req.push(d.requests() as f64 / n);
+                            vfio.push(d.vfio_calls as f64 / n);
+                            shown.push(how);
+                            // Our VMM's own figures, of the timed phase.
+                            if how == Counted::Exact {
+                                let wall_ns = f.read_ms.max(f.write_ms) as f64 * 1e6;
+                                if d.busy_ns > 0 && wall_ns > 0.0 {
+                                    busy.push(d.busy_ns as f64 / wall_ns);
+                                    vshare.push(d.vfio_ns as f64 / wall_ns);
+                                    vob.push(d.vfio_ns as f64 / d.busy_ns as f64);
+                                    rpm.push(d.requests() as f64 / (d.busy_ns as f64 / 1e6));
+                                    if d.vfio_calls > 0 {
+                                        upc.push(d.vfio_ns as f64 / 1e3 / d.vfio_calls as f64);
+                                    }
+                                }
+                                if d.deferred_unmaps > 0 {
+                                    dfr.push(d.deferred_unmaps as f64);
+                                    fl.push(d.flush_requests as f64);
+                                    if d.flush_requests > 0 {
+                                        dpf.push(
+                                            d.deferred_unmaps as f64 / d.flush_requests as f64,
+                                        );
+                                        vpf.push(
+                                            d.flush_vfio_calls as f64 / d.flush_requests as f64,
+                                        );
+                                    }
+                                    if d.flush_vfio_calls > 0 {
+                                        mpc.push(
+                                            d.merged_ranges as f64 / d.flush_vfio_calls as f64,
+                                        );
+                                    }
+                                }
                             }
                         }
-                        if d.deferred_unmaps > 0 {
-                            dfr.push(d.deferred_unmaps as f64);
-                            fl.push(d.flush_requests as f64);
-                            if d.flush_requests > 0 {
-                                dpf.push(d.deferred_unmaps as f64 / d.flush_requests as f64);
-                                vpf.push(d.flush_vfio_calls as f64 / d.flush_requests as f64);
-                            }
-                            if d.flush_vfio_calls > 0 {
-                                mpc.push(d.merged_ranges as f64 / d.flush_vfio_calls as f64);
-                            }
+                        CellCount::Guest(r) => {
+                            req.push(r);
+                            shown.push(Counted::Guest);
                         }
-                    } else if guest > 0 {
-                        req.push(guest as f64 / ios);
+                        CellCount::Missing(how) => missing.push(how),
+                        CellCount::Nothing => {}
                     }
                 }
                 pool_hit.extend(f.hit_rate("iommu-dma-pool"));
@@ -373,7 +484,7 @@ pub fn summarize(
             }
             let hung = mine
                 .iter()
-                .filter(|c| matches!(c.status, CellStatus::Hung { .. }))
+                .filter(|c| matches!(c.status, CellStatus::Hung { .. }) && !hung_counting(c))
                 .count() as u32;
             rows.push(Row {
                 column: col.tag.clone(),
@@ -381,7 +492,8 @@ pub fn summarize(
                 ratio: Spread::of(&ratio),
                 requests_per_io: median(&req),
                 vfio_per_io: median(&vfio),
-                lower_bound,
+                lower_bound: shown.iter().any(|h| h.lower_bound()),
+                counted: shown.iter().max().or(missing.iter().max()).copied(),
                 pool_hit_rate: median(&pool_hit),
                 reuse_hit_rate: median(&reuse_hit),
                 rounds_ok: iops.len() as u32,
@@ -430,6 +542,55 @@ pub fn summarize(
                 col.tag,
                 mine.len(),
                 if col.vmm == crate::columns::Vmm::Ours { " (a failure: our VMM must reserve it)" } else { "" }
+            ));
+        }
+        let no_trace = mine
+            .iter()
+            .filter(|c| matches!(c.counting, Some(Counting::NoTrace { .. })))
+            .count();
+        if no_trace > 0 {
+            findings.push(format!(
+                "{}: QEMU wrote no trace in {no_trace} of {} VM(s): this QEMU has no `log` trace backend (Fedora's and RHEL's builds have only dtrace), so its requests and VFIO calls per I/O are unknown (`no trace`); a QEMU built with --enable-trace-backends=log counts them",
+                col.tag,
+                mine.len()
+            ));
+        }
+        let mut why_not: Vec<&str> = mine
+            .iter()
+            .filter(|c| c.status == CellStatus::Ok)
+            .filter_map(|c| match &c.counting {
+                Some(Counting::NotCounted { why }) => Some(why.as_str()),
+                _ => None,
+            })
+            .collect();
+        let not_counted = why_not.len();
+        why_not.sort_unstable();
+        why_not.dedup();
+        if not_counted > 0 {
+            findings.push(format!(
+                "{}: requests and VFIO calls per I/O not counted in {not_counted} of {} VM(s) (`not counted`): {}",
+                col.tag,
+                mine.len(),
+                why_not.join("; ")
+            ));
+        }
+        let hung_counting = mine.iter().filter(|c| hung_counting(c)).count();
+        if hung_counting > 0 {
+            findings.push(format!(
+                "{}: the guest hung in its untimed counting run (QEMU's trace on) in {hung_counting} of {} VM(s) and was killed; their timed phases count",
+                col.tag,
+                mine.len()
+            ));
+        }
+        let traced = mine
+            .iter()
+            .filter(|c| c.counting.is_none() && c.lower_bound)
+            .count();
+        if traced > 0 {
+            findings.push(format!(
+                "{}: {traced} of {} VM(s) ran with QEMU's trace on during the timed phases (results from before the untimed counting run): their IOPS paid for the trace, their counts are marked `traced`",
+                col.tag,
+                mine.len()
             ));
         }
         let retried: Vec<&str> = mine
@@ -608,10 +769,19 @@ fn spread_cell(s: Option<Spread>, prec: usize) -> String {
     }
 }
 
-fn per_io(v: Option<f64>, lower: bool) -> String {
-    v.map_or("-".into(), |x| {
-        format!("{}{x:.2}", if lower { ">=" } else { "" })
-    })
+/// One per-I/O count as the table shows it: plain (exact), `>=N untimed`
+/// (stock QEMU's counting run), `>=N traced` (QEMU traced in the timed
+/// phase, old results), or why there is none: never blank or zero for a
+/// count that was not taken.
+fn per_io(v: Option<f64>, how: Option<Counted>) -> String {
+    match (v, how) {
+        (Some(x), Some(Counted::Untimed)) => format!(">={x:.2} untimed"),
+        (Some(x), Some(Counted::Traced)) => format!(">={x:.2} traced"),
+        (Some(x), _) => format!("{x:.2}"),
+        (None, Some(Counted::NoTrace)) => "no trace".into(),
+        (None, Some(Counted::NotCounted | Counted::Untimed)) => "not counted".into(),
+        (None, _) => "-".into(),
+    }
 }
 
 /// The cells of one row, in [`HEADER`] order (after the group's bs/numjobs).
@@ -651,8 +821,8 @@ fn row_cells(r: &Row, baseline: &str) -> Vec<String> {
         iops,
         spread_cell(r.ratio, 2),
         vs,
-        per_io(r.requests_per_io, r.lower_bound),
-        per_io(r.vfio_per_io, r.lower_bound),
+        per_io(r.requests_per_io, r.counted),
+        per_io(r.vfio_per_io, r.counted),
         format!(
             "{} / {}",
             percent(r.pool_hit_rate),
@@ -758,7 +928,7 @@ fn notes(s: &Summary) -> String {
         Some(c) => n += &format!(" x ceiling: IOPS / {c}'s IOPS of the same round."),
         None => n += " No no-viommu column ran, so there is no ceiling ratio.",
     }
-    n += " >= marks stock QEMU's trace counts (lower bounds: its log drops lines). hung: the guest stopped completing I/O and was killed.";
+    n += " requests/IO and VFIO calls/IO: plain = exact, our VMM's always-on device counters over the timed phase itself; `>=N untimed` = stock QEMU's trace events over an untimed counting run of the same fio job after the timed phases (its events are off in every timed phase), lower bounds of a sample; `>=N traced` = QEMU traced during the timed phase (results from before the counting run: its IOPS paid for the trace); `no trace` = that QEMU wrote no trace (no `log` trace backend); `not counted` = no counting run gave a count. hung: the guest stopped completing I/O and was killed.";
     for f in &s.findings {
         n += &format!("\n- {f}");
     }
@@ -986,11 +1156,24 @@ pub(crate) mod tests {
             boot_stall: None,
             bar0_reserved: None,
             lower_bound: lower,
+            counting: None,
             place: None,
             wall_s: 1.0,
             command: String::new(),
             log: "x.log".into(),
         }
+    }
+
+    /// `c` as stock QEMU counts today: nothing in the timed phase, `dev`
+    /// in its untimed counting run (the same fio job and I/O count).
+    pub(crate) fn in_pass(mut c: CellResult, dev: Option<DeviceCounters>) -> CellResult {
+        let mut run = c.phases["randread-4k"].clone();
+        run.fio.as_mut().unwrap().phase = "count-randread-4k".into();
+        run.device = dev;
+        c.phases.get_mut("randread-4k").unwrap().device = None;
+        c.phases.insert("count-randread-4k".into(), run);
+        c.counting = Some(Counting::Pass);
+        c
     }
 
     pub(crate) fn fixture() -> (Vec<Column>, Vec<Phase>, Vec<CellResult>) {
@@ -1029,9 +1212,16 @@ pub(crate) mod tests {
             .into_iter()
             .enumerate()
         {
-            cells.push(cell("qemu+stock", r as u32, a, q(a * 10), true));
-            cells.push(cell("ours+patched-lazy", r as u32, b, lazy, false));
-            cells.push(cell("no-viommu", r as u32, c, None, false));
+            cells.push(in_pass(
+                cell("qemu+stock", r as u32, a, None, true),
+                q(a * 10),
+            ));
+            let mut ours = cell("ours+patched-lazy", r as u32, b, lazy, false);
+            ours.counting = Some(Counting::Exact);
+            cells.push(ours);
+            let mut ceiling = cell("no-viommu", r as u32, c, None, false);
+            ceiling.counting = Some(Counting::None);
+            cells.push(ceiling);
         }
         (cols, phases, cells)
     }
@@ -1088,6 +1278,10 @@ pub(crate) mod tests {
         assert_eq!(q.requests_per_io, Some(2.0));
         assert_eq!(q.vfio_per_io, Some(2.0));
         assert!(q.lower_bound);
+        assert_eq!(q.counted, Some(Counted::Untimed));
+        assert_eq!(g.rows[1].counted, Some(Counted::Exact));
+        assert!(!g.rows[1].lower_bound);
+        assert_eq!(g.rows[2].counted, None);
         assert_eq!(q.pool_hit_rate, Some(0.99));
         assert_eq!(q.reuse_hit_rate, None, "no reuse counters in the fixture");
         let o = &g.rows[1];
@@ -1122,6 +1316,197 @@ pub(crate) mod tests {
         assert_eq!(t.vfio_of_busy, Some(0.25));
         assert!((t.us_per_vfio_call.unwrap() - 1e6 / 30.0).abs() < 1e-6);
         assert!((t.requests_per_busy_ms.unwrap() - 160.0 / 4000.0).abs() < 1e-9);
+    }
+
+    /// The fixture's cells of `col`, changed by `f`.
+    fn with(cells: &mut [CellResult], col: &str, f: impl Fn(&mut CellResult)) {
+        cells.iter_mut().filter(|c| c.column == col).for_each(f);
+    }
+
+    fn qemu_row(s: &Summary) -> String {
+        render_text(s)
+            .lines()
+            .find(|l| l.starts_with("qemu+stock"))
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn stock_qemus_counts_come_from_its_counting_run_only() {
+        let (cols, phases, mut cells) = fixture();
+        // A timed-phase count (were QEMU traced there) is not what shows:
+        // the counting run's 2 per I/O are.
+        with(&mut cells, "qemu+stock", |c| {
+            c.phases.get_mut("randread-4k").unwrap().device = Some(DeviceCounters {
+                map_requests: 1,
+                ..Default::default()
+            })
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert_eq!(s.groups[0].rows[0].requests_per_io, Some(2.0));
+        // A round whose counting run failed or was skipped counts nothing;
+        // the others still show.
+        with(&mut cells, "qemu+stock", |c| {
+            if c.round == 0 {
+                c.phases.remove("count-randread-4k");
+            }
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert_eq!(s.groups[0].rows[0].counted, Some(Counted::Untimed));
+        assert!(qemu_row(&s).contains(">=2.00 untimed"), "{}", qemu_row(&s));
+        // None at all: said, not blank.
+        with(&mut cells, "qemu+stock", |c| {
+            c.phases.remove("count-randread-4k");
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!(
+            (r.requests_per_io, r.counted),
+            (None, Some(Counted::NotCounted))
+        );
+        assert_eq!(
+            qemu_row(&s).matches("not counted").count(),
+            2,
+            "{}",
+            qemu_row(&s)
+        );
+    }
+
+    #[test]
+    fn a_qemu_that_wrote_no_trace_is_said_never_zero_or_blank() {
+        let (cols, phases, mut cells) = fixture();
+        with(&mut cells, "qemu+stock", |c| {
+            c.counting = Some(Counting::NoTrace {
+                why: "QEMU wrote no line to its trace file".into(),
+            });
+            // What an empty trace gives: zeros, which must not show.
+            c.phases.get_mut("count-randread-4k").unwrap().device = Some(DeviceCounters::default());
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!((r.requests_per_io, r.vfio_per_io), (None, None));
+        assert_eq!(r.counted, Some(Counted::NoTrace));
+        let q = qemu_row(&s);
+        assert!(
+            q.matches("no trace").count() == 2 && !q.contains("0.00"),
+            "{q}"
+        );
+        assert!(
+            s.findings.iter().any(|f| f
+                .starts_with("qemu+stock: QEMU wrote no trace in 3 of 3 VM(s)")
+                && f.contains("no `log` trace backend")),
+            "{:?}",
+            s.findings
+        );
+        let md = render_markdown(&s, "t");
+        assert!(md.contains("| no trace | no trace |"), "{md}");
+        assert!(
+            md.contains("- qemu+stock: QEMU wrote no trace in 3 of 3"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn not_counted_says_why() {
+        let (cols, phases, mut cells) = fixture();
+        with(&mut cells, "qemu+stock", |c| {
+            c.counting = Some(Counting::NotCounted {
+                why: "--count-runtime 0: no counting pass".into(),
+            });
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert!(qemu_row(&s).contains("not counted"), "{}", qemu_row(&s));
+        assert_eq!(
+            s.findings,
+            ["qemu+stock: requests and VFIO calls per I/O not counted in 3 of 3 VM(s) (`not counted`): --count-runtime 0: no counting pass"]
+        );
+    }
+
+    #[test]
+    fn old_results_traced_in_the_timed_phase_are_marked() {
+        let (cols, phases, mut cells) = fixture();
+        // Before the counting run: QEMU's counts in the timed phase itself,
+        // no `counting` recorded.
+        with(&mut cells, "qemu+stock", |c| {
+            let dev = c.phases["count-randread-4k"].device;
+            c.phases.remove("count-randread-4k");
+            c.phases.get_mut("randread-4k").unwrap().device = dev;
+            c.counting = None;
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!(
+            (r.requests_per_io, r.counted),
+            (Some(2.0), Some(Counted::Traced))
+        );
+        assert!(r.lower_bound);
+        assert!(qemu_row(&s).contains(">=2.00 traced"), "{}", qemu_row(&s));
+        assert!(
+            s.findings.iter().any(|f| f.starts_with(
+                "qemu+stock: 3 of 3 VM(s) ran with QEMU's trace on during the timed phases"
+            )),
+            "{:?}",
+            s.findings
+        );
+        // Old cells of ours: exact, as before.
+        with(&mut cells, "ours+patched-lazy", |c| c.counting = None);
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        assert_eq!(s.groups[0].rows[1].counted, Some(Counted::Exact));
+    }
+
+    #[test]
+    fn a_hang_in_the_counting_run_keeps_the_timed_phases() {
+        let (cols, phases, mut cells) = fixture();
+        with(&mut cells, "qemu+stock", |c| {
+            c.phases.remove("count-randread-4k");
+            c.status = CellStatus::Hung {
+                phase: if c.round == 0 {
+                    "count-randread-4k".into()
+                } else {
+                    "after count-randread-4k".into()
+                },
+                after_s: 60,
+                device_owes: false,
+            };
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!((r.rounds_ok, r.hung, r.failed), (3, 0, 0));
+        assert_eq!(r.iops.unwrap().median, 1050.0);
+        assert_eq!(r.counted, Some(Counted::NotCounted));
+        assert!(
+            s.findings.iter().any(|f| f.starts_with("qemu+stock: the guest hung in its untimed counting run (QEMU's trace on) in 3 of 3 VM(s)")),
+            "{:?}",
+            s.findings
+        );
+        // A hang in a timed phase still drops the cell.
+        with(&mut cells, "qemu+stock", |c| {
+            c.status = CellStatus::Hung {
+                phase: "randread-4k".into(),
+                after_s: 60,
+                device_owes: false,
+            }
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[0];
+        assert_eq!((r.rounds_ok, r.hung), (0, 3));
+    }
+
+    #[test]
+    fn an_exact_zero_is_shown_as_zero() {
+        let (cols, phases, mut cells) = fixture();
+        // A patched guest whose mappings all hit its caches: no request.
+        with(&mut cells, "ours+patched-lazy", |c| {
+            c.phases.get_mut("randread-4k").unwrap().device = Some(DeviceCounters::default());
+        });
+        let s = summarize(&cols, &phases, &cells, 0, 3);
+        let r = &s.groups[0].rows[1];
+        assert_eq!((r.requests_per_io, r.vfio_per_io), (Some(0.0), Some(0.0)));
+        let md = render_markdown(&s, "t");
+        assert!(
+            md.contains("| +186% * [+176..+200] | 0.00 | 0.00 |"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -1214,7 +1599,18 @@ pub(crate) mod tests {
         assert!(o.contains("+186% *"), "{o}");
         assert!(t.contains("== lazy unmap"));
         let md = render_markdown(&s, "viommu-bench");
-        assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 | >=2.00 | 99% / - |"), "{md}");
+        assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 untimed | >=2.00 untimed | 99% / - |"), "{md}");
+        // Ours exact and plain; the ceiling has nothing to count.
+        assert!(
+            md.contains("| 4k | 1 | ours+patched-lazy | 3000 [2900-3300] | 0.75 [0.69-0.75] | +186% * [+176..+200] | 0.01 | 0.00 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 4k | 1 | no-viommu | 4200 [4000-4400] | 1.00 [1.00-1.00] | +300% * [+300..+300] | - | - |"), "{md}");
+        assert!(
+            md.contains("`>=N untimed` = stock QEMU's trace events over an untimed counting run"),
+            "{md}"
+        );
+        assert!(s.findings.is_empty(), "{:?}", s.findings);
         assert!(
             md.contains("| randread-4k | ours+patched-lazy | 50 | 10 | 5.0 | 2.00 | 2.00 |"),
             "{md}"

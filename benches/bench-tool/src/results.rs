@@ -40,6 +40,41 @@ pub enum CellStatus {
     },
 }
 
+/// How a cell's device counts (virtio-iommu requests and VFIO calls per
+/// I/O) were taken. No timed phase runs with an observer on its hot path:
+/// our VMM's counters are always on (its device counts in every run; no
+/// flag or build leaves them out) and are read only at phase boundaries
+/// (see [`crate::metrics`]); stock QEMU's trace events are off in every
+/// timed phase and on only in untimed counting phases (see
+/// [`crate::trace`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum Counting {
+    /// No virtio-iommu: nothing to count.
+    #[default]
+    None,
+    /// Our VMM's device counters, read over its API at each phase's begin
+    /// and end markers: exact, over the timed phases themselves.
+    Exact,
+    /// Stock QEMU's trace events, on only in the untimed counting phases
+    /// (`count-PHASE`, the same fio job after the timed phases): lower
+    /// bounds, of a sample.
+    Pass,
+    /// Stock QEMU wrote no trace line at all in a counting phase, not even
+    /// for the QMP commands that turned its events on: a QEMU without the
+    /// `log` trace backend. Its counts are unknown.
+    NoTrace {
+        /// What was seen and what it means.
+        why: String,
+    },
+    /// Stock QEMU's counts were not taken (`--count-runtime 0`, or the
+    /// counting phases did not run or failed).
+    NotCounted {
+        /// Why.
+        why: String,
+    },
+}
+
 /// One phase of one cell.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseResult {
@@ -101,6 +136,11 @@ pub struct CellResult {
     pub bar0_reserved: Option<bool>,
     /// Whether the device counts are lower bounds (QEMU's trace).
     pub lower_bound: bool,
+    /// How the device counts were taken; absent in results from before
+    /// the untimed counting pass (2026-11-26), whose stock QEMU columns were
+    /// traced during the timed phases themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counting: Option<Counting>,
     /// Where it ran (see [`crate::order`]); results before 2026-11-25 lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<Place>,

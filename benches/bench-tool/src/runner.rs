@@ -1,6 +1,14 @@
 //! Runs one cell: starts the VMM, follows the guest's marker lines, reads
 //! the device counters at each phase's begin and end, and kills a guest
 //! that stops completing I/O (reported `hung`, the run goes on).
+//!
+//! Timed phases are read with nothing turned on: our VMM's always-on
+//! counters over its API, nothing from stock QEMU. Stock QEMU is counted in
+//! the untimed counting phases (`count-PHASE`) that follow: at the begin
+//! marker its trace events go on over QMP and the guest, waiting on its
+//! console, is told `go` (or `skip` when they could not be turned on); at
+//! the end marker they go off and the trace file's gain is the phase's
+//! count (see [`crate::trace`]).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -8,14 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::columns::Launch;
-use crate::guest::{parse_line, Marker};
+use crate::guest::{is_count_phase, parse_line, Marker};
 use crate::metrics::{CounterSource, DeviceCounters};
-use crate::results::{CellResult, CellStatus, PhaseResult};
+use crate::results::{CellResult, CellStatus, Counting, PhaseResult};
 use crate::units::human_duration;
 
 /// How long the VMM may take to exit after the guest said it is done.
@@ -166,6 +174,9 @@ struct Cell {
     /// The host's CPU times at each phase's begin marker.
     cpu_begin: HashMap<String, crate::cpu_time::CpuTimes>,
     io_seen: u64,
+    /// The guest's serial console input (stock QEMU's stdin, when it
+    /// counts): the answer to a counting phase's begin marker.
+    console: Option<tokio::process::ChildStdin>,
 }
 
 /// Run `launch` as the cell `column` round `round`.
@@ -183,15 +194,24 @@ pub async fn run_cell(
     };
     let mut log = std::fs::File::create(&log_path).map_err(log_err)?;
     writeln!(log, "# {}", launch.display()).map_err(log_err)?;
-    for stale in [&launch.trace, &launch.api_socket].into_iter().flatten() {
+    for stale in [&launch.trace, &launch.qmp, &launch.api_socket]
+        .into_iter()
+        .flatten()
+    {
         let _ = std::fs::remove_file(stale);
     }
     let start = Instant::now();
     progress.line(column, round, "booting", Duration::ZERO);
     debug!("{}", launch.display());
+    // A counting guest waits for its answers on the console: QEMU's stdin.
+    let stdin = if launch.qmp.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
     let mut child = tokio::process::Command::new(&launch.program)
         .args(&launch.args)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -208,9 +228,14 @@ pub async fn run_cell(
         spawn_lines(e, true, tx.clone());
     }
     drop(tx);
-    let mut src = CounterSource::new(launch.trace.as_deref(), launch.api_socket.as_deref());
+    let mut src = CounterSource::new(
+        launch.trace.as_deref(),
+        launch.qmp.as_deref(),
+        launch.api_socket.as_deref(),
+    );
     let mut st = Cell {
         phase: "boot".into(),
+        console: child.stdin.take(),
         ..Default::default()
     };
     let mut last_progress = Instant::now();
@@ -313,6 +338,21 @@ pub async fn run_cell(
     let vmm_rc = exit.and_then(|e| e.code());
     let _ = writeln!(log, "# VMM exit: {exit:?}");
     let status = hung.unwrap_or_else(|| judge(&st, vmm_rc));
+    let counting = match (&launch.counting, &src) {
+        (Counting::Pass, CounterSource::Qemu(q)) => q.counting(),
+        (c, _) => c.clone(),
+    };
+    // A counting pass that was asked for and gave nothing is said (a guest
+    // that never got to it, hung or failed, says why in its status).
+    let lost = match &counting {
+        Counting::NoTrace { why } => Some(why),
+        Counting::NotCounted { why } if status == CellStatus::Ok => Some(why),
+        _ => None,
+    };
+    if let (Counting::Pass, Some(why)) = (&launch.counting, lost) {
+        warn!("{column} round {}: {why}", round + 1);
+        st.warnings.push(why.clone());
+    }
     Ok(CellResult {
         column: column.into(),
         round,
@@ -326,7 +366,8 @@ pub async fn run_cell(
         guest_crash: st.crash,
         boot_stall: st.boot_stall,
         bar0_reserved: None,
-        lower_bound: src.lower_bound(),
+        lower_bound: counting == Counting::Pass,
+        counting: Some(counting),
         place: None,
         wall_s: start.elapsed().as_secs_f64(),
         command: launch.display(),
@@ -398,6 +439,42 @@ async fn on_line(
         }
     };
     match m {
+        Marker::PhaseBegin(n) if is_count_phase(&n) => {
+            progress.line(
+                column,
+                round,
+                &format!("{n}, untimed: counting with QEMU's trace events on"),
+                start.elapsed(),
+            );
+            let go = match src {
+                CounterSource::Qemu(q) => match q.begin().await {
+                    Ok(c) => {
+                        st.begin.insert(n.clone(), c);
+                        true
+                    }
+                    Err(e) => {
+                        debug!("{column} {n}: not counted: {e}");
+                        false
+                    }
+                },
+                _ => false,
+            };
+            answer(st, go).await;
+            st.phase = n;
+        }
+        Marker::PhaseEnd(n) if is_count_phase(&n) => {
+            if let (CounterSource::Qemu(q), Some(b)) = (&mut *src, st.begin.get(&n)) {
+                match q.end(&n).await {
+                    Ok(Some(end)) => {
+                        st.phases.entry(n.clone()).or_default().device = Some(end.since(b));
+                    }
+                    // No trace at all: said once, at the cell's end.
+                    Ok(None) => {}
+                    Err(e) => warn!("{column} {n}: not counted: {e}"),
+                }
+            }
+            st.phase = format!("after {n}");
+        }
         Marker::PhaseBegin(n) => {
             progress.line(column, round, &n, start.elapsed());
             match src.snapshot().await {
@@ -455,6 +532,25 @@ async fn on_line(
     true
 }
 
+/// Answer a counting phase's begin marker on the guest's console: `go`
+/// (the counting is on) or `skip`. A guest with no console input (not a
+/// counting VMM) waits out its own timeout.
+async fn answer(st: &mut Cell, go: bool) {
+    let Some(c) = st.console.as_mut() else {
+        return;
+    };
+    let word: &[u8] = if go { b"go\n" } else { b"skip\n" };
+    if let Err(e) = async {
+        c.write_all(word).await?;
+        c.flush().await
+    }
+    .await
+    {
+        warn!("the guest's console input: {e}");
+        st.console = None;
+    }
+}
+
 /// How a cell that was not killed ended.
 fn judge(st: &Cell, vmm_rc: Option<i32>) -> CellStatus {
     let failed = |reason: String| CellStatus::Failed {
@@ -503,8 +599,10 @@ mod tests {
             program: "/bin/sh".into(),
             args: vec![p.to_string_lossy().into_owned()],
             trace: None,
+            qmp: None,
             api_socket: None,
             kernel: None,
+            counting: Counting::None,
         }
     }
 
@@ -661,6 +759,216 @@ echo '@@LAB-GUEST-DONE@@ rc=1'
                 );
             }
         }
+    }
+
+    /// A fake stock QEMU for a counting guest: its QMP socket (served by
+    /// the test) and trace file in `dir`, and a script that runs a timed
+    /// phase, then the counting phases `counts`, answering them as the
+    /// guest's init does. Trace lines are written only while the fake's
+    /// `virtio_iommu_map` is on (a file beside the trace says so), and, with
+    /// `log_backend`, one line per QMP command once the canary is on, as
+    /// QEMU's `log` backend does; without it nothing is ever written.
+    fn counting_qemu(
+        dir: &Path,
+        log_backend: bool,
+        counts: &[&str],
+    ) -> (Launch, tokio::task::JoinHandle<Vec<serde_json::Value>>) {
+        let trace = dir.join("q.trace");
+        let on = dir.join("q.trace.on");
+        let qmp = dir.join("q.qmp");
+        let (t, o) = (trace.clone(), on.clone());
+        let canary = std::sync::atomic::AtomicBool::new(false);
+        let started = dir.join("q.started");
+        let server = crate::qmp::tests::serve_after(
+            &qmp,
+            Some(started.clone()),
+            Some(crate::qmp::tests::GREETING),
+            move |cmd, args| {
+                use std::sync::atomic::Ordering::SeqCst;
+                if log_backend && canary.load(SeqCst) {
+                    let mut f = std::fs::OpenOptions::new().append(true).open(&t).unwrap();
+                    writeln!(f, "4242@1700000000.000001:handle_qmp_command mon 0x55d0 req: {{\"execute\": \"{cmd}\"}}").unwrap();
+                }
+                if cmd == "trace-event-set-state" {
+                    let enable = args["enable"] == true;
+                    match args["name"].as_str() {
+                        Some(crate::trace::CANARY) => canary.store(enable, SeqCst),
+                        Some("virtio_iommu_map") if enable => std::fs::write(&o, "").unwrap(),
+                        Some("virtio_iommu_map") => std::fs::remove_file(&o).unwrap(),
+                        _ => {}
+                    }
+                }
+                Some(r#"{"return": {}}"#.into())
+            },
+        );
+        let mut body = format!(
+            r#"trace={} on={}
+: >{}
+{}
+echo '@@LAB-GUEST@@ {{"event":"boot","kernel":"6.12","nvme":true,"iommu_groups":"DMA-FQ:1","cmdline":"lab.count=3"}}'
+echo '@@LAB-PHASE@@ begin verify-4k'
+echo '@@LAB-PHASE@@ end verify-4k'
+echo '@@LAB-GUEST@@ {{"event":"fio","phase":"verify-4k","error":0,"read_kib":8192,"write_kib":8192,"read_iops":1,"write_iops":1}}'
+io() {{ [ -n "$log" ] && [ -e "$on" ] && printf 'virtio_iommu_map domain=1
+virtio_iommu_unmap domain=1
+vfio_iommu_map_notify iommu map
+vfio_iommu_map_notify iommu unmap
+' >>"$trace"; }}
+echo '@@LAB-PHASE@@ begin randread-4k'
+sleep 0.2
+io
+echo '@@LAB-PHASE@@ end randread-4k'
+echo '@@LAB-GUEST@@ {{"event":"fio","phase":"randread-4k","error":0,"read_kib":40960,"read_iops":1024,"read_ms":10000}}'
+"#,
+            trace.display(),
+            on.display(),
+            started.display(),
+            if log_backend {
+                r#"log=1; : >"$trace""#
+            } else {
+                "log="
+            },
+        );
+        for c in counts {
+            body += &format!(
+                r#"echo '@@LAB-PHASE@@ begin count-{c}'
+read -r ack
+echo "ack=$ack"
+if [ "$ack" = go ]; then
+	io; io
+	echo '@@LAB-PHASE@@ end count-{c}'
+	echo '@@LAB-GUEST@@ {{"event":"fio","phase":"count-{c}","error":0,"read_kib":8,"read_iops":700,"read_ms":3000}}'
+else
+	echo '@@LAB-PHASE@@ end count-{c}'
+fi
+"#
+            );
+        }
+        body += "echo '@@LAB-GUEST-DONE@@ rc=0'\n";
+        let mut l = script_launch(dir, &body);
+        l.trace = Some(trace);
+        l.qmp = Some(qmp);
+        l.counting = Counting::Pass;
+        (l, server)
+    }
+
+    #[tokio::test]
+    async fn stock_qemu_is_counted_in_the_untimed_phase_only() {
+        let d = tempfile::tempdir().unwrap();
+        let (l, server) = counting_qemu(d.path(), true, &["randread-4k"]);
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let r = run_cell(
+            &l,
+            "qemu",
+            0,
+            &mut ctx(d.path(), watch::channel(false).1, 15),
+            &p,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        // The timed phase: nothing on, nothing counted (not a zero).
+        assert_eq!(r.phases["randread-4k"].device, None);
+        // The counting phase: 2 I/Os' worth of events, nothing else (the
+        // canary's lines are not events).
+        let dev = r.phases["count-randread-4k"].device.unwrap();
+        assert_eq!(
+            (dev.map_requests, dev.unmap_requests, dev.vfio_calls),
+            (2, 2, 4)
+        );
+        assert_eq!(r.counting, Some(Counting::Pass));
+        assert!(r.lower_bound && r.warnings.is_empty(), "{:?}", r.warnings);
+        let log = std::fs::read_to_string(&r.log).unwrap();
+        assert!(log.contains("ack=go"), "{log}");
+        // Canary first, then the events on; at the end the events off.
+        let cmds: Vec<(String, bool)> = server
+            .await
+            .unwrap()
+            .iter()
+            .filter(|v| v["execute"] == "trace-event-set-state")
+            .map(|v| {
+                (
+                    v["arguments"]["name"].as_str().unwrap().to_string(),
+                    v["arguments"]["enable"] == true,
+                )
+            })
+            .collect();
+        let want: Vec<(String, bool)> = std::iter::once((crate::trace::CANARY, true))
+            .chain(crate::trace::EVENTS.iter().map(|e| (*e, true)))
+            .chain(crate::trace::EVENTS.iter().map(|e| (*e, false)))
+            .map(|(n, on)| (n.to_string(), on))
+            .collect();
+        assert_eq!(cmds, want);
+    }
+
+    #[tokio::test]
+    async fn a_qemu_without_the_log_backend_is_said_not_zero() {
+        let d = tempfile::tempdir().unwrap();
+        let (l, _server) = counting_qemu(d.path(), false, &["randread-4k", "randread-16k"]);
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let r = run_cell(
+            &l,
+            "qemu",
+            0,
+            &mut ctx(d.path(), watch::channel(false).1, 15),
+            &p,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        assert!(
+            matches!(&r.counting, Some(Counting::NoTrace { why }) if why.contains("no `log` trace backend")),
+            "{:?}",
+            r.counting
+        );
+        assert_eq!(r.phases["count-randread-4k"].device, None, "not a zero");
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.contains("no `log` trace backend")),
+            "{:?}",
+            r.warnings
+        );
+        // Once the trace is known empty, the next counting run is skipped.
+        let log = std::fs::read_to_string(&r.log).unwrap();
+        assert!(log.contains("ack=go") && log.contains("ack=skip"), "{log}");
+        assert!(
+            !r.phases.contains_key("count-randread-16k")
+                || r.phases["count-randread-16k"].fio.is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_qemu_whose_qmp_does_not_answer_is_not_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut l, _server) = counting_qemu(d.path(), true, &["randread-4k"]);
+        l.qmp = Some(d.path().join("elsewhere.qmp"));
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let r = run_cell(
+            &l,
+            "qemu",
+            0,
+            &mut ctx(d.path(), watch::channel(false).1, 15),
+            &p,
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        assert!(
+            matches!(&r.counting, Some(Counting::NotCounted { why }) if why.contains("elsewhere.qmp")),
+            "{:?}",
+            r.counting
+        );
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.contains("QEMU's counting pass failed")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(std::fs::read_to_string(&r.log)
+            .unwrap()
+            .contains("ack=skip"));
     }
 
     #[tokio::test]

@@ -1,13 +1,14 @@
 //! The whole program against a fake host: a fake sysfs/procfs tree
 //! (`--root`), a drive already on vfio-pci (`--no-bind`), and a fake QEMU
-//! that speaks the guest protocol and writes trace lines. Checks the exit
-//! code, the table on stdout and the three files in --out.
+//! that speaks the guest protocol, answers QMP (served by the test) and
+//! writes trace lines while its events are on. Checks the exit code, the
+//! table on stdout and the three files in --out.
 
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use viommu_bench::results::{CellStatus, Results};
+use viommu_bench::results::{CellStatus, Counting, Results};
 
 /// A directory path with the `path()` of a TempDir.
 struct Dir(std::path::PathBuf);
@@ -26,24 +27,54 @@ fn file(root: &Path, rel: &str, body: &str) {
     std::fs::write(p, body).unwrap();
 }
 
-/// A fake stock QEMU: with a virtio-iommu 1000 IOPS and 2 MAP/UNMAP + 2
-/// VFIO trace lines per I/O (the trace is scaled down: 4 I/Os), without
-/// 4000 IOPS; the patched kernel "crashes" (exit 1 before finishing).
+/// A fake stock QEMU: with a virtio-iommu 1000 IOPS untraced (700 while its
+/// trace events are on: the observer's cost), without 4000 IOPS; the
+/// patched kernel "crashes" (exit 1 before finishing). Its guest runs the
+/// untimed counting run the tool asks for (`lab.count`) on the console's
+/// `go`, doing 4 I/Os with 2 MAP/UNMAP + 2 VFIO trace lines each, written
+/// only while the events are on. Its QMP socket is served by the test
+/// ([`qmp_broker`]): the script asks for it in $FAKE_QMP_DIR and waits.
+/// FAKE_QEMU_NO_LOG=1: a QEMU without the `log` trace backend (no trace
+/// file, no line ever).
 const FAKE_QEMU: &str = r#"#!/bin/sh
 [ "$1" = --version ] && echo 'QEMU emulator version 9.9.9 (fake)' && exit 0
-trace= kernel= viommu=
+trace= kernel= viommu= qmp= append=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-D) trace=$2; shift ;;
+	-qmp) qmp=${2#unix:}; qmp=${qmp%%,*}; shift ;;
 	-kernel) kernel=$2; shift ;;
+	-append) append=$2; shift ;;
+	-trace) echo "fake QEMU: started with -trace $2: its timed phases would be traced" >&2; exit 1 ;;
 	virtio-iommu-pci) viommu=1 ;;
 	esac
 	shift
 done
+log=1
+[ "$FAKE_QEMU_NO_LOG" = 1 ] && log=
+[ -n "$trace" ] && [ -n "$log" ] && : >"$trace"
+if [ -n "$qmp" ]; then
+	echo "$qmp $trace ${log:-0}" >"$FAKE_QMP_DIR/tmp.$$" && mv "$FAKE_QMP_DIR/tmp.$$" "$FAKE_QMP_DIR/req.$$"
+	i=0
+	while [ ! -S "$qmp" ]; do
+		i=$((i + 1)); [ $i -gt 200 ] && echo "fake QEMU: nobody served $qmp" >&2 && exit 1
+		sleep 0.05
+	done
+fi
 echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1-fake","nvme":true,"iommu_groups":"DMA:1","resv":"0x00000000fee00000 0x00000000feefffff msi;","cmdline":"x"}'
 case "$kernel" in *patched*) echo 'Kernel panic - not syncing: fake'; exit 1 ;; esac
 fio() {
 	echo "@@LAB-GUEST@@ {\"event\":\"fio\",\"phase\":\"$1\",\"error\":0,\"read_kib\":$2,\"read_bw_kib\":1,\"read_iops\":$3,\"read_ms\":1,\"write_kib\":0,\"write_bw_kib\":0,\"write_iops\":0,\"write_ms\":0,\"counters\":{}}"
+}
+# 4 I/Os behind the virtio-iommu; traced only while the events are on.
+io() {
+	[ -n "$viommu" ] && [ -n "$log" ] && [ -e "$trace.on" ] || return 0
+	for i in 1 2 3 4; do
+		printf 'virtio_iommu_map domain=1\nvirtio_iommu_unmap domain=1\nvfio_iommu_map_notify iommu map\nvfio_iommu_map_notify iommu unmap\n' >>"$trace"
+	done
+}
+iops() {
+	if [ -z "$viommu" ]; then echo 4000; elif [ -e "$trace.on" ]; then echo 700; else echo 1000; fi
 }
 echo '@@LAB-PHASE@@ begin verify-4k'
 echo '@@LAB-PHASE@@ end verify-4k'
@@ -51,19 +82,108 @@ fio verify-4k 8192 10
 echo '@@LAB-PHASE@@ begin randread-4k'
 # fio takes a while: the host reads the counters at the begin marker first.
 sleep 0.3
-if [ -n "$viommu" ]; then
-	for i in 1 2 3 4; do
-		printf 'virtio_iommu_map domain=1\nvirtio_iommu_unmap domain=1\nvfio_iommu_map_notify iommu map\nvfio_iommu_map_notify iommu unmap\n' >>"$trace"
-	done
-	iops=1000
-else
-	iops=4000
-fi
+io
+iops=$(iops)
 echo '@@LAB-PROGRESS@@ 4 0'
 echo '@@LAB-PHASE@@ end randread-4k'
 fio randread-4k 16 $iops
+case " $append " in
+*" lab.count="*)
+	echo '@@LAB-PHASE@@ begin count-randread-4k'
+	read -r ack
+	echo "fake guest: the host said $ack"
+	if [ "$ack" = go ]; then
+		io
+		iops=$(iops)
+		echo '@@LAB-PHASE@@ end count-randread-4k'
+		fio count-randread-4k 16 $iops
+	else
+		echo '@@LAB-PHASE@@ end count-randread-4k'
+	fi
+	;;
+esac
 echo '@@LAB-GUEST-DONE@@ rc=0'
 "#;
+
+/// The fake QEMU's QMP sockets, served from this test's process: for each
+/// request file `req.PID` ("SOCKET TRACE LOG") the fake writes in `dir`, a
+/// server at SOCKET that answers every command `{"return": {}}`, as QEMU
+/// does: `trace-event-set-state` of `virtio_iommu_map` makes TRACE.on
+/// exist while it is on; with LOG=1, once the canary is on, each command
+/// QEMU handles adds a `handle_qmp_command` line to TRACE (the `log`
+/// backend), before its answer.
+fn qmp_broker(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            // The test is over once its directory is gone.
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with("req.") || !seen.insert(name) {
+                    continue;
+                }
+                let req = std::fs::read_to_string(e.path()).unwrap();
+                let f: Vec<&str> = req.split_whitespace().collect();
+                let (sock, trace, log) = (PathBuf::from(f[0]), PathBuf::from(f[1]), f[2] == "1");
+                let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+                std::thread::spawn(move || {
+                    for conn in l.incoming().flatten() {
+                        serve_qmp(conn, &trace, log);
+                    }
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+}
+
+fn serve_qmp(conn: std::os::unix::net::UnixStream, trace: &Path, log: bool) {
+    use std::io::{BufRead, Write};
+    let mut w = conn.try_clone().unwrap();
+    let say = |w: &mut std::os::unix::net::UnixStream, s: &str| {
+        let _ = w.write_all(format!("{s}\r\n").as_bytes());
+    };
+    say(
+        &mut w,
+        r#"{"QMP": {"version": {"qemu": {"micro": 9, "minor": 9, "major": 9}, "package": ""}, "capabilities": []}}"#,
+    );
+    let mut canary = false;
+    for line in std::io::BufReader::new(conn).lines().map_while(Result::ok) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if log && canary {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(trace)
+                .unwrap();
+            writeln!(
+                f,
+                "77@1700000000.000001:handle_qmp_command mon 0x1 req: {line}"
+            )
+            .unwrap();
+        }
+        if v["execute"] == "trace-event-set-state" {
+            let on = v["arguments"]["enable"] == true;
+            match v["arguments"]["name"].as_str().unwrap() {
+                "handle_qmp_command" => canary = on,
+                "virtio_iommu_map" => {
+                    let flag = PathBuf::from(format!("{}.on", trace.display()));
+                    if on {
+                        std::fs::write(flag, "").unwrap();
+                    } else {
+                        std::fs::remove_file(flag).unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+        say(&mut w, r#"{"return": {}}"#);
+    }
+}
 
 /// A fake host under `d`: sysfs/procfs tree, fake QEMU, kernels, image.
 fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -136,7 +256,9 @@ fn a_whole_run_on_a_fake_host() {
     let (root, qemu) = fake_host(d.path());
     let out = d.path().join("out");
     let p = |n: &str| d.path().join(n).to_string_lossy().into_owned();
+    qmp_broker(&d.path().join("qmp"));
     let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .env("FAKE_QMP_DIR", d.path().join("qmp"))
         .args([
             "--device",
             BDF,
@@ -179,9 +301,23 @@ fn a_whole_run_on_a_fake_host() {
         .lines()
         .find(|l| l.starts_with("qemu+stock"))
         .expect("qemu+stock row");
+    // Untraced in the timed phase (1000 IOPS, not the traced 700); its
+    // counts from the untimed counting run, marked so.
     assert!(
-        q.contains("1000 [1000-1000]") && q.contains("0.25") && q.contains(">=2.00"),
+        q.contains("1000 [1000-1000]") && q.contains("0.25") && q.contains(">=2.00 untimed"),
         "{q}"
+    );
+    assert!(
+        stderr.contains(
+            "qemu+stock: count-randread-4k, untimed: counting with QEMU's trace events on"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "stock QEMU's vIOMMU VMs then run each again for 3 s, untimed, with its trace on"
+        ),
+        "{stderr}"
     );
     let patched = stdout
         .lines()
@@ -241,11 +377,27 @@ fn a_whole_run_on_a_fake_host() {
         failed.status
     );
     let ok = doc.cells.iter().find(|c| c.column == "qemu+stock").unwrap();
-    let dev = ok.phases["randread-4k"].device.unwrap();
+    assert_eq!(
+        ok.phases["randread-4k"].device, None,
+        "nothing counted while timed"
+    );
+    let dev = ok.phases["count-randread-4k"].device.unwrap();
     assert_eq!(
         (dev.map_requests, dev.unmap_requests, dev.vfio_calls),
         (4, 4, 8)
     );
+    assert_eq!(ok.counting, Some(Counting::Pass));
+    assert!(
+        ok.command.contains(" -qmp unix:") && !ok.command.contains("-trace"),
+        "{}",
+        ok.command
+    );
+    assert_eq!(doc.settings["count_runtime_s"], "3");
+    // The ceiling: nothing to count, no counting run.
+    let ceiling = doc.cells.iter().find(|c| c.column == "no-viommu").unwrap();
+    assert_eq!(ceiling.counting, Some(Counting::None));
+    assert!(!ceiling.phases.contains_key("count-randread-4k"));
+    assert!(!ceiling.command.contains("lab.count="));
     // Each cell knows where it ran: one host boot, places 0-5 in run order.
     let places: Vec<u32> = doc
         .cells
@@ -259,6 +411,12 @@ fn a_whole_run_on_a_fake_host() {
         .all(|w| w[0].place.as_ref().unwrap().boot == w[1].place.as_ref().unwrap().boot));
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     assert!(table.contains("| 4k | 1 | qemu+stock |"), "{table}");
+    assert!(
+        table.contains("| >=2.00 untimed | >=2.00 untimed |")
+            && table
+                .contains("`>=N untimed` = stock QEMU's trace events over an untimed counting run"),
+        "{table}"
+    );
     // The ceiling ran after the baseline in round 1, before it in round 2.
     assert!(table.contains("By order on the host"), "{table}");
     let by_order = table
@@ -285,6 +443,7 @@ fn retries_serial_report_and_report_from() {
     let d = tmp.path();
     let (root, qemu) = fake_host(d);
     let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    qmp_broker(&d.join("qmp"));
     let common = [
         "--device",
         BDF,
@@ -294,6 +453,7 @@ fn retries_serial_report_and_report_from() {
         "4k",
     ];
     let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .env("FAKE_QMP_DIR", d.join("qmp"))
         .args(common)
         .args(["--destroy-data", BDF, "--no-bind", "--root"])
         .arg(&root)
@@ -423,4 +583,73 @@ fn retries_serial_report_and_report_from() {
         .find(|l| l.contains("qemu+stock"))
         .unwrap();
     assert!(q.contains("0.25, 0.25 [0.25, 0.25], 2/2"), "{q}");
+}
+
+/// A QEMU without the `log` trace backend (Fedora's): its trace file stays
+/// empty, and the table, the notes and the warnings say so; no zero, no
+/// blank.
+#[test]
+fn a_qemu_that_writes_no_trace_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    qmp_broker(&d.join("qmp"));
+    let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .env("FAKE_QMP_DIR", d.join("qmp"))
+        .env("FAKE_QEMU_NO_LOG", "1")
+        .args([
+            "--device",
+            BDF,
+            "--destroy-data",
+            BDF,
+            "--no-bind",
+            "--root",
+        ])
+        .arg(&root)
+        .arg("--qemu")
+        .arg(&qemu)
+        .args(["--kernel-stock", &p("stock.bzImage"), "--kernel-patched"])
+        .args([&p("patched.bzImage"), "--initramfs", &p("initramfs.cpio")])
+        .args(["--columns", "qemu+stock,no-viommu", "--bs", "4k"])
+        .args(["--rounds", "1", "--out", &p("out")])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+    let q = stdout
+        .lines()
+        .find(|l| l.starts_with("qemu+stock"))
+        .expect("qemu+stock row");
+    assert!(
+        q.contains("1000") && q.matches("no trace").count() == 2 && !q.contains("0.00"),
+        "{q}"
+    );
+    assert!(
+        stdout.contains("- qemu+stock: QEMU wrote no trace in 1 of 1 VM(s): this QEMU has no `log` trace backend"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("qemu+stock round 1: QEMU wrote no line to its trace file"),
+        "{stderr}"
+    );
+    let doc: Results =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
+            .unwrap();
+    let c = doc.cells.iter().find(|c| c.column == "qemu+stock").unwrap();
+    assert!(
+        matches!(&c.counting, Some(Counting::NoTrace { why }) if why.contains("no `log` trace backend")),
+        "{:?}",
+        c.counting
+    );
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("no `log` trace backend")),
+        "{:?}",
+        c.warnings
+    );
+    let table = std::fs::read_to_string(d.join("out/table.md")).unwrap();
+    assert!(table.contains("| no trace | no trace |"), "{table}");
 }

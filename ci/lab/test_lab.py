@@ -464,3 +464,38 @@ class OuterTraceTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def _load(name: str):
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(Path(__file__).with_name(name)))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+class FaultCensusTest(unittest.TestCase):
+    def test_hangs_by_kind_and_lab_host_faults(self):
+        fc = _load("fault-census")
+        doc = {
+            "runs": ["a:vmm:viommu:patched", "q:qemu:viommu:patched"],
+            "boots": [{"host_crash": "BUG: stack guard"}, {"stalled": "no progress"}, {}],
+            "cells": [
+                {"column": "a", "status": {"status": "ok"}, "warnings": [
+                    "first attempt failed (the guest hung in randread-4k (no I/O for 60 s; --retry-hung); state at the hang: "
+                    "the driver published virtio-iommu requests the device has not taken (avail 5, device at 4, avail_event 4) ...); ran it again (log x)",
+                    "second attempt failed (guest kernel crashed: PANIC: double fault); ran it again (log y)"]},
+                {"column": "a", "status": {"status": "hung", "phase": "boot", "after_s": 60, "device_owes": True}, "warnings": [
+                    "state at the hang: THE DEVICE OWES THE DRIVER A REQUEST: vCPU0 in __viommu_sync_req+0x10 waits ..."]},
+                {"column": "q", "status": {"status": "ok"}, "warnings": []},
+            ],
+        }
+        total, per_vmm = fc.census([doc])
+        self.assertEqual(total["lab host crashed"], 1)
+        self.assertEqual(total["lab host wedged"], 1)
+        self.assertEqual(total["lab host boots"], 3)
+        self.assertEqual(per_vmm["vmm"]["hang: untaken"], 1)
+        self.assertEqual(per_vmm["vmm"]["hang: owed"], 1)
+        self.assertEqual(per_vmm["vmm"]["guest crash or reset"], 1)
+        self.assertEqual(per_vmm["vmm"]["final: hung"], 1)
+        self.assertEqual(per_vmm["qemu"]["cells"], 1)

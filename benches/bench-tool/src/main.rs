@@ -436,10 +436,19 @@ async fn run(mut cfg: Config) -> u8 {
                     })
                 })
                 .flatten();
-            let Some(why) = retry else {
+            let Some(mut why) = retry else {
                 r.warnings.append(&mut earlier);
                 break Ok(r);
             };
+            // A hang's diagnosis stays with the attempt it was made of:
+            // the lab counts hangs by kind over every attempt.
+            if let Some(state) = r
+                .warnings
+                .iter()
+                .find(|w| w.starts_with("state at the hang"))
+            {
+                why = format!("{why}; {state}");
+            }
             // Keep the first attempt's log next to the new one.
             let kept = r.log.with_file_name(format!(
                 "{}-r{}-attempt{}.log",

@@ -259,7 +259,7 @@ for t in "${need[@]}"; do
 done
 # objtool (CONFIG_OBJTOOL, on for x86-64) builds against libelf.
 if [ "$variant" != checkpatch ] && command -v gcc >/dev/null &&
-	! echo '#include <gelf.h>' | gcc -E -x c - >/dev/null 2>&1; then
+	! gcc -E -x c - >/dev/null 2>&1 <<<'#include <gelf.h>'; then
 	missing+=(libelf)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -332,11 +332,11 @@ read -r v_major v_minor v_sub v_extra <<<"$v"
 kver="$v_major.$v_minor.$v_sub${v_extra:-}"
 [ "$v_major.$v_minor" = "$ver" ] || {
 	if [ -x "$top/linux-$v_major.$v_minor/build.sh" ]; then
-		other="or build it with guest-patches/linux-$v_major.$v_minor/build.sh"
+		other=", or build it with guest-patches/linux-$v_major.$v_minor/build.sh"
 	else
-		other="there is no series for $v_major.$v_minor (series: $(for d in "$top"/linux-*/; do d=${d%/} && echo "${d##*/linux-}"; done | tr '\n' ' ' | sed 's/ $//'))"
+		other="; there is no series for $v_major.$v_minor (series: $(for d in "$top"/linux-*/; do d=${d%/} && echo "${d##*/linux-}"; done | tr '\n' ' ' | sed 's/ $//'))"
 	fi
-	die "$what is linux $kver (its Makefile), but linux-$ver/build.sh builds v$ver.y: point it at a $ver source (kernel.org linux-$ver.N.tar.xz), $other"
+	die "$what is linux $kver (its Makefile), but linux-$ver/build.sh builds v$ver.y: point it at a $ver source (kernel.org linux-$ver.N.tar.xz)$other"
 }
 
 # The upstream base the series applies to (its README's "Upstream base:"

@@ -215,7 +215,10 @@ case "$src" in
 	fi
 	src=$deb_tarball
 	# A copy of the tarball without its package: then as any tarball.
-	srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || src_kind=tarball
+	srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || {
+		src_kind=tarball
+		what="$src (no $pkg package installed)"
+	}
 	;;
 *)
 	if [ -d "$src" ]; then
@@ -305,7 +308,6 @@ tarball)
 	sum=$(sha256sum <"$src" | cut -d' ' -f1)
 	src_id="tarball sha256:$sum"
 	src_desc="$what (sha256 ${sum:0:16})"
-	[ "$src" != "$deb_tarball" ] || src_desc="$src (sha256 ${sum:0:16}; no $pkg package installed)"
 	base=$(basename "$src")
 	base=${base%.tar*} base=${base%.t?z} base=${base%.tbz2}
 	pristine="$cache/src/$base-${sum:0:16}"

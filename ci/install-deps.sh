@@ -7,6 +7,7 @@ set -euo pipefail
 # busybox and fio for the images, the kernel source and its build tools, a
 # TrueType font for the bench tool's chart labels, ccache for the guest
 # kernels (the patched build reuses the baseline's objects).
+# The guest kernels' build tools on other distributions: guest-patches/README.md.
 pkgs=(qemu-system-x86 busybox-static cpio linux-source-6.1 linux-source-6.12 fio flex bison bc
 	libelf-dev libssl-dev rsync kmod xz-utils build-essential python3
 	fonts-dejavu-core ccache)

@@ -35,6 +35,7 @@ step "cargo test" cargo test --workspace --locked
 step "guest patches 6.1 checkpatch --strict" guest-patches/linux-6.1/build.sh checkpatch
 step "guest patches 6.12 checkpatch --strict" guest-patches/linux-6.12/build.sh checkpatch
 step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
+step "guest kernel sources and build tools (no build)" guest-patches/test-build-kernel.sh
 if [ $lab = 1 ]; then
 	mkdir -p target
 	step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json

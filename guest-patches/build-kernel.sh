@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Build the lab's guest (L3) kernel from one of Debian's linux-source-X.Y
-# packages, for the series in guest-patches/linux-X.Y/. Called by the
-# series' own build.sh, which passes its version:
+# Build the lab's guest (L3) kernel for the series in guest-patches/linux-X.Y/
+# from a kernel source of your choice. Called by the series' own build.sh,
+# which passes its version (guest-patches/README.md has the whole story):
 #
-#   linux-X.Y/build.sh [baseline|patched]  prints the path of the cached bzImage
+#   linux-X.Y/build.sh [--src SRC] [--dry-run] [baseline|patched]
+#                                          prints the path of the cached bzImage
 #   linux-X.Y/build.sh checkpatch          scripts/checkpatch.pl --strict on the
 #                                          cover letter and every patch
 #   linux-X.Y/build.sh each                apply the patches one by one and build
@@ -11,6 +12,19 @@
 #                                          then as patched (cached as patched)
 #   linux-6.1/build.sh labhost             the lab host's own (L2) kernel for
 #                                          `ci/lab/lab --host-iommu virtio`
+#
+# The source (SRC: --src, else $LINUX_SRC_X_Y such as LINUX_SRC_6_12, else
+# $LINUX_SRC):
+#   debian (or unset)  Debian's linux-source-X.Y package,
+#                      /usr/src/linux-source-X.Y.tar.xz (the default, CI's)
+#   a directory        a kernel tree (a git clone, an extracted tarball); it is
+#                      copied, never modified
+#   a tarball          linux-X.Y.N.tar.xz from kernel.org (.tar.gz, .tar.bz2,
+#                      .tar.zst and .tar too), extracted once into the cache
+# Its version is read from its Makefile (VERSION, PATCHLEVEL, SUBLEVEL,
+# EXTRAVERSION) and must be X.Y; the series says which upstream base it
+# applies to in linux-X.Y/README.md ("Upstream base:"), and a patch that does
+# not apply says which version was found and which one the series wants.
 #
 # baseline: tinyconfig + config-fragment, no patches (stock X.Y).
 # patched:  the same plus config-fragment-patched, with patches/series applied.
@@ -21,11 +35,18 @@
 # own config-fragment and config-fragment-patched, merged after them.
 #
 # Output is cached under $VIOMMU_LAB_CACHE (default ~/.cache/viommu-lab),
-# keyed by a hash of the source package version, the fragments, the patches
-# and the two scripts: a second run with the same inputs is a no-op. Each
-# version and variant keeps its own object directory (work/linux-X.Y-VARIANT),
-# so a changed patch rebuilds only what it touches; builds of one variant are
-# serialised with flock. JOBS sets make's -j (default: nproc).
+# keyed by a hash of the source's identity (Debian's package version; a
+# tarball's sha256; a git tree's commit and uncommitted changes, another
+# tree's file names, sizes and mtimes), the kernel version from its Makefile,
+# the fragments, the patches and the two scripts: a second run with the same
+# inputs is a no-op. Each version and variant keeps its own object directory
+# (work/linux-X.Y-VARIANT), whatever the source, so a changed patch or source
+# rebuilds only what it touches; builds of one variant are serialised with
+# flock. JOBS sets make's -j (default: nproc). --dry-run prints the source,
+# its version, the key and whether the kernel is cached, and builds nothing.
+#
+# The build tools are checked first; missing ones are named with the command
+# that installs them on this distribution (/etc/os-release).
 #
 # With ccache installed, compiles go through it (cache: $VIOMMU_LAB_CACHE/
 # ccache): on a fresh machine the patched kernel then compiles only the
@@ -36,34 +57,297 @@
 # hashed, their compiles hash alike. NO_CCACHE=1 turns it off.
 set -euo pipefail
 
-ver=${1:?usage: build-kernel.sh X.Y [baseline|patched|checkpatch|each]}
-variant=${2:-baseline}
+ver=${1:-}
+case "$ver" in
+[0-9]*.[0-9]*) shift ;;
+*)
+	echo "usage: build-kernel.sh X.Y [--src SRC] [--dry-run] [baseline|patched|checkpatch|each|labhost]" >&2
+	exit 2
+	;;
+esac
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 here=$top/linux-$ver
 cache=${VIOMMU_LAB_CACHE:-$HOME/.cache/viommu-lab}
 jobs=${JOBS:-$(nproc)}
 pkg=linux-source-$ver
-tarball=/usr/src/$pkg.tar.xz
+# Debian's package's tarball (overridable for the tests only).
+deb_tarball=${LINUX_SOURCE_DEB:-/usr/src/$pkg.tar.xz}
+variant=
 
-cc=()
-if [ -z "${NO_CCACHE:-}" ] && command -v ccache >/dev/null; then
-	export CCACHE_DIR=$cache/ccache CCACHE_BASEDIR=$cache/work CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=4G
-	cc=(CC="ccache gcc")
-fi
+log() { echo "[guest-kernel-$ver${variant:+:$variant}] $*" >&2; }
+die() {
+	echo "[guest-kernel-$ver${variant:+:$variant}] error: $*" >&2
+	exit 1
+}
 
-log() { echo "[guest-kernel-$ver:$variant] $*" >&2; }
-die() { echo "[guest-kernel-$ver:$variant] error: $*" >&2; exit 1; }
+usage() {
+	cat <<EOF
+usage: guest-patches/linux-$ver/build.sh [--src SRC] [--dry-run] [VARIANT]
 
+VARIANT: baseline (default), patched, checkpatch, each, labhost.
+SRC (--src, else \$LINUX_SRC_${ver//./_}, else \$LINUX_SRC): 'debian' (the
+default: Debian's $pkg package), a kernel tree (directory) or a
+kernel.org tarball (linux-$ver.N.tar.xz). Prints the bzImage's path.
+See guest-patches/README.md.
+EOF
+}
+
+src='' src_from=''
+src_var=LINUX_SRC_${ver//./_}
+dry_run=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--src)
+		[ $# -ge 2 ] || die "--src needs a value: a kernel tree, a linux-$ver.N.tar.xz or 'debian'"
+		src=$2 src_from="--src "
+		shift 2
+		;;
+	--src=*) src=${1#--src=} src_from="--src " && shift ;;
+	--dry-run) dry_run=1 && shift ;;
+	-h | --help) usage && exit 0 ;;
+	-*) die "unknown option '$1' (expected --src SRC, --dry-run or --help)" ;;
+	*)
+		[ -z "$variant" ] || die "one variant at a time (got '$variant' and '$1')"
+		variant=$1
+		shift
+		;;
+	esac
+done
+variant=${variant:-baseline}
 case "$variant" in
 baseline | patched | checkpatch | each | labhost) ;;
 *) die "unknown variant '$variant' (expected baseline, patched, checkpatch, each or labhost)" ;;
 esac
-[ -r "$tarball" ] || die "$tarball missing: apt-get install $pkg"
-
-srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) ||
-	die "cannot read the version of package $pkg"
-
 [ -d "$here" ] || die "no series directory $here"
+if [ -z "$src_from" ]; then
+	if [ -n "${!src_var:-}" ]; then
+		src=${!src_var} src_from="$src_var="
+	else
+		src=${LINUX_SRC:-} src_from="LINUX_SRC="
+	fi
+fi
+
+# ---- the distribution, for install hints
+
+# The words of /etc/os-release's ID, then ID_LIKE, lower case.
+os_ids() {
+	local f=${VIOMMU_OS_RELEASE:-/etc/os-release}
+	[ -r "$f" ] || f=/usr/lib/os-release
+	[ -r "$f" ] || return 0
+	{
+		sed -n 's/^ID=//p' "$f"
+		sed -n 's/^ID_LIKE=//p' "$f"
+	} | tr -d "\"'" | tr '[:upper:]' '[:lower:]'
+}
+
+# The package manager: apt, dnf, zypper, pacman or unknown (as the bench
+# tool's PkgManager::from_os_release).
+pkg_manager() {
+	local id
+	for id in $(os_ids); do
+		case "$id" in
+		debian | ubuntu | linuxmint | pop | raspbian | kali) echo apt && return ;;
+		fedora | rhel | centos | rocky | almalinux | ol | amzn) echo dnf && return ;;
+		opensuse | suse | sles | opensuse-leap | opensuse-tumbleweed) echo zypper && return ;;
+		arch | manjaro | endeavouros) echo pacman && return ;;
+		esac
+	done
+	echo unknown
+}
+
+# pkg_of MANAGER TOOL: the package that brings TOOL (libelf: the libelf
+# headers objtool builds with).
+pkg_of() {
+	case "$1:$2" in
+	*:awk) echo gawk ;;
+	*:ld) echo binutils ;;
+	*:cmp) echo diffutils ;;
+	*:flock) echo util-linux ;;
+	apt:xz) echo xz-utils ;;
+	apt:libelf) echo libelf-dev ;;
+	dnf:libelf) echo elfutils-libelf-devel ;;
+	zypper:libelf) echo libelf-devel ;;
+	*:libelf) echo libelf ;;
+	*) echo "$2" ;;
+	esac
+}
+
+# pkgs_for MANAGER TOOL...: the packages, each once, in the tools' order.
+pkgs_for() {
+	local pm=$1 t p seen=" " list=()
+	shift
+	for t in "$@"; do
+		p=$(pkg_of "$pm" "$t")
+		case "$seen" in *" $p "*) continue ;; esac
+		seen+="$p "
+		list+=("$p")
+	done
+	echo "${list[*]}"
+}
+
+# install_cmd TOOL...: the command that installs them here.
+install_cmd() {
+	case "$(pkg_manager)" in
+	apt) echo "apt-get install $(pkgs_for apt "$@")" ;;
+	dnf) echo "dnf install $(pkgs_for dnf "$@")" ;;
+	zypper) echo "zypper install $(pkgs_for zypper "$@")" ;;
+	pacman) echo "pacman -S --needed $(pkgs_for pacman "$@")" ;;
+	*) echo "install them with the distribution's package manager (Debian/Ubuntu: apt-get install $(pkgs_for apt "$@"); Fedora/RHEL: dnf install $(pkgs_for dnf "$@"); openSUSE: zypper install $(pkgs_for zypper "$@"); Arch: pacman -S --needed $(pkgs_for pacman "$@"))" ;;
+	esac
+}
+
+# ---- the source: what it is, where it is, who it is
+
+expect="a kernel tree (directory), a kernel.org tarball (linux-$ver.N.tar.xz) or 'debian' (Debian's $pkg, the default)"
+what="$src_from$src"
+case "$src" in
+'' | debian)
+	src_kind=debian
+	if [ ! -r "$deb_tarball" ]; then
+		case " $(os_ids | head -n 1) " in
+		" debian ")
+			die "$deb_tarball missing: apt-get install $pkg, or build from another source: LINUX_SRC=/path/to/linux-$ver.N.tar.xz (kernel.org) or a kernel tree (guest-patches/README.md)"
+			;;
+		*)
+			die "Debian's $pkg (the default source, $deb_tarball) is not here: set LINUX_SRC=/path/to/linux-$ver.N.tar.xz (https://cdn.kernel.org/pub/linux/kernel/v${ver%%.*}.x/) or LINUX_SRC=/path/to/a/kernel/tree, or pass --src (guest-patches/README.md)"
+			;;
+		esac
+	fi
+	src=$deb_tarball
+	# A copy of the tarball without its package: then as any tarball.
+	srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || {
+		src_kind=tarball
+		what="$src (no $pkg package installed)"
+	}
+	;;
+*)
+	if [ -d "$src" ]; then
+		src_kind=tree
+	elif [ -f "$src" ]; then
+		case "$src" in
+		*.tar.xz | *.txz | *.tar.gz | *.tgz | *.tar.bz2 | *.tbz2 | *.tar.zst | *.tar) src_kind=tarball ;;
+		*) die "$what is a file but not a kernel tarball (.tar.xz, .tar.gz, .tar.bz2, .tar.zst, .tar): expected $expect" ;;
+		esac
+	elif [ -e "$src" ]; then
+		die "$what is neither a directory nor a file: expected $expect"
+	else
+		die "$what: no such file or directory; expected $expect"
+	fi
+	src=$(realpath -- "$src")
+	;;
+esac
+
+# ---- the build tools, up front
+
+# What this variant needs: extraction of a tarball source; the whole
+# toolchain for a build; perl for checkpatch.
+need=()
+if [ "$src_kind" != tree ]; then
+	need+=(tar)
+	case "$src" in
+	*.xz | *.txz) need+=(xz) ;;
+	*.gz | *.tgz) need+=(gzip) ;;
+	*.bz2 | *.tbz2) need+=(bzip2) ;;
+	*.zst) need+=(zstd) ;;
+	esac
+fi
+if [ "$variant" = checkpatch ]; then
+	need+=(perl)
+else
+	need+=(gcc ld make flex bison bc perl awk cmp rsync patch flock)
+fi
+missing=()
+for t in "${need[@]}"; do
+	command -v "$t" >/dev/null || missing+=("$t")
+done
+# objtool (CONFIG_OBJTOOL, on for x86-64) builds against libelf.
+if [ "$variant" != checkpatch ] && command -v gcc >/dev/null &&
+	! gcc -E -x c - >/dev/null 2>&1 <<<'#include <gelf.h>'; then
+	missing+=(libelf)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+	die "missing build tools: ${missing[*]/%libelf/libelf (gelf.h)}; $(install_cmd "${missing[@]}")"
+fi
+
+# makefile_version < Makefile: "VERSION PATCHLEVEL SUBLEVEL EXTRAVERSION"
+# of a kernel's top Makefile (nothing if it is none).
+makefile_version() {
+	awk -F'[ \t]*=[ \t]*' '
+		$1 == "VERSION" && v == "" { v = $2 }
+		$1 == "PATCHLEVEL" && p == "" { p = $2 }
+		$1 == "SUBLEVEL" && s == "" { s = $2 }
+		$1 == "EXTRAVERSION" && !e_set { e = $2; e_set = 1 }
+		END { if (v ~ /^[0-9]+$/ && p ~ /^[0-9]+$/) print v, p, (s == "" ? 0 : s), e }'
+}
+
+# The identity of a tree: a git work tree's commit and uncommitted changes
+# (untracked files that .gitignore does not hide included), else the names,
+# sizes and mtimes of its files.
+tree_identity() {
+	local d=$1 t head dirty
+	if command -v git >/dev/null && t=$(git -C "$d" rev-parse --show-toplevel 2>/dev/null) && [ "$t" -ef "$d" ] &&
+		head=$(git -C "$d" rev-parse -q --verify HEAD 2>/dev/null); then
+		dirty=$(cd "$d" && {
+			git diff HEAD --binary
+			git ls-files -o --exclude-standard -z | xargs -0r sha256sum
+		} | sha256sum | cut -c1-16)
+		echo "tree git $head $dirty"
+	else
+		echo "tree files $(cd "$d" && find . -path ./.git -prune -o \( -type f -o -type l \) -printf '%P %s %T@\n' |
+			LC_ALL=C sort | sha256sum | cut -c1-16)"
+	fi
+}
+
+case "$src_kind" in
+debian)
+	src_id="$pkg $srcver"
+	src_desc="Debian's $pkg $srcver"
+	pristine="$cache/src/$pkg-$srcver"
+	;;
+tarball)
+	sum=$(sha256sum <"$src" | cut -d' ' -f1)
+	src_id="tarball sha256:$sum"
+	src_desc="$what (sha256 ${sum:0:16})"
+	base=$(basename "$src")
+	base=${base%.tar*} base=${base%.t?z} base=${base%.tbz2}
+	pristine="$cache/src/$base-${sum:0:16}"
+	;;
+tree)
+	src_id=$(tree_identity "$src")
+	src_desc="$what"
+	pristine=$src
+	;;
+esac
+
+# The kernel's version, from the Makefile of the extracted tree, else from
+# the tarball (tar stops at the first top-level Makefile).
+if [ -f "$pristine/.extracted" ] || [ "$src_kind" = tree ]; then
+	v=$(makefile_version 2>/dev/null <"$pristine/Makefile" || true)
+else
+	v=$(tar -xOf "$src" --wildcards --no-wildcards-match-slash --occurrence=1 '*/Makefile' 2>/dev/null | makefile_version || true)
+	# Not a tarball tar can read, or one without a kernel in it?
+	[ -n "$v" ] || err=$(tar -tf "$src" 2>&1 >/dev/null) ||
+		die "cannot read $what as a tarball: $(echo "$err" | head -n 1)"
+fi
+[ -n "$v" ] || die "$what is not a kernel source (no top-level Makefile with VERSION and PATCHLEVEL): expected $expect"
+read -r v_major v_minor v_sub v_extra <<<"$v"
+kver="$v_major.$v_minor.$v_sub${v_extra:-}"
+[ "$v_major.$v_minor" = "$ver" ] || {
+	if [ -x "$top/linux-$v_major.$v_minor/build.sh" ]; then
+		other=", or build it with guest-patches/linux-$v_major.$v_minor/build.sh"
+	else
+		other="; there is no series for $v_major.$v_minor (series: $(for d in "$top"/linux-*/; do d=${d%/} && echo "${d##*/linux-}"; done | tr '\n' ' ' | sed 's/ $//'))"
+	fi
+	die "$what is linux $kver (its Makefile), but linux-$ver/build.sh builds v$ver.y: point it at a $ver source (kernel.org linux-$ver.N.tar.xz)$other"
+}
+
+# The upstream base the series applies to (its README's "Upstream base:"
+# line) and the point release it was made against ("made against X.Y.Z").
+base_line=$(sed -n 's/^Upstream base: *//p' "$here/README.md" 2>/dev/null | head -n 1 || true)
+base_line=${base_line:-v$ver.y}
+made_against=$(echo "$base_line" | sed -n 's/.*made against \(v\?[0-9][0-9.]*[0-9]\).*/\1/p')
+made_against=${made_against#v}
+
 fragments=("$top/config-fragment")
 [ -f "$here/config-fragment" ] && fragments+=("$here/config-fragment")
 patches=()
@@ -82,18 +366,25 @@ elif [ "$variant" != baseline ]; then
 fi
 
 extract_pristine() {
-	pristine="$cache/src/$pkg-$srcver"
+	[ "$src_kind" != tree ] || return 0
 	[ -f "$pristine/.extracted" ] && return
-	log "extracting $tarball (once per source version)"
+	log "extracting $src (once per source)"
 	mkdir -p "$cache/src"
 	rm -rf "$pristine" "$pristine.tmp"
 	mkdir -p "$pristine.tmp"
-	tar -xf "$tarball" -C "$pristine.tmp" --strip-components=1
+	tar -xf "$src" -C "$pristine.tmp" --strip-components=1 ||
+		die "cannot extract $what into $pristine.tmp"
+	[ -f "$pristine.tmp/Makefile" ] || die "$what has no top-level Makefile after extraction: expected $expect"
 	touch "$pristine.tmp/.extracted"
 	mv "$pristine.tmp" "$pristine"
 }
 
 if [ "$variant" = checkpatch ]; then
+	[ $dry_run = 0 ] || {
+		echo "source: $src_desc"
+		echo "version: linux $kver"
+		exit 0
+	}
 	extract_pristine
 	bad=0
 	for p in "$here/patches/0000-cover-letter.patch" "${patches[@]}"; do
@@ -109,7 +400,8 @@ if [ "$variant" = checkpatch ]; then
 fi
 
 key=$({
-	echo "$pkg $srcver"
+	echo "$src_id"
+	echo "linux $kver"
 	for f in "$top/build-kernel.sh" "$here/build.sh" "${fragments[@]}" "${patches[@]}"; do
 		echo "== ${f#"$top"/}"
 		cat "$f"
@@ -120,6 +412,14 @@ key=$({
 kind=$variant
 [ "$variant" = each ] && kind=patched
 out="$cache/kernels/linux-$ver-$kind-$key"
+if [ $dry_run = 1 ]; then
+	echo "source: $src_desc"
+	echo "version: linux $kver"
+	echo "series: $base_line"
+	echo "key: $key"
+	if [ -f "$out/bzImage" ]; then echo "cached: $out/bzImage"; else echo "not built: $out/bzImage"; fi
+	exit 0
+fi
 if [ "$variant" != each ] && [ -f "$out/bzImage" ]; then
 	log "cached: $out/bzImage"
 	echo "$out/bzImage"
@@ -137,22 +437,35 @@ if [ "$variant" != each ] && [ -f "$out/bzImage" ]; then
 	echo "$out/bzImage"
 	exit 0
 fi
+log "source: $src_desc, linux $kver"
+if [ ${#patches[@]} -gt 0 ] && [ -n "$made_against" ] && [ "$made_against" != "$kver" ]; then
+	log "note: the series was made against $made_against, this is $kver: a patch may not apply"
+fi
 extract_pristine
 
-# The variant's own source tree: reset to pristine by content (files that
+# The variant's own source tree: reset to the source by content (files that
 # differ get a new mtime, so make rebuilds exactly what changed), then patch.
+# From a tree of yours: without its .git and without what a build in place
+# left (make O= refuses a source tree with a .config or include/config).
 tree="$work/src"
 obj="$work/obj"
 mkdir -p "$tree" "$obj"
-rsync -rlc --delete --exclude=/.extracted "$pristine/" "$tree/"
+rsync -rlc --delete --exclude=/.extracted --exclude=/.git --exclude=/.config \
+	--exclude=/include/config/ --exclude=/include/generated/ --exclude='/arch/*/include/generated/' \
+	--exclude='*.o' --exclude='.*.cmd' "$pristine/" "$tree/"
 
 # make in the variant's tree, through ccache when there is one.
+cc=()
+if [ -z "${NO_CCACHE:-}" ] && command -v ccache >/dev/null; then
+	export CCACHE_DIR=$cache/ccache CCACHE_BASEDIR=$cache/work CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=4G
+	cc=(CC="ccache gcc")
+fi
 kmake() { make -s -C "$tree" O="$obj" "${cc[@]}" "$@"; }
 
 apply() {
 	log "applying $(basename "$1")"
 	patch -d "$tree" -p1 --quiet --forward --no-backup-if-mismatch <"$1" ||
-		die "$(basename "$1") does not apply to $pkg $srcver"
+		die "$(basename "$1") does not apply to linux $kver from $src_desc: the series wants $base_line; found $kver (see guest-patches/linux-$ver/README.md)"
 }
 
 # Merge the fragments into the object directory's .config, then let
@@ -170,7 +483,7 @@ configure() {
 	missing=$(cat "${fragments[@]}" | grep -E '^CONFIG_[A-Z0-9_]+=' | while read -r want; do
 		grep -qxF "$want" "$obj/.config" || echo "$want"
 	done)
-	[ -z "$missing" ] || die "options lost by olddefconfig (a dependency is off): $(echo $missing)"
+	[ -z "$missing" ] || die "options lost by olddefconfig (a dependency is off): ${missing//$'\n'/ }"
 }
 
 # Build bzImage ($1 names the step in messages). Compiler warnings are shown,

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Debian's linux-source-6.12 for the lab guest, with or without this
-# series (../build-kernel.sh does the work, for every version):
-#   build.sh [baseline|patched|checkpatch|each]
+# The lab's guest kernel for v6.12.y, stock or with patches/ applied; prints
+# the bzImage path. The source is Debian's linux-source-6.12 unless --src or
+# LINUX_SRC(_6_12)= names a kernel tree or a kernel.org tarball (see
+# ../build-kernel.sh, ../README.md):
+#   build.sh [--src SRC] [--dry-run] [baseline|patched|checkpatch|each]
 exec "$(dirname "${BASH_SOURCE[0]}")/../build-kernel.sh" 6.12 "$@"

@@ -61,6 +61,12 @@ impl DmaMapper for GateMapper {
     fn unmap_all(&self) -> Result<(), DmaError> {
         self.inner.unmap_all()
     }
+    fn has_leftovers(&self) -> bool {
+        self.inner.has_leftovers()
+    }
+    fn disown(&self, iova: u64, size: u64) {
+        self.inner.disown(iova, size)
+    }
 }
 
 /// The interrupt as KVM would see it through an irqfd: an eventfd signal.

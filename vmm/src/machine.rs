@@ -3,12 +3,13 @@
 //! boot, vCPUs), waits for the guest (or the API, or a signal) to stop it,
 //! and tears it down in order.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod running;
+
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+use vmm_sys_util::signal::{register_signal_handler, SIGRTMIN};
 
 use crate::device_manager::DeviceManager;
 use crate::devices::exit::{ExitReason, VmExit};
@@ -16,6 +17,7 @@ use crate::devices::serial::spawn_stdin_forwarder;
 use crate::error::{io_err, kvm_err};
 use crate::seccomp::{Policy, ThreadKind};
 use crate::{acpi, api, boot, cli, vcpu, vm};
+use running::Running;
 
 pub use crate::error::VmmError;
 
@@ -45,8 +47,11 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     )
     .map_err(io_err("cannot spawn the signal thread"))?;
     // From here on, every way out of this function (an error return too)
-    // releases the devices in order: dropping the manager does.
-    let mut devices = DeviceManager::build(&vm, &exit, &cfg)?;
+    // stops the vCPUs that started and then releases the devices in order:
+    // dropping `machine` does.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut machine = Running::new(DeviceManager::build(&vm, &exit, &cfg)?, stop.clone());
+    let devices = machine.devices();
 
     let rsdp = acpi::write_tables(
         &mem,
@@ -65,15 +70,15 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     )?;
     tracing::info!(?boot, cpus = cfg.cpus, memory = cfg.memory, "guest loaded");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let vcpus = create_vcpus(&vm, &cfg, boot.entry, &devices, &exit, &stop)?;
+    let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop)?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
-    let threads = start_vcpus(vcpus, seccomp)?;
+    start_vcpus(&mut machine, vcpus, seccomp)?;
+    let devices = machine.devices();
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
     if let Some(path) = &cfg.api_socket {
         let mut liveness = devices.liveness();
-        liveness.vcpu_clocks = threads.iter().map(cpu_clock).collect();
+        liveness.vcpu_clocks = machine.threads().iter().map(cpu_clock).collect();
         liveness.vcpu_probes = probes;
         let state = api::info::state(
             &cfg,
@@ -94,13 +99,9 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     }
 
     let reason = wait_for_exit(&exit)?;
-    if !stop_vcpus(threads, &stop) {
-        // A vCPU still holds the buses: releasing devices under a running
-        // vCPU is unsafe for the guest's state; the kernel releases them
-        // when the process exits.
-        devices.disarm();
-    }
-    drop(devices);
+    // Stops and joins the vCPUs, then releases the devices (or, if a vCPU
+    // does not stop, leaves them to the kernel when the process exits).
+    machine.finish();
     if let Some(path) = &cfg.api_socket {
         let _ = std::fs::remove_file(path);
     }
@@ -147,20 +148,25 @@ fn create_vcpus(
 }
 
 /// Install the kick handler and run each vCPU on a thread of its own,
-/// with the vCPU seccomp filter.
-fn start_vcpus(vcpus: Vec<vcpu::Vcpu>, seccomp: Policy) -> Result<Vec<JoinHandle<()>>, VmmError> {
+/// with the vCPU seccomp filter. Each thread joins `machine` as it starts,
+/// so a failure half-way stops the ones already running before the
+/// devices go.
+fn start_vcpus(
+    machine: &mut Running<DeviceManager<'_>>,
+    vcpus: Vec<vcpu::Vcpu>,
+    seccomp: Policy,
+) -> Result<(), VmmError> {
     register_signal_handler(SIGRTMIN(), kick_handler)
         .map_err(|e| io_err("cannot install the vCPU kick handler")(e.into()))?;
-    let mut threads = Vec::new();
     for v in vcpus {
         let name = format!("vcpu{}", v.id);
         let filter = seccomp.filter(ThreadKind::Vcpu)?;
-        threads.push(
+        machine.push(
             crate::seccomp::spawn(&name, filter, move || v.run())
                 .map_err(io_err("cannot spawn a vCPU thread"))?,
         );
     }
-    Ok(threads)
+    Ok(())
 }
 
 /// Tell the allocator to keep what the VMM frees instead of giving it back
@@ -209,30 +215,6 @@ fn wait_for_exit(exit: &VmExit) -> Result<ExitReason, VmmError> {
         }
     }
     Ok(exit.reason().unwrap_or(ExitReason::PowerOff))
-}
-
-/// Stop the vCPUs: kick until each has left KVM_RUN (a kick that lands
-/// before the thread re-enters KVM_RUN is lost, hence the repeats). Returns
-/// false if one did not stop within 2 s.
-fn stop_vcpus(threads: Vec<JoinHandle<()>>, stop: &AtomicBool) -> bool {
-    stop.store(true, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
-        for t in threads.iter().filter(|t| !t.is_finished()) {
-            let _ = t.kill(SIGRTMIN());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut all_stopped = true;
-    for t in threads {
-        if t.is_finished() {
-            let _ = t.join();
-        } else {
-            tracing::warn!("a vCPU thread did not stop; leaving the devices to the kernel");
-            all_stopped = false;
-        }
-    }
-    all_stopped
 }
 
 /// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread

@@ -15,7 +15,7 @@ use crate::device_manager::DeviceManager;
 use crate::devices::exit::{ExitReason, VmExit};
 use crate::devices::serial::spawn_stdin_forwarder;
 use crate::error::{io_err, kvm_err};
-use crate::seccomp::{Policy, ThreadKind};
+use crate::seccomp::{Known, Policy, ThreadKind};
 use crate::{acpi, api, boot, cli, vcpu, vm};
 use running::Running;
 
@@ -28,6 +28,8 @@ extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 /// Build the VM `cfg` describes, run it until it stops, and say why.
 pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     keep_freed_memory();
+    // SAFETY: geteuid has no preconditions.
+    warn_if_root_without_user(unsafe { libc::geteuid() }, cfg.user);
     if let Some(ids) = cfg.user {
         crate::privileges::prepare(ids).map_err(io_err("--user"))?;
     }
@@ -72,10 +74,12 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
 
     let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop)?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
-    start_vcpus(&mut machine, vcpus, seccomp)?;
+    let known = Known::default();
+    start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
+    let mut socket = None;
     if let Some(path) = &cfg.api_socket {
         let mut liveness = devices.liveness();
         liveness.vcpu_clocks = machine.threads().iter().map(cpu_clock).collect();
@@ -87,25 +91,46 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
             Some(liveness),
             &devices.vfio_bdfs(),
         );
-        // Handed to --user as it is created, never by path.
-        api::spawn(path, state, seccomp.filter(ThreadKind::Api)?, cfg.user)?;
+        // Handed to --user as it is created, never by path; removed (by
+        // its directory's descriptor) when `socket` drops.
+        socket = Some(api::spawn(
+            path,
+            state,
+            seccomp.filter(ThreadKind::Api)?,
+            cfg.user,
+        )?);
         tracing::info!(path = %path.display(), "API socket ready");
     }
     // The setup is done: the main thread gives up root too (the others
-    // did as they started).
+    // did as they started), then installs its own filter: from here on it
+    // waits, stops the vCPUs and releases the devices, nothing else.
     crate::privileges::drop_this_thread().map_err(io_err("cannot drop to --user"))?;
     if let Some(ids) = cfg.user {
         tracing::info!(uid = ids.uid, gid = ids.gid, "running without root");
     }
+    let known = Known {
+        api_dir: socket.as_ref().map(api::bind::SocketEntry::dir_fd),
+    };
+    crate::seccomp::install_here("main", seccomp.filter_with(ThreadKind::Main, &known)?)
+        .map_err(io_err("cannot filter the main thread"))?;
 
     let reason = wait_for_exit(&exit)?;
     // Stops and joins the vCPUs, then releases the devices (or, if a vCPU
     // does not stop, leaves them to the kernel when the process exits).
     machine.finish();
-    if let Some(path) = &cfg.api_socket {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(socket);
     Ok(reason)
+}
+
+/// Without `--user` every thread keeps the rights the VMM started with:
+/// root's, usually. Seccomp still limits each thread's system calls, but
+/// say it, once, at startup.
+fn warn_if_root_without_user(euid: u32, user: Option<crate::privileges::Ids>) {
+    if euid == 0 && user.is_none() {
+        tracing::warn!(
+            "running as root without --user: every thread keeps root's rights after the setup; --user UID[:GID] drops them"
+        );
+    }
 }
 
 /// The vCPUs of `cfg`, configured for the 64-bit entry (the boot vCPU at
@@ -155,12 +180,13 @@ fn start_vcpus(
     machine: &mut Running<DeviceManager<'_>>,
     vcpus: Vec<vcpu::Vcpu>,
     seccomp: Policy,
+    known: &Known,
 ) -> Result<(), VmmError> {
     register_signal_handler(SIGRTMIN(), kick_handler)
         .map_err(|e| io_err("cannot install the vCPU kick handler")(e.into()))?;
     for v in vcpus {
         let name = format!("vcpu{}", v.id);
-        let filter = seccomp.filter(ThreadKind::Vcpu)?;
+        let filter = seccomp.filter_with(ThreadKind::Vcpu, known)?;
         machine.push(
             crate::seccomp::spawn(&name, filter, move || v.run())
                 .map_err(io_err("cannot spawn a vCPU thread"))?,
@@ -248,4 +274,24 @@ fn spawn_stop_signal_waiter(
         }
     })
     .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use viommu_device::testing::count_warnings;
+
+    use super::*;
+    use crate::privileges::Ids;
+
+    /// One warning, at startup, when the threads keep root's rights.
+    #[test]
+    fn root_without_user_is_warned_about_once() {
+        let user = Some(Ids {
+            uid: 65534,
+            gid: 65534,
+        });
+        assert_eq!(count_warnings(|| warn_if_root_without_user(0, None)), 1);
+        assert_eq!(count_warnings(|| warn_if_root_without_user(0, user)), 0);
+        assert_eq!(count_warnings(|| warn_if_root_without_user(1000, None)), 0);
+    }
 }

@@ -32,6 +32,8 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     warn_if_root_without_user(unsafe { libc::geteuid() }, cfg.user);
     if let Some(ids) = cfg.user {
         crate::privileges::prepare(ids).map_err(io_err("--user"))?;
+        // One uid per VM: the operator's to give, the VMM's to check.
+        crate::privileges::warn_if_uid_shared(std::path::Path::new("/proc"), ids);
     }
     // Before any thread exists, so that every thread inherits the mask.
     let stop_signals = block_stop_signals().map_err(io_err("cannot block SIGTERM/SIGINT"))?;

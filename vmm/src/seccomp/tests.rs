@@ -362,3 +362,35 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&other).unwrap();
 }
+
+/// What keeps a VMM that shares its `--user` uid with another from using
+/// the uid against it (vmm/README.md): no thread may make a socket or
+/// connect, signal another process, trace or write another's memory
+/// (opening /proc files fails with EACCES, above).
+#[test]
+fn no_thread_can_reach_another_process_of_its_uid() {
+    let known = Known { api_dir: Some(9) };
+    for k in KINDS {
+        let allowed: Vec<libc::c_long> = COMMON
+            .iter()
+            .chain(extra(k))
+            .map(|(nr, _)| *nr)
+            .chain(conditional(k, &known).into_iter().map(|(nr, _, _)| nr))
+            .collect();
+        for (nr, what) in [
+            (libc::SYS_socket, "socket"),
+            (libc::SYS_connect, "connect"),
+            (libc::SYS_kill, "kill"),
+            (libc::SYS_tkill, "tkill"),
+            (libc::SYS_rt_sigqueueinfo, "rt_sigqueueinfo"),
+            (libc::SYS_rt_tgsigqueueinfo, "rt_tgsigqueueinfo"),
+            (libc::SYS_pidfd_open, "pidfd_open"),
+            (libc::SYS_pidfd_send_signal, "pidfd_send_signal"),
+            (libc::SYS_ptrace, "ptrace"),
+            (libc::SYS_process_vm_writev, "process_vm_writev"),
+            (libc::SYS_process_vm_readv, "process_vm_readv"),
+        ] {
+            assert!(!allowed.contains(&nr), "{k:?} allows {what}");
+        }
+    }
+}

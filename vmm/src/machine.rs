@@ -76,7 +76,10 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
 
     let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop)?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
-    let known = Known::default();
+    let known = Known {
+        vfio_devices: machine.devices().vfio_fds(),
+        api_dir: None,
+    };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
@@ -112,6 +115,7 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     }
     let known = Known {
         api_dir: socket.as_ref().map(api::bind::SocketEntry::dir_fd),
+        ..known
     };
     crate::seccomp::install_here("main", seccomp.filter_with(ThreadKind::Main, &known)?)
         .map_err(io_err("cannot filter the main thread"))?;

@@ -10,8 +10,9 @@
 //! releases the devices, and its list allows just that.
 //!
 //! Some calls are allowed only on descriptors known when the filter is
-//! built ([`Known`]): the main thread unlinks in the API socket's
-//! directory only.
+//! built ([`Known`]): a vCPU reads and writes (`pread64`/`pwrite64`) the
+//! passed-through devices' files only, the main thread unlinks in the API
+//! socket's directory only.
 //!
 //! A system call outside its thread's list (or an `ioctl` outside the
 //! listed requests) is not run: the kernel sends `SIGSYS`
@@ -113,6 +114,9 @@ impl ThreadKind {
 /// on these only (argument conditions on the descriptor).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Known {
+    /// The passed-through VFIO devices' files: the only ones a vCPU may
+    /// `pread64`/`pwrite64` (their config space, the BARs that trap).
+    pub vfio_devices: Vec<RawFd>,
     /// The API socket's directory: the only one the main thread may
     /// unlink in (the socket, at exit).
     pub api_dir: Option<RawFd>,
@@ -248,17 +252,7 @@ const COMMON: &[(libc::c_long, &str)] = &[
 /// Syscalls of one kind of thread beyond [`COMMON`], with why.
 fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
     match kind {
-        ThreadKind::Vcpu => &[
-            (libc::SYS_gettid, "its thread id, for the probe's kick"),
-            (
-                libc::SYS_pread64,
-                "VFIO config space and BAR reads the guest makes",
-            ),
-            (
-                libc::SYS_pwrite64,
-                "VFIO config space and BAR writes the guest makes",
-            ),
-        ],
+        ThreadKind::Vcpu => &[(libc::SYS_gettid, "its thread id, for the probe's kick")],
         ThreadKind::Device => &[
             (libc::SYS_poll, "waiting for a kick or a command"),
             (libc::SYS_ppoll, "the same, where libc's poll is ppoll"),
@@ -366,12 +360,27 @@ fn conditional(kind: ThreadKind, known: &Known) -> Vec<(libc::c_long, Vec<Arg>, 
         ));
     }
     match kind {
-        ThreadKind::Vcpu => v.push((
-            libc::SYS_poll,
-            // poll(fds, nfds = 1, timeout = 0): one fd, never waits.
-            vec![(1, Qword, Eq, 1), (2, Dword, Eq, 0)],
-            "the VFIO function's PBA: whether a masked vector's eventfd holds a signal",
-        )),
+        ThreadKind::Vcpu => {
+            v.push((
+                libc::SYS_poll,
+                // poll(fds, nfds = 1, timeout = 0): one fd, never waits.
+                vec![(1, Qword, Eq, 1), (2, Dword, Eq, 0)],
+                "the VFIO function's PBA: whether a masked vector's eventfd holds a signal",
+            ));
+            // One alternative per device: pread64(fd = a device, ...).
+            for &dev in &known.vfio_devices {
+                v.push((
+                    libc::SYS_pread64,
+                    vec![(0, Dword, Eq, fd(dev))],
+                    "VFIO config space and BAR reads the guest makes, on a passed-through device's file only",
+                ));
+                v.push((
+                    libc::SYS_pwrite64,
+                    vec![(0, Dword, Eq, fd(dev))],
+                    "VFIO config space and BAR writes the guest makes, on a passed-through device's file only",
+                ));
+            }
+        }
         ThreadKind::Api => v.push((
             libc::SYS_tgkill,
             kick(),

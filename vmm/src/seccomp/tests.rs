@@ -28,7 +28,10 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
     // An unconditional entry for the same number would make the
     // conditions moot (or, merged, narrow the unconditional one).
     for k in KINDS {
-        let known = Known { api_dir: Some(9) };
+        let known = Known {
+            vfio_devices: vec![7, 8],
+            api_dir: Some(9),
+        };
         for (nr, args, why) in conditional(k, &known) {
             assert!(!args.is_empty(), "{k:?} {nr}: {why}");
             assert!(
@@ -257,6 +260,7 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
     let r = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&ev), EVENT_FD) };
     assert_eq!(r, EVENT_FD);
     let known = Known {
+        vfio_devices: vec![],
         api_dir: Some(DIR_FD),
     };
     let main = |f: fn()| in_filtered_child_with(ThreadKind::Main, &known, f);
@@ -369,7 +373,10 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
 /// (opening /proc files fails with EACCES, above).
 #[test]
 fn no_thread_can_reach_another_process_of_its_uid() {
-    let known = Known { api_dir: Some(9) };
+    let known = Known {
+        vfio_devices: vec![7],
+        api_dir: Some(9),
+    };
     for k in KINDS {
         let allowed: Vec<libc::c_long> = COMMON
             .iter()
@@ -393,4 +400,65 @@ fn no_thread_can_reach_another_process_of_its_uid() {
             assert!(!allowed.contains(&nr), "{k:?} allows {what}");
         }
     }
+}
+
+/// A vCPU reads and writes the passed-through devices' files only: any
+/// other descriptor (guest memory's backing file, /dev/kvm, a socket)
+/// ends the VMM, and without a passed-through device neither call is
+/// allowed at all.
+#[test]
+fn vcpus_read_and_write_only_the_passed_through_devices() {
+    const DEVICE_FD: RawFd = 910;
+    const OTHER_FD: RawFd = 911;
+    let d = std::env::temp_dir().join(format!("vmm-seccomp-pread-{}", std::process::id()));
+    std::fs::write(&d, [7u8; 64]).unwrap();
+    for fd in [DEVICE_FD, OTHER_FD] {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&d)
+            .unwrap();
+        // SAFETY: duplicating a live fd onto a number this test owns.
+        let r = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), fd) };
+        assert_eq!(r, fd);
+    }
+    let known = Known {
+        vfio_devices: vec![DEVICE_FD],
+        api_dir: None,
+    };
+    let vcpu = |f: fn()| in_filtered_child_with(ThreadKind::Vcpu, &known, f);
+    let device = vcpu(|| {
+        let mut b = [0u8; 4];
+        // SAFETY: valid buffers of the given lengths on this test's fd.
+        unsafe {
+            assert_eq!(libc::pread64(DEVICE_FD, b.as_mut_ptr().cast(), 4, 8), 4);
+            assert_eq!(libc::pwrite64(DEVICE_FD, b.as_ptr().cast(), 4, 8), 4);
+        }
+        assert_eq!(b, [7; 4]);
+    });
+    assert_eq!(device, 0, "the device's file");
+    let other_read = vcpu(|| {
+        let mut b = [0u8; 4];
+        // SAFETY: as above; the call is denied.
+        unsafe { libc::pread64(OTHER_FD, b.as_mut_ptr().cast(), 4, 0) };
+    });
+    assert_eq!(other_read, DENIED_EXIT_CODE, "pread64 of another file");
+    let other_write = vcpu(|| {
+        let b = [0u8; 4];
+        // SAFETY: as above; the call is denied.
+        unsafe { libc::pwrite64(OTHER_FD, b.as_ptr().cast(), 4, 0) };
+    });
+    assert_eq!(other_write, DENIED_EXIT_CODE, "pwrite64 of another file");
+    let no_device = in_filtered_child_with(ThreadKind::Vcpu, &Known::default(), || {
+        let mut b = [0u8; 4];
+        // SAFETY: as above; the call is denied.
+        unsafe { libc::pread64(DEVICE_FD, b.as_mut_ptr().cast(), 4, 0) };
+    });
+    assert_eq!(no_device, DENIED_EXIT_CODE, "no passed-through device");
+    // SAFETY: closing this test's fds.
+    unsafe {
+        libc::close(DEVICE_FD);
+        libc::close(OTHER_FD);
+    }
+    std::fs::remove_file(&d).unwrap();
 }

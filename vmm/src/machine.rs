@@ -3,19 +3,21 @@
 //! boot, vCPUs), waits for the guest (or the API, or a signal) to stop it,
 //! and tears it down in order.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod running;
+
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use vmm_sys_util::signal::{register_signal_handler, Killable, SIGRTMIN};
+use vmm_sys_util::signal::{register_signal_handler, SIGRTMIN};
 
 use crate::device_manager::DeviceManager;
 use crate::devices::exit::{ExitReason, VmExit};
 use crate::devices::serial::spawn_stdin_forwarder;
 use crate::error::{io_err, kvm_err};
-use crate::seccomp::{Policy, ThreadKind};
+use crate::seccomp::{Known, Policy, ThreadKind};
 use crate::{acpi, api, boot, cli, vcpu, vm};
+use running::Running;
 
 pub use crate::error::VmmError;
 
@@ -26,8 +28,12 @@ extern "C" fn kick_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 /// Build the VM `cfg` describes, run it until it stops, and say why.
 pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     keep_freed_memory();
+    // SAFETY: geteuid has no preconditions.
+    warn_if_root_without_user(unsafe { libc::geteuid() }, cfg.user);
     if let Some(ids) = cfg.user {
         crate::privileges::prepare(ids).map_err(io_err("--user"))?;
+        // One uid per VM: the operator's to give, the VMM's to check.
+        crate::privileges::warn_if_uid_shared(std::path::Path::new("/proc"), ids);
     }
     // Before any thread exists, so that every thread inherits the mask.
     let stop_signals = block_stop_signals().map_err(io_err("cannot block SIGTERM/SIGINT"))?;
@@ -45,8 +51,11 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     )
     .map_err(io_err("cannot spawn the signal thread"))?;
     // From here on, every way out of this function (an error return too)
-    // releases the devices in order: dropping the manager does.
-    let mut devices = DeviceManager::build(&vm, &exit, &cfg)?;
+    // stops the vCPUs that started and then releases the devices in order:
+    // dropping `machine` does.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut machine = Running::new(DeviceManager::build(&vm, &exit, &cfg)?, stop.clone());
+    let devices = machine.devices();
 
     let rsdp = acpi::write_tables(
         &mem,
@@ -65,15 +74,20 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     )?;
     tracing::info!(?boot, cpus = cfg.cpus, memory = cfg.memory, "guest loaded");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let vcpus = create_vcpus(&vm, &cfg, boot.entry, &devices, &exit, &stop)?;
+    let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop)?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
-    let threads = start_vcpus(vcpus, seccomp)?;
+    let known = Known {
+        vfio_devices: machine.devices().vfio_fds(),
+        api_dir: None,
+    };
+    start_vcpus(&mut machine, vcpus, seccomp, &known)?;
+    let devices = machine.devices();
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
+    let mut socket = None;
     if let Some(path) = &cfg.api_socket {
         let mut liveness = devices.liveness();
-        liveness.vcpu_clocks = threads.iter().map(cpu_clock).collect();
+        liveness.vcpu_clocks = machine.threads().iter().map(cpu_clock).collect();
         liveness.vcpu_probes = probes;
         let state = api::info::state(
             &cfg,
@@ -82,29 +96,47 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
             Some(liveness),
             &devices.vfio_bdfs(),
         );
-        // Handed to --user as it is created, never by path.
-        api::spawn(path, state, seccomp.filter(ThreadKind::Api)?, cfg.user)?;
+        // Handed to --user as it is created, never by path; removed (by
+        // its directory's descriptor) when `socket` drops.
+        socket = Some(api::spawn(
+            path,
+            state,
+            seccomp.filter(ThreadKind::Api)?,
+            cfg.user,
+        )?);
         tracing::info!(path = %path.display(), "API socket ready");
     }
     // The setup is done: the main thread gives up root too (the others
-    // did as they started).
+    // did as they started), then installs its own filter: from here on it
+    // waits, stops the vCPUs and releases the devices, nothing else.
     crate::privileges::drop_this_thread().map_err(io_err("cannot drop to --user"))?;
     if let Some(ids) = cfg.user {
         tracing::info!(uid = ids.uid, gid = ids.gid, "running without root");
     }
+    let known = Known {
+        api_dir: socket.as_ref().map(api::bind::SocketEntry::dir_fd),
+        ..known
+    };
+    crate::seccomp::install_here("main", seccomp.filter_with(ThreadKind::Main, &known)?)
+        .map_err(io_err("cannot filter the main thread"))?;
 
     let reason = wait_for_exit(&exit)?;
-    if !stop_vcpus(threads, &stop) {
-        // A vCPU still holds the buses: releasing devices under a running
-        // vCPU is unsafe for the guest's state; the kernel releases them
-        // when the process exits.
-        devices.disarm();
-    }
-    drop(devices);
-    if let Some(path) = &cfg.api_socket {
-        let _ = std::fs::remove_file(path);
-    }
+    // Stops and joins the vCPUs, then releases the devices (or, if a vCPU
+    // does not stop, leaves them to the kernel when the process exits).
+    machine.finish();
+    drop(socket);
     Ok(reason)
+}
+
+/// Without `--user` every thread keeps the rights the VMM started with:
+/// root's, usually. Seccomp still limits each thread's system calls, but
+/// say it, once, at startup.
+fn warn_if_root_without_user(euid: u32, user: Option<crate::privileges::Ids>) {
+    if euid == 0 && user.is_none() {
+        tracing::warn!(
+            "running as root without --user: every thread keeps root's rights after the setup; --user UID[:GID] drops them"
+        );
+    }
 }
 
 /// The vCPUs of `cfg`, configured for the 64-bit entry (the boot vCPU at
@@ -147,20 +179,26 @@ fn create_vcpus(
 }
 
 /// Install the kick handler and run each vCPU on a thread of its own,
-/// with the vCPU seccomp filter.
-fn start_vcpus(vcpus: Vec<vcpu::Vcpu>, seccomp: Policy) -> Result<Vec<JoinHandle<()>>, VmmError> {
+/// with the vCPU seccomp filter. Each thread joins `machine` as it starts,
+/// so a failure half-way stops the ones already running before the
+/// devices go.
+fn start_vcpus(
+    machine: &mut Running<DeviceManager<'_>>,
+    vcpus: Vec<vcpu::Vcpu>,
+    seccomp: Policy,
+    known: &Known,
+) -> Result<(), VmmError> {
     register_signal_handler(SIGRTMIN(), kick_handler)
         .map_err(|e| io_err("cannot install the vCPU kick handler")(e.into()))?;
-    let mut threads = Vec::new();
     for v in vcpus {
         let name = format!("vcpu{}", v.id);
-        let filter = seccomp.filter(ThreadKind::Vcpu)?;
-        threads.push(
+        let filter = seccomp.filter_with(ThreadKind::Vcpu, known)?;
+        machine.push(
             crate::seccomp::spawn(&name, filter, move || v.run())
                 .map_err(io_err("cannot spawn a vCPU thread"))?,
         );
     }
-    Ok(threads)
+    Ok(())
 }
 
 /// Tell the allocator to keep what the VMM frees instead of giving it back
@@ -211,30 +249,6 @@ fn wait_for_exit(exit: &VmExit) -> Result<ExitReason, VmmError> {
     Ok(exit.reason().unwrap_or(ExitReason::PowerOff))
 }
 
-/// Stop the vCPUs: kick until each has left KVM_RUN (a kick that lands
-/// before the thread re-enters KVM_RUN is lost, hence the repeats). Returns
-/// false if one did not stop within 2 s.
-fn stop_vcpus(threads: Vec<JoinHandle<()>>, stop: &AtomicBool) -> bool {
-    stop.store(true, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
-        for t in threads.iter().filter(|t| !t.is_finished()) {
-            let _ = t.kill(SIGRTMIN());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut all_stopped = true;
-    for t in threads {
-        if t.is_finished() {
-            let _ = t.join();
-        } else {
-            tracing::warn!("a vCPU thread did not stop; leaving the devices to the kernel");
-            all_stopped = false;
-        }
-    }
-    all_stopped
-}
-
 /// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread
 /// it starts later); returns the set for [`spawn_stop_signal_waiter`].
 fn block_stop_signals() -> std::io::Result<libc::sigset_t> {
@@ -266,4 +280,24 @@ fn spawn_stop_signal_waiter(
         }
     })
     .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use viommu_device::testing::count_warnings;
+
+    use super::*;
+    use crate::privileges::Ids;
+
+    /// One warning, at startup, when the threads keep root's rights.
+    #[test]
+    fn root_without_user_is_warned_about_once() {
+        let user = Some(Ids {
+            uid: 65534,
+            gid: 65534,
+        });
+        assert_eq!(count_warnings(|| warn_if_root_without_user(0, None)), 1);
+        assert_eq!(count_warnings(|| warn_if_root_without_user(0, user)), 0);
+        assert_eq!(count_warnings(|| warn_if_root_without_user(1000, None)), 0);
+    }
 }

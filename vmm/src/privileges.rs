@@ -124,9 +124,138 @@ pub fn drop_thread_to(ids: Ids) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A process other than this one that runs with a given uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UidSharer {
+    /// Its pid.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`, from the status file).
+    pub name: String,
+}
+
+/// The processes under `proc_root` (`/proc`) other than `me` whose real,
+/// effective or saved uid is `uid` (the `Uid:` line of their status file),
+/// in pid order. Processes that vanish while being read are skipped.
+pub fn processes_with_uid(proc_root: &std::path::Path, uid: u32, me: u32) -> Vec<UidSharer> {
+    let Ok(dir) = std::fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let mut found: Vec<UidSharer> = dir
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            if pid == me {
+                return None;
+            }
+            let status =
+                std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
+            let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key));
+            let uids = field("Uid:")?;
+            let shares = uids
+                .split_whitespace()
+                .take(3)
+                .any(|u| u.parse::<u32>() == Ok(uid));
+            shares.then(|| UidSharer {
+                pid,
+                name: field("Name:").unwrap_or("").trim().to_string(),
+            })
+        })
+        .collect();
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// `--user` is one VM's own: every process of that uid may signal and
+/// trace this VMM and use its API socket (the kernel and the socket's
+/// peer check see only the uid). Warns, once, naming a few processes
+/// that already run with it; returns how many there are.
+pub fn warn_if_uid_shared(proc_root: &std::path::Path, ids: Ids) -> usize {
+    let others = processes_with_uid(proc_root, ids.uid, std::process::id());
+    if !others.is_empty() {
+        let names: Vec<String> = others
+            .iter()
+            .take(3)
+            .map(|p| format!("{} ({})", p.pid, p.name))
+            .collect();
+        tracing::warn!(
+            uid = ids.uid,
+            processes = others.len(),
+            "--user {} is shared: {}{} already run as that uid and may drive this VM's API, signal or trace it; give each VM a uid of its own",
+            ids.uid,
+            names.join(", "),
+            if others.len() > 3 { ", ..." } else { "" }
+        );
+    }
+    others.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake /proc: each (pid, Name, Uid line).
+    fn fake_proc(tag: &str, procs: &[(u32, &str, &str)]) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("vmm-proc-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for (pid, name, uid) in procs {
+            let p = d.join(pid.to_string());
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(
+                p.join("status"),
+                format!("Name:\t{name}\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t{uid}\nGid:\t0\t0\t0\t0\n"),
+            )
+            .unwrap();
+        }
+        std::fs::create_dir_all(d.join("self")).unwrap();
+        std::fs::write(d.join("cpuinfo"), "").unwrap();
+        d
+    }
+
+    #[test]
+    fn finds_the_other_processes_of_a_uid() {
+        let d = fake_proc(
+            "find",
+            &[
+                (10, "vmm", "1000\t1000\t1000\t1000"),
+                (11, "sshd", "0\t0\t0\t0"),
+                (12, "setuid-thing", "0\t1000\t0\t1000"),
+                (13, "dropped", "0\t0\t1000\t0"),
+                (99, "me", "1000\t1000\t1000\t1000"),
+                (14, "fs-only", "0\t0\t0\t1000"),
+            ],
+        );
+        let got = processes_with_uid(&d, 1000, 99);
+        let pids: Vec<u32> = got.iter().map(|p| p.pid).collect();
+        assert_eq!(
+            pids,
+            vec![10, 12, 13],
+            "real, effective or saved; not itself"
+        );
+        assert_eq!(got[0].name, "vmm");
+        assert!(processes_with_uid(&d, 2000, 99).is_empty());
+        assert!(processes_with_uid(&d.join("missing"), 1000, 99).is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// One warning when another process runs as the `--user` uid, none
+    /// when the uid is this VM's alone.
+    #[test]
+    fn a_shared_user_is_warned_about() {
+        use viommu_device::testing::count_warnings;
+        let d = fake_proc(
+            "warn",
+            &[
+                (10, "vmm", "4242\t4242\t4242\t4242"),
+                (11, "init", "0\t0\t0\t0"),
+            ],
+        );
+        let ids = |uid| Ids { uid, gid: uid };
+        let mut n = 0;
+        assert_eq!(count_warnings(|| n = warn_if_uid_shared(&d, ids(4242))), 1);
+        assert_eq!(n, 1);
+        assert_eq!(count_warnings(|| n = warn_if_uid_shared(&d, ids(4243))), 0);
+        assert_eq!(n, 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn parses_numeric_ids() {

@@ -4,9 +4,15 @@
 //! Every thread the VMM starts after setup installs the filter of its
 //! kind before it runs ([`spawn`]): vCPUs, the virtio-iommu device thread,
 //! the API server, the signal waiter and the serial threads. The main
-//! thread is not filtered: it opens /dev/kvm and the VFIO devices, maps
-//! memory, and releases everything at exit, and does nothing a guest
-//! drives in between (it waits on the exit eventfd).
+//! thread installs its own once the setup is done ([`install_here`]): it
+//! opens /dev/kvm and the VFIO devices and maps memory first, unfiltered;
+//! after that it only waits on the exit eventfd, stops the vCPUs and
+//! releases the devices, and its list allows just that.
+//!
+//! Some calls are allowed only on descriptors known when the filter is
+//! built ([`Known`]): a vCPU reads and writes (`pread64`/`pwrite64`) the
+//! passed-through devices' files only, the main thread unlinks in the API
+//! socket's directory only.
 //!
 //! A system call outside its thread's list (or an `ioctl` outside the
 //! listed requests) is not run: the kernel sends `SIGSYS`
@@ -26,6 +32,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::os::fd::RawFd;
 use std::sync::mpsc::sync_channel;
 use std::thread::JoinHandle;
 
@@ -85,6 +92,9 @@ pub enum ThreadKind {
     Signals,
     /// The serial console's threads (stdin to the guest, guest to stdout).
     Serial,
+    /// The main thread once the VM is set up: waits for the exit, stops
+    /// the vCPUs, releases the devices.
+    Main,
 }
 
 impl ThreadKind {
@@ -95,8 +105,21 @@ impl ThreadKind {
             ThreadKind::Api => "api",
             ThreadKind::Signals => "signals",
             ThreadKind::Serial => "serial",
+            ThreadKind::Main => "main",
         }
     }
+}
+
+/// File descriptors known when a filter is built: some calls are allowed
+/// on these only (argument conditions on the descriptor).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Known {
+    /// The passed-through VFIO devices' files: the only ones a vCPU may
+    /// `pread64`/`pwrite64` (their config space, the BARs that trap).
+    pub vfio_devices: Vec<RawFd>,
+    /// The API socket's directory: the only one the main thread may
+    /// unlink in (the socket, at exit).
+    pub api_dir: Option<RawFd>,
 }
 
 /// Whether threads get filters (`--seccomp`).
@@ -113,14 +136,25 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// The filter for a thread of `kind`, or `None` with seccomp off.
-    /// Installs the SIGSYS handler the first time.
+    /// The filter for a thread of `kind` that needs no [`Known`]
+    /// descriptor, or `None` with seccomp off. Installs the SIGSYS
+    /// handler the first time.
     pub fn filter(&self, kind: ThreadKind) -> Result<Option<Filter>, SeccompError> {
+        self.filter_with(kind, &Known::default())
+    }
+
+    /// The filter for a thread of `kind`, its descriptor conditions on
+    /// `known`, or `None` with seccomp off.
+    pub fn filter_with(
+        &self,
+        kind: ThreadKind,
+        known: &Known,
+    ) -> Result<Option<Filter>, SeccompError> {
         if !self.enabled {
             return Ok(None);
         }
         install_handler()?;
-        build(kind).map(Some)
+        build(kind, known).map(Some)
     }
 }
 
@@ -146,7 +180,21 @@ mod ioctl {
         kvm_bindings::kvm_irq_routing
     );
     vmm_sys_util::ioctl_iow_nr!(KVM_IRQFD, KVMIO, 0x76, kvm_bindings::kvm_irqfd);
+    vmm_sys_util::ioctl_iow_nr!(
+        KVM_SET_USER_MEMORY_REGION,
+        KVMIO,
+        0x46,
+        kvm_bindings::kvm_userspace_memory_region
+    );
+    vmm_sys_util::ioctl_iow_nr!(
+        KVM_SET_DEVICE_ATTR,
+        KVMIO,
+        0xe1,
+        kvm_bindings::kvm_device_attr
+    );
+    vmm_sys_util::ioctl_io_nr!(VFIO_GROUP_UNSET_CONTAINER, VFIO_TYPE, VFIO_BASE + 5);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_SET_IRQS, VFIO_TYPE, VFIO_BASE + 10);
+    vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_RESET, VFIO_TYPE, VFIO_BASE + 11);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_GET_INFO, VFIO_TYPE, VFIO_BASE + 12);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_MAP_DMA, VFIO_TYPE, VFIO_BASE + 13);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_UNMAP_DMA, VFIO_TYPE, VFIO_BASE + 14);
@@ -204,17 +252,7 @@ const COMMON: &[(libc::c_long, &str)] = &[
 /// Syscalls of one kind of thread beyond [`COMMON`], with why.
 fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
     match kind {
-        ThreadKind::Vcpu => &[
-            (libc::SYS_gettid, "its thread id, for the probe's kick"),
-            (
-                libc::SYS_pread64,
-                "VFIO config space and BAR reads the guest makes",
-            ),
-            (
-                libc::SYS_pwrite64,
-                "VFIO config space and BAR writes the guest makes",
-            ),
-        ],
+        ThreadKind::Vcpu => &[(libc::SYS_gettid, "its thread id, for the probe's kick")],
         ThreadKind::Device => &[
             (libc::SYS_poll, "waiting for a kick or a command"),
             (libc::SYS_ppoll, "the same, where libc's poll is ppoll"),
@@ -258,6 +296,25 @@ fn extra(kind: ThreadKind) -> &'static [(libc::c_long, &'static str)] {
                 "the same, where sleep is clock_nanosleep",
             ),
         ],
+        ThreadKind::Main => &[
+            (
+                libc::SYS_getpid,
+                "stopping the vCPUs: pthread_kill names this process (tgkill)",
+            ),
+            (
+                libc::SYS_nanosleep,
+                "stopping the vCPUs: the pause between kicks",
+            ),
+            (
+                libc::SYS_clock_nanosleep,
+                "the same, where sleep is clock_nanosleep",
+            ),
+            (
+                libc::SYS_readlink,
+                "vfio-ioctls reads a device's iommu_group link as it closes the device",
+            ),
+            (libc::SYS_readlinkat, "the same, where libc uses readlinkat"),
+        ],
     }
 }
 
@@ -268,10 +325,19 @@ type Arg = (u8, SeccompCmpArgLen, SeccompCmpOp, u64);
 /// why: every condition of an entry must hold; several entries for one
 /// number are alternatives. A number here must not be in [`COMMON`] or
 /// [`extra`] (which allow it whatever its arguments).
-fn conditional(kind: ThreadKind) -> Vec<(libc::c_long, Vec<Arg>, &'static str)> {
+fn conditional(kind: ThreadKind, known: &Known) -> Vec<(libc::c_long, Vec<Arg>, &'static str)> {
     use SeccompCmpArgLen::{Dword, Qword};
     use SeccompCmpOp::{Eq, MaskedEq};
     let no_exec = || MaskedEq(libc::PROT_EXEC as u64);
+    // A descriptor as a filter value (argument 0 of these calls, an int).
+    let fd = |fd: RawFd| u64::try_from(fd).unwrap_or(u64::MAX);
+    // tgkill(tgid = this process, tid, sig = the vCPU kick).
+    let kick = || {
+        vec![
+            (0, Dword, Eq, u64::from(std::process::id())),
+            (2, Dword, Eq, kick_signal()),
+        ]
+    };
     // Every thread: memory, never executable (argument 2 is `prot`).
     let mut v = vec![
         (
@@ -285,22 +351,77 @@ fn conditional(kind: ThreadKind) -> Vec<(libc::c_long, Vec<Arg>, &'static str)> 
             "the allocator (glibc grows a thread's arena), never PROT_EXEC",
         ),
     ];
+    // The API thread allows fcntl whatever its arguments.
+    if kind != ThreadKind::Api {
+        v.push((
+            libc::SYS_fcntl,
+            vec![(1, Dword, Eq, libc::F_GETFD as u64)],
+            "std's check, in debug builds, that an fd it closes is open (F_GETFD only)",
+        ));
+    }
     match kind {
-        ThreadKind::Vcpu => v.push((
-            libc::SYS_poll,
-            // poll(fds, nfds = 1, timeout = 0): one fd, never waits.
-            vec![(1, Qword, Eq, 1), (2, Dword, Eq, 0)],
-            "the VFIO function's PBA: whether a masked vector's eventfd holds a signal",
-        )),
+        ThreadKind::Vcpu => {
+            v.push((
+                libc::SYS_poll,
+                // poll(fds, nfds = 1, timeout = 0): one fd, never waits.
+                vec![(1, Qword, Eq, 1), (2, Dword, Eq, 0)],
+                "the VFIO function's PBA: whether a masked vector's eventfd holds a signal",
+            ));
+            // One alternative per device: pread64(fd = a device, ...).
+            for &dev in &known.vfio_devices {
+                v.push((
+                    libc::SYS_pread64,
+                    vec![(0, Dword, Eq, fd(dev))],
+                    "VFIO config space and BAR reads the guest makes, on a passed-through device's file only",
+                ));
+                v.push((
+                    libc::SYS_pwrite64,
+                    vec![(0, Dword, Eq, fd(dev))],
+                    "VFIO config space and BAR writes the guest makes, on a passed-through device's file only",
+                ));
+            }
+        }
         ThreadKind::Api => v.push((
             libc::SYS_tgkill,
-            // tgkill(tgid = this process, tid, sig = the vCPU kick).
-            vec![
-                (0, Dword, Eq, u64::from(std::process::id())),
-                (2, Dword, Eq, kick_signal()),
-            ],
+            kick(),
             "vm.vcpus: kicking a vCPU thread of this process with the kick signal",
         )),
+        ThreadKind::Main => {
+            v.push((
+                libc::SYS_tgkill,
+                kick(),
+                "stopping the vCPUs: the kick, to a thread of this process only",
+            ));
+            v.push((
+                libc::SYS_poll,
+                // poll(fds, nfds = 1, timeout): the exit eventfd alone.
+                vec![(1, Qword, Eq, 1)],
+                "waiting on the exit eventfd",
+            ));
+            v.push((
+                libc::SYS_ppoll,
+                vec![(1, Qword, Eq, 1)],
+                "the same, where libc's poll is ppoll",
+            ));
+            if let Some(dir) = known.api_dir {
+                v.push((
+                    libc::SYS_unlinkat,
+                    // unlinkat(the socket's directory, name, flags = 0).
+                    vec![(0, Dword, Eq, fd(dir)), (2, Dword, Eq, 0)],
+                    "removing the API socket at exit, in its directory only",
+                ));
+                v.push((
+                    libc::SYS_newfstatat,
+                    vec![(0, Dword, Eq, fd(dir))],
+                    "checking that the socket there is still ours before removing it",
+                ));
+                v.push((
+                    libc::SYS_statx,
+                    vec![(0, Dword, Eq, fd(dir))],
+                    "the same, where libc's fstatat is statx",
+                ));
+            }
+        }
         _ => {}
     }
     v
@@ -361,12 +482,44 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             "serial-in: the data-available interrupt line",
         )],
         ThreadKind::Signals => vec![],
+        // The release of the devices, in `device_manager/release.rs` order.
+        ThreadKind::Main => vec![
+            (
+                KVM_IRQFD(),
+                "detaching the virtio-pci and VFIO MSI-X irqfds as the devices drop",
+            ),
+            (
+                VFIO_DEVICE_SET_IRQS(),
+                "disabling a VFIO device's MSI-X as it drops",
+            ),
+            (
+                VFIO_DEVICE_RESET(),
+                "resetting each VFIO device (stops its DMA)",
+            ),
+            (
+                VFIO_IOMMU_UNMAP_DMA(),
+                "removing every DMA mapping (unmap-all, or run by run)",
+            ),
+            (
+                KVM_SET_USER_MEMORY_REGION(),
+                "taking the BAR mmaps out of KVM before unmapping them",
+            ),
+            (
+                KVM_SET_DEVICE_ATTR(),
+                "removing a VFIO group from the KVM-VFIO device as it closes",
+            ),
+            (
+                VFIO_GROUP_UNSET_CONTAINER(),
+                "a VFIO group leaving its container as it closes",
+            ),
+        ],
     };
     v
 }
 
-/// The filter of `kind`: the lists above allowed, anything else trapped.
-pub fn build(kind: ThreadKind) -> Result<Filter, SeccompError> {
+/// The filter of `kind`, its descriptor conditions on `known`: the lists
+/// above allowed, anything else trapped.
+pub fn build(kind: ThreadKind, known: &Known) -> Result<Filter, SeccompError> {
     let err = |source| SeccompError::Build {
         kind: kind.name(),
         source,
@@ -387,7 +540,7 @@ pub fn build(kind: ThreadKind) -> Result<Filter, SeccompError> {
     if !ioctl_rules.is_empty() {
         rules.insert(libc::SYS_ioctl, ioctl_rules);
     }
-    for (nr, args, _why) in conditional(kind) {
+    for (nr, args, _why) in conditional(kind, known) {
         let conds = args
             .into_iter()
             .map(|(i, len, op, v)| SeccompCondition::new(i, len, op, v))
@@ -431,6 +584,31 @@ thread_local! {
     static NAME: Cell<[u8; 16]> = const { Cell::new([0; 16]) };
 }
 
+/// Names the calling thread `name` for the SIGSYS report and installs
+/// `filter`, if any.
+fn apply(name: &str, filter: Option<&Filter>) -> Result<(), String> {
+    let mut n = [0u8; 16];
+    let len = name.len().min(15);
+    n[..len].copy_from_slice(&name.as_bytes()[..len]);
+    NAME.with(|c| c.set(n));
+    for p in filter.into_iter().flatten() {
+        seccompiler::apply_filter(p).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Installs `filter` (if any) on the calling thread, named `name` in the
+/// SIGSYS report: the main thread's, once the setup is done (it started
+/// no filtered thread's way, [`spawn`]). Credentials are the caller's to
+/// drop first: the filter forbids the calls.
+pub fn install_here(name: &str, filter: Option<Filter>) -> std::io::Result<()> {
+    apply(name, filter.as_ref()).map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot install the seccomp filter of thread {name}: {e}"
+        ))
+    })
+}
+
 /// Spawn a thread named `name` that installs `filter` (if any) before it
 /// runs `f`. Returns once the filter is in place, or the error that kept
 /// it out (then `f` never ran).
@@ -443,21 +621,15 @@ where
     let handle = std::thread::Builder::new()
         .name(owned.clone())
         .spawn(move || {
-            let mut n = [0u8; 16];
-            let len = owned.len().min(15);
-            n[..len].copy_from_slice(&owned.as_bytes()[..len]);
-            NAME.with(|c| c.set(n));
             // Credentials belong to the thread: it gives up root itself
             // (`--user`), before its filter forbids the calls.
             if let Err(e) = crate::privileges::drop_this_thread() {
                 let _ = tx.send(Err(format!("cannot drop to --user: {e}")));
                 return;
             }
-            for p in filter.iter().flatten() {
-                if let Err(e) = seccompiler::apply_filter(p) {
-                    let _ = tx.send(Err(e.to_string()));
-                    return;
-                }
+            if let Err(e) = apply(&owned, filter.as_ref()) {
+                let _ = tx.send(Err(e));
+                return;
             }
             let _ = tx.send(Ok(()));
             drop(tx);
@@ -611,6 +783,7 @@ pub fn selftest(kind: ThreadKind, policy: Policy) -> Result<(), std::io::Error> 
         ThreadKind::Api => "api",
         ThreadKind::Signals => "signals",
         ThreadKind::Serial => "serial-in",
+        ThreadKind::Main => "main",
     };
     let h = spawn(name, filter, move || {
         if kind == ThreadKind::Vcpu {

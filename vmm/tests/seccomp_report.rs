@@ -20,6 +20,7 @@ fn a_denied_syscall_is_reported_with_thread_and_number() {
         ("api", "api"),
         ("signals", "signals"),
         ("serial", "serial-in"),
+        ("main", "main"),
     ] {
         let out = selftest(kind, &[]);
         let err = String::from_utf8_lossy(&out.stderr);

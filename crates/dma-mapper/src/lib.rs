@@ -198,6 +198,20 @@ pub trait DmaMapper: Send + Sync {
     fn has_leftovers(&self) -> bool {
         false
     }
+
+    /// The caller made `[iova, iova + size)` with successful `map` calls
+    /// (one or several adjacent whole mappings), failed to undo them (its
+    /// rollback `unmap` failed) and no longer counts them as its own: the
+    /// mapper keeps whatever of the range it still holds on the host as
+    /// leftovers, removes them when it can, and reports them through
+    /// [`has_leftovers`](Self::has_leftovers) until they are gone, so the
+    /// end of the address space's domain removes them with
+    /// [`unmap_all`](Self::unmap_all). A backend whose removals cannot fail
+    /// may remove them at once.
+    ///
+    /// Required, with no default: a backend that ignored it would report no
+    /// leftovers while the host still held mappings nobody tracks.
+    fn disown(&self, iova: u64, size: u64);
 }
 
 impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
@@ -219,6 +233,10 @@ impl<T: DmaMapper + ?Sized> DmaMapper for std::sync::Arc<T> {
 
     fn has_leftovers(&self) -> bool {
         (**self).has_leftovers()
+    }
+
+    fn disown(&self, iova: u64, size: u64) {
+        (**self).disown(iova, size)
     }
 }
 

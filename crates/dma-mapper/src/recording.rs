@@ -312,6 +312,10 @@ impl<M: DmaMapper> DmaMapper for RecordingMapper<M> {
     fn has_leftovers(&self) -> bool {
         self.inner.has_leftovers()
     }
+
+    fn disown(&self, iova: u64, size: u64) {
+        self.inner.disown(iova, size)
+    }
 }
 
 #[cfg(test)]

@@ -238,6 +238,14 @@ impl DmaMapper for SoftAddressSpace {
         SoftAddressSpace::unmap_all(self);
         Ok(())
     }
+
+    /// Nothing here can refuse a removal, so the disowned mappings go at
+    /// once: no translation outlives its owner's interest in it.
+    fn disown(&self, iova: u64, size: u64) {
+        if let Some(last) = range_last(iova, size) {
+            self.write_table().remove_within(iova, last);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +254,17 @@ mod tests {
     use vm_memory::{GuestAddress, GuestMemoryMmap};
 
     const PAGE: u64 = 0x1000;
+
+    /// Removals cannot fail here: a disowned mapping goes at once.
+    #[test]
+    fn disown_removes_at_once() {
+        let s = SoftAddressSpace::default();
+        s.map(0x10_000, 0x80_000, 2 * PAGE, DmaPerm::RW).unwrap();
+        s.map(0x12_000, 0x80_000, PAGE, DmaPerm::RW).unwrap();
+        s.disown(0x10_000, 2 * PAGE);
+        assert_eq!(s.mappings(), vec![(0x12_000, PAGE, 0x80_000, DmaPerm::RW)]);
+        assert!(!s.has_leftovers());
+    }
 
     #[test]
     fn translate_checks_holes_and_perms() {

@@ -374,7 +374,9 @@ pub struct VfioMapper<C: ContainerOps = VfioContainer, M: GuestMemoryBackend = G
     mem: M,
     table: Mutex<IntervalMap<Mapping>>,
     /// Host mappings no guest mapping owns: the pieces of a failed
-    /// multi-run map whose rollback failed too, as `(iova, size)`. They are
+    /// multi-run map whose rollback failed too, and the mappings a caller
+    /// [disowned](DmaMapper::disown) (its own rollback failed), as
+    /// `(iova, size)`. They are
     /// retried before every later call, counted by `unmap` and `unmap_all`
     /// when inside their range, and make [`DmaMapper::has_leftovers`] true
     /// until removed. Lock order: `table`, then `strays`.
@@ -687,6 +689,26 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
         let _table = self.lock();
         self.retry_strays();
         !self.strays().is_empty()
+    }
+
+    /// The disowned mappings leave the table and become strays: retried
+    /// before every later call, removed by `unmap_all`, reported by
+    /// `has_leftovers` (no-access ones were never on the host).
+    fn disown(&self, iova: u64, size: u64) {
+        let Ok(last) = checked_last(iova, size) else {
+            return;
+        };
+        let mut table = self.lock();
+        let gone = table.remove_within(iova, last);
+        let mut strays = self.strays();
+        for m in gone.into_iter().filter(|m| m.perm.any()) {
+            tracing::warn!(
+                iova = m.iova,
+                size = m.size,
+                "host mapping disowned after a failed rollback; kept as a leftover"
+            );
+            strays.push((m.iova, m.size));
+        }
     }
 }
 

@@ -196,7 +196,9 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 if d.endpoints.is_empty() {
                     self.domains.remove(&domain);
                 }
-                self.undo_move(before, endpoint, &mapper);
+                if self.empty_if_stranded(domain, &mapper) {
+                    self.undo_move(before, endpoint, &mapper);
+                }
                 return VIRTIO_IOMMU_S_DEVERR;
             }
             d.mappers.push(mapper);
@@ -241,6 +243,7 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             if d.endpoints.is_empty() {
                 self.domains.remove(&old);
             }
+            self.empty_if_stranded(old, mapper);
             return;
         }
         d.mappers.push(mapper.clone());
@@ -248,6 +251,27 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         if let Some(ep) = self.endpoints.get_mut(&endpoint) {
             ep.domain = Some(old);
         }
+    }
+
+    /// After a failed replay onto `mapper`, which then serves no domain:
+    /// if the replay's rollback failed, the host keeps mappings of `domain`
+    /// the device no longer tracks (leftovers, `has_leftovers`), so
+    /// everything is removed from it; if even that fails the mapper is
+    /// dirty (no ATTACH until it is emptied). Returns whether it is clean.
+    fn empty_if_stranded(&mut self, domain: u32, mapper: &Arc<dyn DmaMapper>) -> bool {
+        if !mapper.has_leftovers() {
+            return true;
+        }
+        let stuck = unmap_everything(domain, std::slice::from_ref(mapper));
+        if stuck.is_empty() {
+            return true;
+        }
+        crate::guest_error!(
+            domain,
+            "host mappings left by a failed replay; the endpoint cannot attach until they are removed"
+        );
+        self.dirty.extend(stuck);
+        false
     }
 
     pub(crate) fn detach(&mut self, dreq: &wire::DetachReq) -> u8 {

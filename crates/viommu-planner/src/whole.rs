@@ -7,16 +7,31 @@ use tracing::{debug, error};
 use crate::{adjacent_runs, HostBackend, Mapping, MappingTable, Run};
 
 /// Maps every mapping of `table` on one more mapper (an endpoint joins a
-/// domain). On failure, what was mapped is unmapped again.
+/// domain). On failure, what was mapped is unmapped again; a run whose
+/// unmap fails too is [disowned](HostBackend::disown): it stays on the
+/// host as a leftover its mappers report (`has_leftovers`), and the replay
+/// fails with [`DmaError::Leftover`]. The caller then owes those mappers an
+/// `unmap_all`: they serve no domain.
 pub fn replay_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result<(), DmaError> {
     let maps: Vec<Mapping> = table.iter().copied().collect();
     for (k, m) in maps.iter().enumerate() {
         if let Err(e) = backend.map(m) {
             let undo: Vec<Mapping> = maps[..k].to_vec();
+            let mut left = 0;
             for run in adjacent_runs(&undo) {
                 if let Err(re) = backend.unmap(&run) {
-                    error!(iova = run.iova, size = run.size, error = %re, "rollback of a replay failed");
+                    error!(iova = run.iova, size = run.size, error = %re, "rollback of a replay failed; the run stays on the host as a leftover");
+                    backend.disown(&run);
+                    left += run.size;
                 }
+            }
+            if left > 0 {
+                return Err(DmaError::Leftover {
+                    iova: m.iova,
+                    size: m.size,
+                    left,
+                    source: std::io::Error::other(e),
+                });
             }
             return Err(e);
         }
@@ -26,7 +41,10 @@ pub fn replay_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result
 
 /// Unmaps every mapping of `table` from a mapper (an endpoint leaves a
 /// domain), one call per run of adjacent mappings. On failure the runs
-/// already unmapped are mapped again, so the mapper is left as it was.
+/// already unmapped are mapped again, so the mapper is left as it was;
+/// where that fails too the mapper lacks mappings the table has (nothing
+/// extra stays reachable), and either way the caller, which sees the
+/// error, falls back to the mapper's `unmap_all`.
 pub fn unmap_all(table: &MappingTable, backend: &mut dyn HostBackend) -> Result<(), DmaError> {
     let runs = adjacent_runs(table.iter());
     for (k, run) in runs.iter().enumerate() {

@@ -47,6 +47,9 @@ struct FakeHost {
     unmap_poison: BTreeSet<u64>,
     log: Vec<Event>,
     violations: Vec<String>,
+    /// Host mappings the caller disowned (its rollback failed): still on
+    /// the host until an unmap removes them.
+    leftovers: BTreeSet<u64>,
 }
 
 fn touches(poison: &BTreeSet<u64>, iova: u64, size: u64) -> bool {
@@ -87,12 +90,17 @@ impl DmaMapper for Fake {
         self.with(|h| {
             h.log.push(Event::Map(iova, size));
             let end = iova + size;
-            let overlap = h
+            let over = h
                 .maps
                 .range(..end)
                 .next_back()
-                .is_some_and(|(&s, &(sz, _, _))| s + sz > iova);
-            if overlap {
+                .filter(|(&s, &(sz, _, _))| s + sz > iova)
+                .map(|(&s, _)| s);
+            if over.is_some_and(|s| h.leftovers.contains(&s)) {
+                // The caller does not know about leftovers: no violation.
+                return Err(DmaError::Overlap { iova, size });
+            }
+            if over.is_some() {
                 h.violations
                     .push(format!("map over a host mapping {iova:#x}+{size:#x}"));
                 return Err(DmaError::Overlap { iova, size });
@@ -125,6 +133,7 @@ impl DmaMapper for Fake {
             }
             for (s, _) in hit {
                 h.maps.remove(&s);
+                h.leftovers.remove(&s);
             }
             Ok(())
         })
@@ -132,6 +141,38 @@ impl DmaMapper for Fake {
 
     fn page_size_mask(&self) -> u64 {
         !(PAGE - 1)
+    }
+
+    fn unmap_all(&self) -> Result<(), DmaError> {
+        self.with(|h| {
+            h.maps.clear();
+            h.leftovers.clear();
+        });
+        Ok(())
+    }
+
+    /// One more attempt to remove them first (as VFIO's mapper does).
+    fn has_leftovers(&self) -> bool {
+        self.with(|h| {
+            let gone: Vec<u64> = h
+                .leftovers
+                .iter()
+                .copied()
+                .filter(|&s| !touches(&h.unmap_poison, s, h.maps[&s].0))
+                .collect();
+            for s in gone {
+                h.maps.remove(&s);
+                h.leftovers.remove(&s);
+            }
+            !h.leftovers.is_empty()
+        })
+    }
+
+    fn disown(&self, iova: u64, size: u64) {
+        self.with(|h| {
+            let inside: Vec<u64> = h.maps.range(iova..iova + size).map(|(&s, _)| s).collect();
+            h.leftovers.extend(inside);
+        })
     }
 }
 
@@ -630,6 +671,131 @@ proptest! {
         unmap_poison in pages(),
     ) {
         check_stream(gens, vec![1], map_poison, unmap_poison, false, PlanOptions::ONE_BY_ONE)?;
+    }
+}
+
+/// IOVAs a fake holds that `tracked` does not.
+fn untracked(fake: &Fake, tracked: &BTreeSet<u64>) -> BTreeSet<u64> {
+    fake.with(|h| {
+        h.maps
+            .keys()
+            .filter(|i| !tracked.contains(i))
+            .copied()
+            .collect()
+    })
+}
+
+/// Two mappers of one domain failing different pages, so a call one of
+/// them refuses is rolled back on the other, whose rollback may fail; at
+/// `joins`, a third mapper joins (a replay) and leaves again. After every
+/// batch and flush, whatever a host holds beyond the table and its
+/// deferred set is a leftover that host reports; a failed replay leaves
+/// only reported leftovers on the joining host.
+fn check_rollbacks(
+    gens: Vec<Gen>,
+    cuts: Vec<usize>,
+    poison: Vec<BTreeSet<u64>>,
+    joins: BTreeSet<usize>,
+) -> Result<(), TestCaseError> {
+    let ops = to_ops(&gens);
+    let fakes: Vec<Fake> = (0..3).map(|_| Fake::default()).collect();
+    for (i, f) in fakes.iter().enumerate() {
+        f.with(|h| {
+            h.map_poison = poison[2 * i].clone();
+            h.unmap_poison = poison[2 * i + 1].clone();
+        });
+    }
+    let domain: Vec<Arc<dyn DmaMapper>> =
+        vec![Arc::new(fakes[0].clone()), Arc::new(fakes[1].clone())];
+    let joining: Vec<Arc<dyn DmaMapper>> = vec![Arc::new(fakes[2].clone())];
+    let mut table = MappingTable::new(LIMIT);
+    let mut stats = dma_mapper::DmaStats::default();
+    let mut batch: Vec<Request> = Vec::new();
+    let mut cut = cuts.iter().cycle();
+    let mut want = *cut.next().unwrap_or(&1);
+    let mut n = 0;
+    let last = ops.len().saturating_sub(1);
+    for (k, op) in ops.iter().enumerate() {
+        let flush = matches!(op, Op::Flush);
+        if let Op::Req(r) = op {
+            batch.push(*r);
+        }
+        if !(flush || batch.len() >= want || k == last) {
+            continue;
+        }
+        want = *cut.next().unwrap_or(&1);
+        run_batch(
+            &mut table,
+            &batch,
+            PlanOptions::BATCHED,
+            &mut MapperSet::new(&domain, &mut stats),
+        );
+        batch.clear();
+        if flush {
+            flush_deferred(&mut table, &mut MapperSet::new(&domain, &mut stats));
+        }
+        let tracked: BTreeSet<u64> = table
+            .iter()
+            .chain(table.deferred())
+            .map(|m| m.iova)
+            .collect();
+        for (i, f) in fakes[..2].iter().enumerate() {
+            let extra = untracked(f, &tracked);
+            let reported = f.with(|h| h.leftovers.clone());
+            prop_assert!(
+                extra.is_subset(&reported),
+                "host {}: {:x?} untracked, {:x?} reported",
+                i,
+                extra,
+                reported
+            );
+            prop_assert_eq!(f.has_leftovers(), f.with(|h| !h.leftovers.is_empty()));
+        }
+        if joins.contains(&n) {
+            let r = viommu_planner::replay_all(&table, &mut MapperSet::new(&joining, &mut stats));
+            let held = fakes[2].with(|h| h.maps.keys().copied().collect::<BTreeSet<u64>>());
+            match r {
+                Ok(()) => {
+                    let mapped: BTreeSet<u64> = table.iter().map(|m| m.iova).collect();
+                    prop_assert_eq!(held, mapped);
+                }
+                Err(e) => {
+                    let reported = fakes[2].with(|h| h.leftovers.clone());
+                    prop_assert!(
+                        held.is_subset(&reported),
+                        "joining host: {:x?} held, {:x?} reported",
+                        held,
+                        reported
+                    );
+                    prop_assert_eq!(
+                        !held.is_empty(),
+                        matches!(e, DmaError::Leftover { .. }),
+                        "{:?}",
+                        e
+                    );
+                }
+            }
+            // It leaves again (the device's unmap-all fallback).
+            joining[0].unmap_all().unwrap();
+        }
+        n += 1;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// Failed rollbacks (fan-out over two mappers, replay onto a third)
+    /// leave nothing on a host that it does not report as a leftover.
+    #[test]
+    fn failed_rollbacks_leave_only_reported_leftovers(
+        gens in proptest::collection::vec(gen_op(), 1..80),
+        cuts in proptest::collection::vec(1..24usize, 1..8),
+        poison in proptest::collection::vec(proptest::collection::btree_set(0..PAGES, 0..6), 6),
+        joins in proptest::collection::btree_set(0..16usize, 0..6),
+    ) {
+        check_rollbacks(gens, cuts, poison, joins)?;
     }
 }
 

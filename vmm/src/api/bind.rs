@@ -10,11 +10,15 @@
 //! renamed to its path with `RENAME_NOREPLACE` (which replaces nothing,
 //! a planted symlink included). No `chmod` or `chown` ever resolves a path
 //! someone else can write.
+//!
+//! The socket is removed the same way at exit ([`SocketEntry`]): through
+//! the descriptor of its directory, opened when it was bound, and only if
+//! the entry still is that socket.
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -68,12 +72,62 @@ impl Drop for Umask {
     }
 }
 
+/// The bound socket's entry in its directory, held by the directory's
+/// descriptor: dropping it removes the socket (if the entry still is the
+/// socket that was bound: same inode), without resolving a path again.
+/// The main thread's seccomp filter allows unlinking in this directory
+/// only ([`Self::dir_fd`]).
+#[derive(Debug)]
+pub struct SocketEntry {
+    dir: File,
+    name: CString,
+    ino: u64,
+}
+
+impl SocketEntry {
+    /// The descriptor of the socket's directory.
+    pub fn dir_fd(&self) -> RawFd {
+        self.dir.as_raw_fd()
+    }
+
+    /// Removes the socket, unless its entry is no longer the socket bound
+    /// (then nothing is removed: somebody else's file).
+    pub fn remove(&self) -> io::Result<()> {
+        // SAFETY: a zeroed stat is a valid out-buffer, `name` a valid C
+        // string; fstatat writes only `st`.
+        let st = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            check(libc::fstatat(
+                self.dir.as_raw_fd(),
+                self.name.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ))?;
+            st
+        };
+        if st.st_ino != self.ino || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+            return Err(io::Error::other("the socket's path holds another file now"));
+        }
+        // SAFETY: `name` is a valid C string.
+        check(unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0) })
+    }
+}
+
+impl Drop for SocketEntry {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            tracing::debug!("API socket not removed: {e}");
+        }
+    }
+}
+
 /// Binds a Unix socket at `path` with mode 0600, owned by `owner` if
 /// given (else by us), see the module doc. Nothing may be at `path`.
+/// Dropping the [`SocketEntry`] removes it again.
 pub fn bind_private(
     path: &Path,
     owner: Option<Ids>,
-) -> io::Result<std::os::unix::net::UnixListener> {
+) -> io::Result<(std::os::unix::net::UnixListener, SocketEntry)> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
@@ -114,15 +168,22 @@ pub fn bind_private(
         }
         libc::unlinkat(parent.as_raw_fd(), tmp.as_ptr(), libc::AT_REMOVEDIR);
     }
-    r
+    let (listener, ino) = r?;
+    let entry = SocketEntry {
+        dir: parent,
+        name: cstr(name)?,
+        ino,
+    };
+    Ok((listener, entry))
 }
 
+/// The listener and the socket file's inode.
 fn bind_in(
     parent: &File,
     tmp: &CString,
     name: &OsStr,
     owner: Option<Ids>,
-) -> io::Result<std::os::unix::net::UnixListener> {
+) -> io::Result<(std::os::unix::net::UnixListener, u64)> {
     let dir = open_dir(parent.as_raw_fd(), tmp)?;
     // It must be the directory we made: ours, nobody else's to write.
     let m = dir.metadata()?;
@@ -154,6 +215,19 @@ fn bind_in(
             )
         })?;
     }
+    // Its inode, which the rename keeps: what `SocketEntry::remove` checks.
+    // SAFETY: a zeroed stat is a valid out-buffer, `inner` a valid C
+    // string; fstatat writes only `st`.
+    let ino = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        check(libc::fstatat(
+            dir.as_raw_fd(),
+            inner.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        ))?;
+        st.st_ino
+    };
     let target = cstr(name)?;
     // SAFETY: both names are valid C strings.
     check(unsafe {
@@ -165,7 +239,7 @@ fn bind_in(
             libc::RENAME_NOREPLACE,
         )
     })?;
-    Ok(listener)
+    Ok((listener, ino))
 }
 
 #[cfg(test)]
@@ -193,7 +267,7 @@ mod tests {
             uid: 54321,
             gid: 54322,
         });
-        let l = bind_private(&path, owner).unwrap();
+        let (l, entry) = bind_private(&path, owner).unwrap();
         let m = std::fs::symlink_metadata(&path).unwrap();
         assert!(m.file_type().is_socket());
         assert_eq!(m.mode() & 0o777, 0o600);
@@ -209,6 +283,23 @@ mod tests {
         // It is the listening socket.
         let _c = std::os::unix::net::UnixStream::connect(&path).unwrap();
         assert!(l.accept().is_ok());
+        // Dropping the entry removes it.
+        drop(entry);
+        assert!(std::fs::symlink_metadata(&path).is_err());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Whatever took the socket's place by exit time is left alone.
+    #[test]
+    fn only_the_socket_bound_is_removed() {
+        let d = dir("replaced");
+        let path = d.join("api.sock");
+        let (_l, entry) = bind_private(&path, None).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"someone else's").unwrap();
+        assert!(entry.remove().is_err());
+        drop(entry);
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

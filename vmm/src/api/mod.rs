@@ -191,13 +191,14 @@ fn prepare_path(path: &Path) -> Result<(), ApiError> {
 
 /// Listen on `path` and serve from a thread of its own, which installs
 /// `seccomp` first if given. The socket is mode 0600 and owned by `owner`
-/// (`--user`) if given, from the moment it appears at `path` ([`bind`]).
+/// (`--user`) if given, from the moment it appears at `path` ([`bind`]);
+/// dropping the returned entry removes it.
 pub fn spawn(
     path: &Path,
     state: ApiState,
     seccomp: Option<crate::seccomp::Filter>,
     owner: Option<crate::privileges::Ids>,
-) -> Result<(), ApiError> {
+) -> Result<bind::SocketEntry, ApiError> {
     prepare_path(path)?;
     let listen_err = |source| ApiError::Listen {
         path: path.to_path_buf(),
@@ -208,16 +209,19 @@ pub fn spawn(
         .enable_time()
         .build()
         .map_err(listen_err)?;
-    let listener = {
-        let std_listener = bind::bind_private(path, owner).map_err(listen_err)?;
+    let (listener, entry) = {
+        let (std_listener, entry) = bind::bind_private(path, owner).map_err(listen_err)?;
         std_listener.set_nonblocking(true).map_err(listen_err)?;
         let _guard = rt.enter();
-        UnixListener::from_std(std_listener).map_err(listen_err)?
+        (
+            UnixListener::from_std(std_listener).map_err(listen_err)?,
+            entry,
+        )
     };
     let state = Arc::new(state);
     crate::seccomp::spawn("api", seccomp, move || rt.block_on(serve(listener, state)))
         .map_err(listen_err)?;
-    Ok(())
+    Ok(entry)
 }
 
 /// The client side, for `vmmctl` and tests: one request on `socket`,

@@ -131,7 +131,7 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     let (s, exit2) = state(c);
     // With the API thread's real seccomp filter: a system call it lacks
     // ends the test process with the SIGSYS report.
-    spawn(&path, s, api_filter(), None).unwrap();
+    let _socket = spawn(&path, s, api_filter(), None).unwrap();
 
     let (status, text) = request(&path, "GET", "/metrics").unwrap();
     assert_eq!(status, 200);
@@ -181,7 +181,7 @@ fn socket_is_private_a_live_one_is_kept_and_connections_are_bounded() {
     let (s, _exit) = state(Counters::default());
     // With the API thread's real seccomp filter: a system call it lacks
     // ends the test process with the SIGSYS report.
-    spawn(&path, s, api_filter(), None).unwrap();
+    let _socket = spawn(&path, s, api_filter(), None).unwrap();
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // A second VMM on the same path must not take the live socket away.

@@ -207,6 +207,15 @@ impl<'a> DeviceManager<'a> {
         self.endpoints.iter().map(|e| e.bdf).collect()
     }
 
+    /// The passed-through devices' file descriptors: the only files a
+    /// vCPU reads and writes (seccomp argument conditions, [`Known`]).
+    ///
+    /// [`Known`]: crate::seccomp::Known
+    pub fn vfio_fds(&self) -> Vec<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.vfio.iter().map(|d| d.as_raw_fd()).collect()
+    }
+
     /// Release nothing on drop: a vCPU did not stop and may still access
     /// the devices; the kernel releases them when the process exits.
     pub fn disarm(&mut self) {

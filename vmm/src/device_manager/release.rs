@@ -3,7 +3,9 @@
 //! Dropping the [`DeviceManager`] releases the devices of a stopped guest
 //! in the one order that leaves nothing behind (no VFIO error, no mapping,
 //! no pinned page), on every way out of [`crate::machine::run`] (and of a
-//! [`DeviceManager::build`] that failed half-way):
+//! [`DeviceManager::build`] that failed half-way), always after the vCPUs
+//! were stopped and joined (`machine::run` holds the manager in a guard
+//! that does that first):
 //! 0. stop and join the virtio-iommu's device thread: it makes VFIO map
 //!    calls, and none may run once the mappings are being removed;
 //! 1. reset each passed-through device (`VFIO_DEVICE_RESET`), so it stops

@@ -111,6 +111,9 @@ struct Shared {
     pending_config: Mutex<Option<ConfigWrite>>,
     /// Commands sent and not yet taken by the thread.
     queued: AtomicUsize,
+    /// Commands the channel refused (full, or the thread gone): 0 unless
+    /// the bound in the module doc is broken.
+    dropped: AtomicU64,
     counters: Arc<Mutex<Counters>>,
     reset_pending: AtomicBool,
     status: Arc<ThreadStatus>,
@@ -296,6 +299,7 @@ impl ViommuDevice {
             config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
             pending_config: Mutex::new(None),
             queued: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
             counters: Arc::new(Mutex::new(Counters::default())),
             reset_pending: AtomicBool::new(false),
             status: Arc::new(ThreadStatus::new()),
@@ -354,6 +358,22 @@ impl ViommuDevice {
         self.shared.queued.load(Ordering::Acquire)
     }
 
+    /// Commands the channel refused since the start (logged each time):
+    /// 0 while the transport keeps to the bound of [`COMMAND_QUEUE`].
+    pub fn dropped_commands(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Whether every command sent so far has been applied: none waits in
+    /// the channel and the thread is not serving a wake-up (a command is
+    /// taken and applied within one). Kicks may still be pending.
+    pub fn commands_applied(&self) -> bool {
+        // Queued first: a command taken after this read is taken inside a
+        // wake-up, which the second read sees in progress or over.
+        self.shared.queued.load(Ordering::Acquire) == 0
+            && self.shared.status.serving_since.load(Ordering::Acquire) == 0
+    }
+
     /// Queues a command without waiting (this is a vCPU).
     fn send(&self, c: Command) {
         self.shared.queued.fetch_add(1, Ordering::AcqRel);
@@ -361,6 +381,7 @@ impl ViommuDevice {
             Ok(()) => {}
             Err(e) => {
                 self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
                 match e {
                     TrySendError::Disconnected(_) => {
                         tracing::error!("the virtio-iommu device thread is gone")

@@ -2,18 +2,19 @@
 
 use super::*;
 
-const KINDS: [ThreadKind; 5] = [
+const KINDS: [ThreadKind; 6] = [
     ThreadKind::Vcpu,
     ThreadKind::Device,
     ThreadKind::Api,
     ThreadKind::Signals,
     ThreadKind::Serial,
+    ThreadKind::Main,
 ];
 
 #[test]
 fn every_kind_builds() {
     for k in KINDS {
-        let f = build(k).unwrap();
+        let f = build(k, &Known::default()).unwrap();
         assert!(!f.is_empty(), "{k:?}");
     }
     assert_eq!(
@@ -27,7 +28,11 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
     // An unconditional entry for the same number would make the
     // conditions moot (or, merged, narrow the unconditional one).
     for k in KINDS {
-        for (nr, args, why) in conditional(k) {
+        let known = Known {
+            vfio_devices: vec![7, 8],
+            api_dir: Some(9),
+        };
+        for (nr, args, why) in conditional(k, &known) {
             assert!(!args.is_empty(), "{k:?} {nr}: {why}");
             assert!(
                 !COMMON.iter().chain(extra(k)).any(|(n, _)| *n == nr),
@@ -98,13 +103,19 @@ fn a_filtered_thread_that_opens_a_file_gets_eacces_and_lives() {
 /// `kind` (built there: it names the child's pid) and returns its exit
 /// code: 0 if `f` returned, [`DENIED_EXIT_CODE`] if a call was denied.
 fn in_filtered_child(kind: ThreadKind, f: fn()) -> i32 {
+    in_filtered_child_with(kind, &Known::default(), f)
+}
+
+/// [`in_filtered_child`] with descriptor conditions on `known` (the
+/// child inherits the descriptors).
+fn in_filtered_child_with(kind: ThreadKind, known: &Known, f: fn()) -> i32 {
     install_handler().unwrap();
     // SAFETY: the child only builds and installs the filter (glibc's
     // allocator is fork-safe), runs `f` (raw system calls) and _exits.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
     if pid == 0 {
-        let code = match build(kind) {
+        let code = match build(kind, known) {
             Ok(filter) => {
                 for p in &filter {
                     if seccompiler::apply_filter(p).is_err() {
@@ -209,4 +220,245 @@ fn the_api_thread_signals_only_its_own_process_with_the_kick() {
         };
     });
     assert_eq!(signal, DENIED_EXIT_CODE, "another signal");
+}
+
+/// The descriptors a child's `f` (a plain fn) works on: fixed numbers,
+/// dup2'd there before the fork.
+const DIR_FD: RawFd = 900;
+const OTHER_DIR_FD: RawFd = 901;
+const EVENT_FD: RawFd = 904;
+
+/// A fresh directory holding files `a` and `b`, and an fd to it at `fd`.
+fn dir_at(fd: RawFd, tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("vmm-seccomp-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("a"), b"a").unwrap();
+    std::fs::write(d.join("b"), b"b").unwrap();
+    let f = std::fs::File::open(&d).unwrap();
+    // SAFETY: duplicating a live fd onto a number this test owns.
+    let r = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), fd) };
+    assert_eq!(r, fd);
+    d
+}
+
+fn name(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s).unwrap()
+}
+
+/// The main thread after setup: it may wait on the exit eventfd, kick
+/// and join the vCPUs, make the release's ioctls, read a device's group
+/// link, close fds and remove the API socket in its directory; anything
+/// else ends the VMM.
+#[test]
+fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
+    let dir = dir_at(DIR_FD, "main");
+    let other = dir_at(OTHER_DIR_FD, "main-other");
+    let ev = vmm_sys_util::eventfd::EventFd::new(0).unwrap();
+    ev.write(1).unwrap();
+    // SAFETY: duplicating a live fd onto a number this test owns.
+    let r = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&ev), EVENT_FD) };
+    assert_eq!(r, EVENT_FD);
+    let known = Known {
+        vfio_devices: vec![],
+        api_dir: Some(DIR_FD),
+    };
+    let main = |f: fn()| in_filtered_child_with(ThreadKind::Main, &known, f);
+    let allowed = main(|| {
+        // SAFETY: raw system calls on this test's fds and buffers; the
+        // ioctls go to fd -1 (EBADF after the filter let them through).
+        unsafe {
+            let mut pfd = libc::pollfd {
+                fd: EVENT_FD,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            assert_eq!(libc::poll(&mut pfd, 1, -1), 1, "the exit eventfd");
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGRTMIN());
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            let me = libc::getpid();
+            assert_eq!(libc::syscall(libc::SYS_tgkill, me, me, libc::SIGRTMIN()), 0);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            let mut buf = [0u8; 64];
+            let link = name("/proc/self/exe");
+            assert!(libc::readlink(link.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) > 0);
+            for req in [
+                ioctl::KVM_IRQFD(),
+                ioctl::VFIO_DEVICE_SET_IRQS(),
+                ioctl::VFIO_DEVICE_RESET(),
+                ioctl::VFIO_IOMMU_UNMAP_DMA(),
+                ioctl::KVM_SET_USER_MEMORY_REGION(),
+                ioctl::KVM_SET_DEVICE_ATTR(),
+                ioctl::VFIO_GROUP_UNSET_CONTAINER(),
+            ] {
+                assert_eq!(libc::ioctl(-1, req as _, 0), -1);
+            }
+            assert!(libc::fcntl(DIR_FD, libc::F_GETFD) >= 0);
+            let mut st: libc::stat = std::mem::zeroed();
+            assert_eq!(
+                libc::fstatat(
+                    DIR_FD,
+                    name("a").as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW
+                ),
+                0
+            );
+            assert_eq!(libc::unlinkat(DIR_FD, name("a").as_ptr(), 0), 0);
+            assert_eq!(libc::close(EVENT_FD), 0);
+        }
+    });
+    assert_eq!(allowed, 0, "what main does after setup");
+    assert!(!dir.join("a").exists(), "the unlink happened");
+    let denied: [(&str, fn()); 7] = [
+        ("unlink in another directory", || {
+            // SAFETY: a valid name; the call is denied.
+            unsafe { libc::unlinkat(OTHER_DIR_FD, name("a").as_ptr(), 0) };
+        }),
+        ("rmdir in its directory", || {
+            // SAFETY: as above.
+            unsafe { libc::unlinkat(DIR_FD, name("b").as_ptr(), libc::AT_REMOVEDIR) };
+        }),
+        ("unlink by path", || {
+            // SAFETY: as above.
+            unsafe { libc::unlink(name("/nonexistent/x").as_ptr()) };
+        }),
+        ("a socket", || {
+            // SAFETY: no side effect; the call is denied.
+            unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+        }),
+        ("KVM_RUN", || {
+            // SAFETY: an ioctl on no file; denied.
+            unsafe { libc::ioctl(-1, ioctl::KVM_RUN() as _, 0) };
+        }),
+        ("fcntl other than F_GETFD", || {
+            // SAFETY: on this test's fd; denied.
+            unsafe { libc::fcntl(DIR_FD, libc::F_SETFD, 0) };
+        }),
+        ("a poll of two fds", || {
+            let mut pfd = [libc::pollfd {
+                fd: EVENT_FD,
+                events: libc::POLLIN,
+                revents: 0,
+            }; 2];
+            // SAFETY: two valid pollfds; denied.
+            unsafe { libc::poll(pfd.as_mut_ptr(), 2, 0) };
+        }),
+    ];
+    for (what, f) in denied {
+        assert_eq!(main(f), DENIED_EXIT_CODE, "{what}");
+    }
+    // Without an API socket, no unlink at all.
+    let none = in_filtered_child_with(ThreadKind::Main, &Known::default(), || {
+        // SAFETY: a valid name; the call is denied.
+        unsafe { libc::unlinkat(DIR_FD, name("b").as_ptr(), 0) };
+    });
+    assert_eq!(none, DENIED_EXIT_CODE, "no API socket, no unlink");
+    assert!(dir.join("b").exists() && other.join("a").exists());
+    // SAFETY: closing this test's fds.
+    unsafe {
+        libc::close(DIR_FD);
+        libc::close(OTHER_DIR_FD);
+        libc::close(EVENT_FD);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&other).unwrap();
+}
+
+/// What keeps a VMM that shares its `--user` uid with another from using
+/// the uid against it (vmm/README.md): no thread may make a socket or
+/// connect, signal another process, trace or write another's memory
+/// (opening /proc files fails with EACCES, above).
+#[test]
+fn no_thread_can_reach_another_process_of_its_uid() {
+    let known = Known {
+        vfio_devices: vec![7],
+        api_dir: Some(9),
+    };
+    for k in KINDS {
+        let allowed: Vec<libc::c_long> = COMMON
+            .iter()
+            .chain(extra(k))
+            .map(|(nr, _)| *nr)
+            .chain(conditional(k, &known).into_iter().map(|(nr, _, _)| nr))
+            .collect();
+        for (nr, what) in [
+            (libc::SYS_socket, "socket"),
+            (libc::SYS_connect, "connect"),
+            (libc::SYS_kill, "kill"),
+            (libc::SYS_tkill, "tkill"),
+            (libc::SYS_rt_sigqueueinfo, "rt_sigqueueinfo"),
+            (libc::SYS_rt_tgsigqueueinfo, "rt_tgsigqueueinfo"),
+            (libc::SYS_pidfd_open, "pidfd_open"),
+            (libc::SYS_pidfd_send_signal, "pidfd_send_signal"),
+            (libc::SYS_ptrace, "ptrace"),
+            (libc::SYS_process_vm_writev, "process_vm_writev"),
+            (libc::SYS_process_vm_readv, "process_vm_readv"),
+        ] {
+            assert!(!allowed.contains(&nr), "{k:?} allows {what}");
+        }
+    }
+}
+
+/// A vCPU reads and writes the passed-through devices' files only: any
+/// other descriptor (guest memory's backing file, /dev/kvm, a socket)
+/// ends the VMM, and without a passed-through device neither call is
+/// allowed at all.
+#[test]
+fn vcpus_read_and_write_only_the_passed_through_devices() {
+    const DEVICE_FD: RawFd = 910;
+    const OTHER_FD: RawFd = 911;
+    let d = std::env::temp_dir().join(format!("vmm-seccomp-pread-{}", std::process::id()));
+    std::fs::write(&d, [7u8; 64]).unwrap();
+    for fd in [DEVICE_FD, OTHER_FD] {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&d)
+            .unwrap();
+        // SAFETY: duplicating a live fd onto a number this test owns.
+        let r = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), fd) };
+        assert_eq!(r, fd);
+    }
+    let known = Known {
+        vfio_devices: vec![DEVICE_FD],
+        api_dir: None,
+    };
+    let vcpu = |f: fn()| in_filtered_child_with(ThreadKind::Vcpu, &known, f);
+    let device = vcpu(|| {
+        let mut b = [0u8; 4];
+        // SAFETY: valid buffers of the given lengths on this test's fd.
+        unsafe {
+            assert_eq!(libc::pread64(DEVICE_FD, b.as_mut_ptr().cast(), 4, 8), 4);
+            assert_eq!(libc::pwrite64(DEVICE_FD, b.as_ptr().cast(), 4, 8), 4);
+        }
+        assert_eq!(b, [7; 4]);
+    });
+    assert_eq!(device, 0, "the device's file");
+    let other_read = vcpu(|| {
+        let mut b = [0u8; 4];
+        // SAFETY: as above; the call is denied.
+        unsafe { libc::pread64(OTHER_FD, b.as_mut_ptr().cast(), 4, 0) };
+    });
+    assert_eq!(other_read, DENIED_EXIT_CODE, "pread64 of another file");
+    let other_write = vcpu(|| {
+        let b = [0u8; 4];
+        // SAFETY: as above; the call is denied.
+        unsafe { libc::pwrite64(OTHER_FD, b.as_ptr().cast(), 4, 0) };
+    });
+    assert_eq!(other_write, DENIED_EXIT_CODE, "pwrite64 of another file");
+    let no_device = in_filtered_child_with(ThreadKind::Vcpu, &Known::default(), || {
+        let mut b = [0u8; 4];
+        // SAFETY: as above; the call is denied.
+        unsafe { libc::pread64(DEVICE_FD, b.as_mut_ptr().cast(), 4, 0) };
+    });
+    assert_eq!(no_device, DENIED_EXIT_CODE, "no passed-through device");
+    // SAFETY: closing this test's fds.
+    unsafe {
+        libc::close(DEVICE_FD);
+        libc::close(OTHER_FD);
+    }
+    std::fs::remove_file(&d).unwrap();
 }

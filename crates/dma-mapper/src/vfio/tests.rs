@@ -330,6 +330,38 @@ fn failed_rollback_of_a_multi_run_map_is_reported_and_kept() {
     assert_eq!(m.container().host_maps().len(), 1);
 }
 
+/// A mapping whose owner's rollback failed (`DmaMapper::disown`, from a
+/// fan-out over several mappers) leaves the table and becomes a leftover:
+/// reported, refused to later maps while the host keeps it, retried, and
+/// removed by unmap-all. A no-access mapping was never on the host.
+#[test]
+fn a_disowned_mapping_is_a_leftover_until_the_host_removes_it() {
+    let m = mapper(FakeContainer::default());
+    m.map(0x100_000, 0, 2 * PAGE, DmaPerm::RW).unwrap();
+    m.map(0x200_000, 0, PAGE, DmaPerm::NONE).unwrap();
+    m.container().state().fail_unmaps = 2; // two retries fail
+    DmaMapper::disown(&m, 0x100_000, 2 * PAGE);
+    DmaMapper::disown(&m, 0x200_000, PAGE);
+    assert_eq!(m.mapping_count(), 0, "no longer the caller's");
+    assert_eq!(m.leftovers(), vec![(0x100_000, 2 * PAGE)]);
+    assert!(DmaMapper::has_leftovers(&m), "retried, still there");
+    assert!(matches!(
+        m.map(0x101_000, 0, PAGE, DmaPerm::RW),
+        Err(DmaError::Overlap { .. })
+    ));
+    assert_eq!(m.container().host_maps().len(), 1, "still on the host");
+    // The next retry succeeds.
+    assert!(!DmaMapper::has_leftovers(&m));
+    assert!(m.container().host_maps().is_empty());
+    // Unmap-all counts and removes one as well.
+    m.map(0x100_000, 0, PAGE, DmaPerm::RW).unwrap();
+    m.container().state().fail_unmaps = 1;
+    DmaMapper::disown(&m, 0x100_000, PAGE);
+    assert!(DmaMapper::has_leftovers(&m));
+    assert_eq!(m.unmap_all().unwrap(), PAGE);
+    assert!(!DmaMapper::has_leftovers(&m));
+}
+
 #[test]
 fn map_validates_before_any_host_call() {
     let m = mapper(FakeContainer::default());

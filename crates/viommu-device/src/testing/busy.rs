@@ -130,4 +130,10 @@ impl<M: GuestAddressSpace + Send + Sync> DmaMapper for BusyGuest<M> {
     fn unmap_all(&self) -> Result<(), DmaError> {
         self.inner.unmap_all()
     }
+    fn has_leftovers(&self) -> bool {
+        self.inner.has_leftovers()
+    }
+    fn disown(&self, iova: u64, size: u64) {
+        self.inner.disown(iova, size)
+    }
 }

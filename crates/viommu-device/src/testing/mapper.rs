@@ -1,7 +1,7 @@
 //! A fake host mapper: an address space in memory with the rules of VFIO
 //! type1 v2, failure injection and a call log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use dma_mapper::{DmaError, DmaMapper, DmaPerm};
@@ -39,8 +39,9 @@ struct FakeState {
     fail: Option<FailFn>,
     /// `unmap_all` fails too (the fault plan covers single calls only).
     fail_unmap_all: bool,
-    /// A host mapping no successful map made (a failed map's undo failed).
-    leftover: Option<u64>,
+    /// Host mappings (keys of `maps`) no successful map made or that the
+    /// caller disowned: a failed map's undo failed.
+    leftovers: BTreeSet<u64>,
     record: bool,
     calls: u64,
 }
@@ -122,8 +123,18 @@ impl FakeMapper {
     pub fn add_leftover(&self, iova: u64, size: u64) {
         self.with(|s| {
             s.maps.insert(iova, (size, iova, DmaPerm::RW));
-            s.leftover = Some(iova);
+            s.leftovers.insert(iova);
         });
+    }
+
+    /// The host mappings held as leftovers, `(iova, size)` in IOVA order.
+    pub fn leftovers(&self) -> Vec<(u64, u64)> {
+        self.with(|s| {
+            s.leftovers
+                .iter()
+                .filter_map(|i| s.maps.get(i).map(|&(size, _, _)| (*i, size)))
+                .collect()
+        })
     }
 
     /// Makes `unmap_all` fail as well (until [`Self::fail_never`]).
@@ -184,12 +195,18 @@ impl DmaMapper for FakeMapper {
             let Some(end) = s.note(call) else {
                 return Err(DmaError::Overlap { iova, size });
             };
-            let overlap = s
+            let over = s
                 .maps
                 .range(..end)
                 .next_back()
-                .is_some_and(|(&st, &(sz, _, _))| st + sz > iova);
-            if overlap {
+                .filter(|(&st, &(sz, _, _))| st + sz > iova)
+                .map(|(&st, _)| st);
+            if over.is_some_and(|st| s.leftovers.contains(&st)) {
+                // Refused like VFIO's mapper refuses a map over its strays:
+                // the device cannot know of them, no violation.
+                return Err(DmaError::Overlap { iova, size });
+            }
+            if over.is_some() {
                 s.violations
                     .push(format!("map over a host mapping {iova:#x}+{size:#x}"));
                 return Err(DmaError::Overlap { iova, size });
@@ -225,9 +242,7 @@ impl DmaMapper for FakeMapper {
             }
             for (st, _) in hit {
                 s.maps.remove(&st);
-                if s.leftover == Some(st) {
-                    s.leftover = None;
-                }
+                s.leftovers.remove(&st);
             }
             Ok(())
         })
@@ -249,12 +264,43 @@ impl DmaMapper for FakeMapper {
                 });
             }
             s.maps.clear();
-            s.leftover = None;
+            s.leftovers.clear();
             Ok(())
         })
     }
 
+    /// One more attempt to remove them first (an unmap the fault plan
+    /// may fail, not logged), as VFIO's mapper does.
     fn has_leftovers(&self) -> bool {
-        self.with(|s| s.leftover.is_some())
+        self.with(|s| {
+            let kept: BTreeSet<u64> = s
+                .leftovers
+                .iter()
+                .copied()
+                .filter(|&iova| {
+                    let size = s.maps.get(&iova).map_or(0, |m| m.0);
+                    let retry = FakeCall::Unmap { iova, size };
+                    size > 0 && s.fail.as_ref().is_some_and(|f| f(&retry))
+                })
+                .collect();
+            for gone in s.leftovers.difference(&kept) {
+                s.maps.remove(gone);
+            }
+            s.leftovers = kept;
+            !s.leftovers.is_empty()
+        })
+    }
+
+    fn disown(&self, iova: u64, size: u64) {
+        self.with(|s| {
+            let end = iova.saturating_add(size);
+            let inside: Vec<u64> = s
+                .maps
+                .range(iova..end)
+                .filter(|(&st, &(sz, _, _))| st + sz <= end)
+                .map(|(&st, _)| st)
+                .collect();
+            s.leftovers.extend(inside);
+        })
     }
 }

@@ -62,6 +62,12 @@ impl DmaMapper for GateMapper {
     fn unmap_all(&self) -> Result<(), DmaError> {
         self.inner.unmap_all()
     }
+    fn has_leftovers(&self) -> bool {
+        self.inner.has_leftovers()
+    }
+    fn disown(&self, iova: u64, size: u64) {
+        self.inner.disown(iova, size)
+    }
 }
 
 /// The interrupt as KVM would see it through an irqfd: an eventfd signal.
@@ -600,4 +606,32 @@ fn linux_driver_on_two_cpus(event_idx: bool) {
     }
     driver.lock().unwrap().sync(&mem, &notify, &status);
     thread.stop();
+}
+
+/// `commands_applied` says when every command sent is in effect (the
+/// fuzz target's settle point), and `dropped_commands` counts what the
+/// bounded channel refused: nothing while the transport keeps its bound,
+/// the excess when a caller breaks it (resets sent without waiting, which
+/// the transport never does).
+#[test]
+fn applied_commands_and_refused_ones_are_told() {
+    let mut r = rig();
+    r.mapper.close();
+    r.kick(&[
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ]);
+    r.mapper.wait_for_waiter();
+    r.dev.write_config(BYPASS, &[1]);
+    let held = (r.dev.commands_applied(), bypass(&r.dev));
+    for _ in 0..COMMAND_QUEUE + 3 {
+        r.dev.reset();
+    }
+    let refused = r.dev.dropped_commands();
+    r.mapper.open();
+    assert_eq!(held, (false, 0), "queued behind the busy thread");
+    assert_eq!(refused, 4, "the channel holds COMMAND_QUEUE");
+    until("the commands", || r.dev.commands_applied());
+    assert_eq!(bypass(&r.dev), 1, "applied once commands_applied says so");
+    assert!(!r.dev.reset_pending());
 }

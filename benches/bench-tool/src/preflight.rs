@@ -406,27 +406,22 @@ impl Checks {
             f.model = f.model.take().or_else(|| r.read_trim(c.join("model")).ok());
         }
         f.namespaces = namespaces_of(r, &self.bdf);
-        f.logical_block_size = f
-            .namespaces
-            .iter()
-            .filter_map(|ns| {
-                r.read_trim(format!("/sys/block/{ns}/queue/logical_block_size"))
-                    .ok()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .max();
-        f.namespace_bytes = f
-            .namespaces
-            .iter()
-            .filter_map(|ns| {
-                r.read_trim(format!("/sys/block/{ns}/size"))
-                    .ok()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .max()
-            .map(|sectors| sectors * 512);
+        // The largest value of a namespace's sysfs file, over the drive's
+        // namespaces.
+        let most = |file: &str| {
+            f.namespaces
+                .iter()
+                .filter_map(|ns| {
+                    r.read_trim(format!("/sys/block/{ns}/{file}"))
+                        .ok()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .max()
+        };
+        let (lbs, sectors) = (most("queue/logical_block_size"), most("size"));
+        f.logical_block_size = lbs;
+        f.namespace_bytes = sectors.map(|sectors| sectors * 512);
         let facts = f.clone();
         let p = &mut out.problems;
         if let Some(c) = &self.consent {

@@ -68,28 +68,15 @@ pub(super) fn read(fd: RawFd, index: u32, region: Region, buf: &mut [u8], addr: 
         );
         return;
     };
-    let mut done = 0;
-    while done < buf.len() {
+    let len = buf.len();
+    let r = each_chunk(len, off, |done, at| {
         let rest = &mut buf[done..];
-        let at = off + done as u64;
-        let Ok(at) = libc::off64_t::try_from(at) else {
-            return;
-        };
         // SAFETY: `rest` is valid for writes of `rest.len()` bytes for the
         // call; pread64 writes at most that many.
-        let n = unsafe { libc::pread64(fd, rest.as_mut_ptr().cast(), rest.len(), at) };
-        match usize::try_from(n) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(_) => {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                guest_warn!(index, addr, len = buf.len(), "VFIO region read failed: {e}");
-                return;
-            }
-        }
+        unsafe { libc::pread64(fd, rest.as_mut_ptr().cast(), rest.len(), at) }
+    });
+    if let Err(e) = r {
+        guest_warn!(index, addr, len, "VFIO region read failed: {e}");
     }
 }
 
@@ -107,34 +94,44 @@ pub(super) fn write(fd: RawFd, index: u32, region: Region, buf: &[u8], addr: u64
         );
         return;
     };
-    let mut done = 0;
-    while done < buf.len() {
+    let len = buf.len();
+    let r = each_chunk(len, off, |done, at| {
         let rest = &buf[done..];
-        let at = off + done as u64;
-        let Ok(at) = libc::off64_t::try_from(at) else {
-            return;
-        };
         // SAFETY: `rest` is valid for reads of `rest.len()` bytes for the
         // call.
-        let n = unsafe { libc::pwrite64(fd, rest.as_ptr().cast(), rest.len(), at) };
-        match usize::try_from(n) {
+        unsafe { libc::pwrite64(fd, rest.as_ptr().cast(), rest.len(), at) }
+    });
+    if let Err(e) = r {
+        guest_warn!(index, addr, len, "VFIO region write failed: {e}");
+    }
+}
+
+/// Moves `len` bytes from file offset `off` in calls of `op(done, at)`
+/// (one pread64 or pwrite64 of what is left, `done` bytes in, at file
+/// offset `at`), until all moved, the file ends, or a call fails
+/// (EINTR is retried).
+fn each_chunk(
+    len: usize,
+    off: u64,
+    mut op: impl FnMut(usize, libc::off64_t) -> isize,
+) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        let Ok(at) = libc::off64_t::try_from(off + done as u64) else {
+            return Ok(());
+        };
+        match usize::try_from(op(done, at)) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(_) => {
                 let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
                 }
-                guest_warn!(
-                    index,
-                    addr,
-                    len = buf.len(),
-                    "VFIO region write failed: {e}"
-                );
-                return;
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,11 +6,12 @@ set -euo pipefail
 # Everything comes from Debian's packages: the lab host's QEMU and firmware,
 # busybox and fio for the images, the kernel source and its build tools, a
 # TrueType font for the bench tool's chart labels, ccache for the guest
-# kernels (the patched build reuses the baseline's objects).
+# kernels (the patched build reuses the baseline's objects), mmdebstrap for
+# the Debian 13 root that today's QEMU runs from (ci/lab/debian-root).
 # The guest kernels' build tools on other distributions: guest-patches/README.md.
 pkgs=(qemu-system-x86 busybox-static cpio linux-source-6.1 linux-source-6.12 fio flex bison bc
 	libelf-dev libssl-dev rsync kmod xz-utils build-essential python3
-	fonts-dejavu-core ccache)
+	fonts-dejavu-core ccache mmdebstrap)
 
 # apt's lists are needed anyway: the lab picks the newest cloud kernel from them.
 if [ -z "$(apt-cache pkgnames linux-image-6.1.0- 2>/dev/null | head -n 1)" ] || [ "${CI:-}" = true ]; then

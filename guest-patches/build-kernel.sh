@@ -353,6 +353,8 @@ fragments=("$top/config-fragment")
 patches=()
 if [ "$variant" = labhost ]; then
 	fragments+=("$top/../ci/lab/host-config-fragment")
+	# what this version adds to the lab host (6.12: iommufd, VFIO cdevs)
+	[ -f "$top/../ci/lab/host-config-fragment-$ver" ] && fragments+=("$top/../ci/lab/host-config-fragment-$ver")
 elif [ "$variant" != baseline ]; then
 	fragments+=("$top/config-fragment-patched")
 	[ -f "$here/config-fragment-patched" ] && fragments+=("$here/config-fragment-patched")

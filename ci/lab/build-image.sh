@@ -3,11 +3,16 @@
 # the inputs; prints shell assignments for the lab runner:
 #
 #   HOST_KERNEL=...   the lab host's (L2) kernel: Debian's 6.1 cloud kernel,
-#                     or with --host-kernel labhost the lab's own 6.1 build
-#                     (virtio-iommu support, for an outer virtio-iommu)
+#                     or with --host-kernel labhost-6.12 (or -6.1) the lab's
+#                     own build (virtio-iommu support, for an outer
+#                     virtio-iommu; 6.12 also iommufd and VFIO cdevs)
 #   HOST_INITRD=...   its initramfs: cached base + this run's overlay
 #
-#   build-image.sh [--guest-kernels baseline,patched] [--host-kernel debian|labhost] [--bin PATH]...
+#   build-image.sh [--guest-kernels baseline,patched] [--host-kernel debian|labhost-6.1|labhost-6.12]
+#                  [--vmm-qemu WRAPPER] [--bin PATH]...
+#
+# --vmm-qemu puts the QEMU of a Debian 13 root (ci/lab/debian-root) into the
+# lab host as /lab/qemu/qemu-system-x86_64, the VMM under test beside ours.
 #
 # --bin copies a program (with its shared libraries) into the lab host's
 # /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
@@ -28,6 +33,7 @@ while [ $# -gt 0 ]; do
 	--guest-kernels) guest_kernels=$2 && shift 2 ;;
 	--bin) bins+=("$2") && shift 2 ;;
 	--host-kernel) host_kernel_kind=$2 && shift 2 ;;
+	--vmm-qemu) vmm_qemu=$2 && shift 2 ;;
 	*) die "unknown argument '$1' (see the header of $0)" ;;
 	esac
 done
@@ -53,8 +59,9 @@ host_kernel=$(ls "$hostk"/root/boot/vmlinuz-*)
 case "$host_kernel_kind" in
 debian) ;;
 # KVM and VFIO built in; the base image's Debian modules go unused.
-labhost) host_kernel=$("$REPO_DIR/guest-patches/linux-6.1/build.sh" labhost) ;;
-*) die "--host-kernel $host_kernel_kind: expected debian or labhost" ;;
+labhost | labhost-6.1) host_kernel=$("$REPO_DIR/guest-patches/linux-6.1/build.sh" labhost) ;;
+labhost-6.12) host_kernel=$("$REPO_DIR/guest-patches/linux-6.12/build.sh" labhost) ;;
+*) die "--host-kernel $host_kernel_kind: expected debian, labhost-6.1 or labhost-6.12" ;;
 esac
 moddir=$(ls -d "$hostk"/root/lib/modules/*)
 
@@ -105,6 +112,39 @@ if [ ! -f "$guest_base" ]; then
 	rm -rf "$root"
 fi
 
+# ---- QEMU layer (--vmm-qemu WRAPPER, a wrapper ci/lab/debian-root printed):
+# that root's QEMU as the lab host's VMM under test, in /lab/qemu: the
+# binary, the libraries the root's own loader resolves for it, its loader,
+# the firmware, and a qemu-system-x86_64 script that runs it like the
+# wrapper does. Cached per root (the root's name holds its hash).
+qemu_layer=
+if [ -n "${vmm_qemu:-}" ]; then
+	qroot=$(cd "$(dirname "$vmm_qemu")/../root" && pwd) || die "--vmm-qemu $vmm_qemu: no root beside it (expected ci/lab/debian-root's wrapper)"
+	qemu_layer="$LAB_CACHE/images/qemu-layer-$(basename "$(dirname "$qroot")")-$(hash_inputs "$0").cpio"
+	if [ ! -f "$qemu_layer" ]; then
+		log "building the QEMU layer from $(dirname "$qroot")"
+		root=$(mktemp -d "$LAB_CACHE/tmp.XXXXXX")
+		mkdir -p "$root/lab/qemu/lib" "$root/lab/qemu/share"
+		ld="$qroot/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+		"$ld" --library-path "$qroot/usr/lib/x86_64-linux-gnu" --list "$qroot/usr/bin/qemu-system-x86_64" |
+			awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do cp -L "$lib" "$root/lab/qemu/lib/"; done
+		cp -L "$ld" "$root/lab/qemu/lib/"
+		cp -L "$qroot/usr/bin/qemu-system-x86_64" "$root/lab/qemu/qemu-system-x86_64.bin"
+		cp -rL "$qroot/usr/share/qemu" "$qroot/usr/share/seabios" "$root/lab/qemu/share/"
+		cat >"$root/lab/qemu/qemu-system-x86_64" <<'WRAP'
+#!/bin/sh
+# QEMU from a Debian 13 root (ci/lab/debian-root), with its own loader and libraries.
+Q=/lab/qemu
+exec $Q/lib/ld-linux-x86-64.so.2 --library-path $Q/lib $Q/qemu-system-x86_64.bin -L $Q/share/qemu -L $Q/share/seabios "$@"
+WRAP
+		chmod 755 "$root/lab/qemu/qemu-system-x86_64"
+		"$root/lab/qemu/lib/ld-linux-x86-64.so.2" --library-path "$root/lab/qemu/lib" "$root/lab/qemu/qemu-system-x86_64.bin" --version >/dev/null ||
+			die "the QEMU layer's QEMU does not run with its own libraries"
+		make_cpio "$root" "$qemu_layer"
+		rm -rf "$root"
+	fi
+fi
+
 # ---- overlay: small and rebuilt every run.
 # Per run (LAB_RUN_DIR, from the runner), so concurrent runs do not collide.
 run=${LAB_RUN_DIR:-$LAB_CACHE/run}
@@ -136,7 +176,7 @@ if [ -d "$run/host-overlay/stage" ]; then
 	cp -a "$run/host-overlay/stage/." "$run/host-overlay/" && rm -rf "$run/host-overlay/stage"
 fi
 make_cpio "$run/host-overlay" "$run/host-overlay.cpio"
-cat "$host_base" "$run/host-overlay.cpio" >"$run/host-initrd.cpio"
+cat "$host_base" ${qemu_layer:+"$qemu_layer"} "$run/host-overlay.cpio" >"$run/host-initrd.cpio"
 rm -rf "$run/host-overlay" "$run/guest-overlay"
 
 echo "HOST_KERNEL=$host_kernel"

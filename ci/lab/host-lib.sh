@@ -29,7 +29,7 @@ bench_args() {
 	printf '%s\n' --device "$BDF" --destroy-data "$BDF" --no-bind \
 		--kernel-stock "/lab/guest/$(lab_arg kernel_stock baseline).bzImage" \
 		--kernel-patched "/lab/guest/$(lab_arg kernel_patched patched).bzImage" \
-		--initramfs /lab/guest/initramfs.cpio --vmm /lab/bin/vmm \
+		--initramfs /lab/guest/initramfs.cpio --vmm /lab/bin/vmm --qemu "$(lab_arg qemu qemu-system-x86_64)" \
 		--columns "$(lab_arg runs "")" --mode "$(lab_arg mode smoke)" --bs "$(lab_arg bs 4k)" \
 		--runtime "$(lab_arg runtime 8)" --ramp "$(lab_arg ramp 0)" --numjobs "$(lab_arg numjobs 1)" --iodepth "$(lab_arg iodepth 64)" --rw "$(lab_arg rw randread)" \
 		--guest-cpus "$(lab_arg guest_cpus 1)" --rounds 1 --first-round "$(lab_arg round 1)" \

@@ -15,6 +15,16 @@ _spec = importlib.util.spec_from_loader("lab", _loader)
 lab = importlib.util.module_from_spec(_spec)
 _loader.exec_module(lab)
 
+
+def _load(name: str, file: str):
+    loader = importlib.machinery.SourceFileLoader(name, str(Path(__file__).with_name(file)))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(mod)
+    return mod
+
+
+debian_root = _load("debian_root", "debian-root")
+
 HOST = '@@LAB-HOST-READY@@ {"kernel":"6.1.0-56-cloud-amd64","nvme":"0000:00:01.0","vfio_group":1,"cpus":2,"bar0":"0xfebf0000-0xfebf3fff"}'
 
 
@@ -249,12 +259,39 @@ class SettingsTest(unittest.TestCase):
         k = lab.knobs_of(self.args("demo", iodepth=4), lab.SCENARIOS["compare"])
         args = lab.report_args(k, ["a:vmm:viommu:baseline"], "0000:00:01.0")
         self.assertEqual(args[args.index("--iodepth") + 1], "4")
-        self.assertEqual(args[args.index("--ramp") + 1], "0")
-        k = lab.knobs_of(self.args("demo", ramp=2), lab.SCENARIOS["compare"])
-        self.assertEqual(lab.report_args(k, ["a:vmm:viommu:baseline"], "x")[args.index("--ramp") + 1], "2")
+        self.assertEqual(args[args.index("--ramp") + 1], "2", "the demo ramps 2 s by default")
+        k = lab.knobs_of(self.args("run", ramp=None), lab.SCENARIOS["compare"])
+        self.assertEqual(lab.report_args(k, ["a:vmm:viommu:baseline"], "x")[args.index("--ramp") + 1], "0")
+
+    def test_demo_runs_what_the_readme_standing_is_measured_in(self):
+        # Issue 32: the demo's defaults are the headline's configuration.
+        k = lab.knobs_of(self.args("demo"), lab.SCENARIOS["compare"])
+        self.assertEqual((k["host_iommu"], k["ramp"], k["lead"]), ("virtio", "2", "ours+patched-lazy"))
+        lazy = [r for r in lab.DEMO["runs"] if r.startswith(("ours+patched-lazy:", "qemu+patched:"))]
+        self.assertEqual(len(lazy), 2)
+        self.assertTrue(all(r.endswith("iommu.reuse_window_ms=1000") for r in lazy), lazy)
+        strict = next(r for r in lab.DEMO["runs"] if r.startswith("ours+patched-strict:"))
+        self.assertNotIn("reuse_window", strict)
+        args = lab.report_args(k, lab.DEMO["runs"], "x")
+        self.assertEqual(args[args.index("--lead") + 1], "ours+patched-lazy")
+        # The lead goes to the tool only when that column runs.
+        self.assertNotIn("--lead", lab.report_args(k, ["a:vmm:viommu:baseline"], "x"))
+        # Plain runs keep the lab's own defaults.
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["compare"])
+        self.assertEqual((k["host_iommu"], k["ramp"], k["lead"]), ("vtd", "0", None))
+
+    def test_outer_qemu_is_the_binary_the_lab_host_runs_under(self):
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["smoke"])
+        self.assertEqual(k["outer_qemu"], "7.2")
+        self.assertEqual(lab.outer_qemu("7.2"), "qemu-system-x86_64")
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        cmd = lab.host_command(image, Path("/d"), "c", 2, "vtd", "", "/roots/q/bin/qemu-system-x86_64")
+        self.assertEqual(cmd[0], "/roots/q/bin/qemu-system-x86_64")
+        k = lab.knobs_of(self.args("run", outer_qemu="11.1"), lab.SCENARIOS["smoke"])
+        self.assertEqual(k["outer_qemu"], "11.1")
 
     def test_host_iommu_picks_device_kernel_and_cmdline(self):
-        k = lab.knobs_of(self.args("demo"), lab.SCENARIOS["compare"])
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["compare"])
         self.assertEqual(k["host_iommu"], "vtd")
         image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
         cmd = lab.host_command(image, Path("/d"), "c", 2)
@@ -499,3 +536,33 @@ class FaultCensusTest(unittest.TestCase):
         self.assertEqual(per_vmm["vmm"]["guest crash or reset"], 1)
         self.assertEqual(per_vmm["vmm"]["final: hung"], 1)
         self.assertEqual(per_vmm["qemu"]["cells"], 1)
+
+
+class DebianRootTest(unittest.TestCase):
+    def test_absolute_links_point_into_the_root(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            (root / "usr/share/seabios").mkdir(parents=True)
+            (root / "usr/share/qemu").mkdir(parents=True)
+            (root / "usr/share/seabios/bios-256k.bin").write_text("root's own")
+            (root / "usr/share/qemu/bios-256k.bin").symlink_to("/usr/share/seabios/bios-256k.bin")
+            (root / "usr/share/qemu/rel").symlink_to("../seabios/bios-256k.bin")
+            debian_root.relative_symlinks(root)
+            link = root / "usr/share/qemu/bios-256k.bin"
+            self.assertFalse(str(link.readlink()).startswith("/"))
+            self.assertEqual(link.read_text(), "root's own")
+            self.assertEqual(str((root / "usr/share/qemu/rel").readlink()), "../seabios/bios-256k.bin")
+
+    def test_newest_version_of_the_package_in_an_index(self):
+        index = ("Package: qemu-system-x86\nSource: qemu\nVersion: 1:11.1.2+ds-1~bpo13+1\n\n"
+                 "Package: qemu-system-x86-xen\nVersion: 1:99\n\n"
+                 "Package: qemu-system-x86\nSource: qemu\nVersion: 1:11.1.10+ds-1~bpo13+1\n\n")
+        orig = debian_root.fetch
+        debian_root.fetch = lambda url: __import__("lzma").compress(index.encode())
+        try:
+            self.assertEqual(debian_root.package_version("trixie-backports", "qemu-system-x86"), "1:11.1.10+ds-1~bpo13+1")
+            with self.assertRaises(SystemExit) as e:
+                debian_root.package_version("trixie", "nope")
+            self.assertIn("nope is not in", str(e.exception))
+        finally:
+            debian_root.fetch = orig

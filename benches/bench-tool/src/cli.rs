@@ -58,6 +58,10 @@ pub struct Args {
     /// The column others are compared with in the "vs" column [default: the first].
     #[arg(long, value_name = "TAG")]
     pub baseline: Option<String>,
+    /// The column the report leads with: a headline of its IOPS over the
+    /// baseline's and the ceiling's, round by round, before every table.
+    #[arg(long, value_name = "TAG")]
+    pub lead: Option<String>,
     /// fio workload of the measured runs.
     #[arg(long, value_enum, default_value_t = Rw::Randread)]
     pub rw: Rw,
@@ -304,6 +308,9 @@ pub enum CliError {
     /// --baseline names no selected column.
     #[error("--baseline {0:?}: not one of the selected columns ({1})")]
     BadBaseline(String, String),
+    /// --lead names no selected column.
+    #[error("--lead {0:?}: not one of the selected columns ({1})")]
+    BadLead(String, String),
 }
 
 /// One block size.
@@ -388,6 +395,12 @@ impl Args {
                 )
             })?,
         };
+        if let Some(l) = &self.lead {
+            if !columns.iter().any(|c| &c.tag == l) {
+                let tags: Vec<&str> = columns.iter().map(|c| c.tag.as_str()).collect();
+                return Err(CliError::BadLead(l.clone(), tags.join(", ")));
+            }
+        }
         let mut bs = Vec::new();
         for s in self.bs.iter().filter(|s| !s.trim().is_empty()) {
             let bytes = parse_size(s)
@@ -663,6 +676,7 @@ mod tests {
             (&["--span", "lots"], "--span"),
             (&["--columns", "ours+turbo"], "\"ours+turbo\""),
             (&["--baseline", "nope"], "--baseline \"nope\""),
+            (&["--lead", "nope"], "--lead \"nope\""),
         ];
         for (flags, want) in cases {
             let e = parse(flags).unwrap_err().to_string();

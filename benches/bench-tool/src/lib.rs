@@ -17,6 +17,7 @@ pub mod columns;
 pub mod cpu_time;
 pub mod guest;
 pub mod guest_time;
+pub mod headline;
 pub mod host;
 pub mod image;
 pub mod kvm_exits;

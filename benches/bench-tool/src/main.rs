@@ -625,7 +625,8 @@ fn conclude(
 ) -> u8 {
     let a = &cfg.args;
     let phases = plan::phases(cfg);
-    let summary = summarize(&cfg.columns, &phases, &cells, cfg.baseline, a.rounds);
+    let mut summary = summarize(&cfg.columns, &phases, &cells, cfg.baseline, a.rounds);
+    summary.lead = a.lead.clone();
     let doc = Results {
         tool: format!("viommu-bench {}", env!("CARGO_PKG_VERSION")),
         command: std::env::args().collect(),

@@ -11,6 +11,7 @@ use crate::columns::{Column, Iommu};
 use crate::cpu_time::{self, CpuRow};
 use crate::guest::{count_phase_name, is_count_phase, FioRecord};
 use crate::guest_time::{self, GuestTimeRow};
+use crate::headline;
 use crate::metrics::DeviceCounters;
 use crate::order;
 use crate::paired;
@@ -257,9 +258,22 @@ pub struct Summary {
     /// usable as an IOVA, retried guest crashes.
     #[serde(default)]
     pub findings: Vec<String>,
+    /// The column the headline leads with (`--lead`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead: Option<String>,
 }
 
 impl Summary {
+    /// The headline section's title (`--lead` runs).
+    pub fn headline_title(&self) -> String {
+        headline::title(
+            self.lead.as_deref().unwrap_or("-"),
+            &self.baseline,
+            self.ceiling.as_deref(),
+            &self.rounds_text(),
+        )
+    }
+
     /// "N round(s)", or "N of M rounds" when fewer than the M asked for
     /// measured anything (a lab host lost, every guest of a round hung).
     pub fn rounds_text(&self) -> String {
@@ -629,6 +643,7 @@ pub fn summarize(
         exits,
         order: crate::order::rows(columns, phases, cells, baseline),
         paired: paired::rows(columns, phases, cells, baseline),
+        lead: None,
     }
 }
 
@@ -937,7 +952,16 @@ fn notes(s: &Summary) -> String {
 
 /// The table for a terminal.
 pub fn render_text(s: &Summary) -> String {
-    let mut out = String::new();
+    let lead = headline::lines(s.lead.as_deref(), &s.paired);
+    let mut out = if lead.is_empty() {
+        String::new()
+    } else {
+        text_table(
+            &s.headline_title(),
+            headline::header(&s.baseline, s.ceiling.as_deref()),
+            lead.iter().map(headline::cells),
+        )
+    };
     for g in &s.groups {
         out += &format!("\n== {} (bs {}, numjobs {}) ==\n", g.phase, g.bs, g.numjobs);
         let mut rows = vec![HEADER.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
@@ -1017,7 +1041,17 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
             rows.push(cells);
         }
     }
-    let mut out = format!("# {title}\n\n{}\n", md_table(&head, &rows));
+    let mut out = format!("# {title}\n\n");
+    let lead = headline::lines(s.lead.as_deref(), &s.paired);
+    if !lead.is_empty() {
+        let cells: Vec<Vec<String>> = lead.iter().map(headline::cells).collect();
+        out += &format!(
+            "Headline: {}\n\n{}\n",
+            s.headline_title().trim_start_matches("headline: "),
+            md_table(&headline::header(&s.baseline, s.ceiling.as_deref()), &cells)
+        );
+    }
+    out += &format!("{}\n", md_table(&head, &rows));
     out += "\n";
     for g in &s.groups {
         out += &format!("- {}: {}\n", g.phase, g.verdict);

@@ -566,3 +566,26 @@ class DebianRootTest(unittest.TestCase):
             self.assertIn("nope is not in", str(e.exception))
         finally:
             debian_root.fetch = orig
+
+
+fault_census = _load("fault_census", "fault-census")
+
+
+class FaultCensusTest(unittest.TestCase):
+    def test_every_attempt_is_a_boot_per_outer_emulator_and_vmm(self):
+        doc = {"outer_qemu": "QEMU emulator version 11.1.3", "runs": ["o1:vmm:viommu:p", "q1:qemu:viommu:p"],
+               "boots": [{"host_crash": None, "stalled": "its console ended without @@LAB-DONE@@"}, {}],
+               "cells": [
+                   {"column": "o1", "status": {"status": "ok"}, "warnings": [
+                       "attempt 1 failed (the guest reset itself mid-run (our VMM exited 4: triple fault)); ran it again (log x)",
+                       "attempt 2 failed (the guest hung in boot (no I/O for 120 s; --retry-hung)); ran it again (log y)"]},
+                   {"column": "q1", "status": {"status": "hung"}, "warnings": []},
+               ]}
+        hosts, guests = fault_census.census([doc])
+        ours = guests[("QEMU emulator version 11.1.3", "vmm")]
+        self.assertEqual((ours["guest boots"], ours["guest crash or reset"], ours["guest hang"]), (3, 1, 1))
+        qemu = guests[("QEMU emulator version 11.1.3", "qemu")]
+        self.assertEqual((qemu["guest boots"], qemu["guest hang"]), (1, 1))
+        h = hosts["QEMU emulator version 11.1.3"]
+        self.assertEqual((h["lab host boots"], h["lab host wedged"], h["lab host crashed"]), (2, 1, 0))
+        self.assertIn("| QEMU emulator version 11.1.3 | ours | 3 | 1 | 1 | 0 | 0.67 |", fault_census.table(hosts, guests))

@@ -16,14 +16,16 @@ lab = importlib.util.module_from_spec(_spec)
 _loader.exec_module(lab)
 
 
-def _load(name: str, file: str):
-    loader = importlib.machinery.SourceFileLoader(name, str(Path(__file__).with_name(file)))
-    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+def _load(name: str):
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(Path(__file__).with_name(name)))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
 
 
-debian_root = _load("debian_root", "debian-root")
+debian_root = _load("debian-root")
+fault_census = _load("fault-census")
 
 HOST = '@@LAB-HOST-READY@@ {"kernel":"6.1.0-56-cloud-amd64","nvme":"0000:00:01.0","vfio_group":1,"cpus":2,"bar0":"0xfebf0000-0xfebf3fff"}'
 
@@ -503,17 +505,9 @@ if __name__ == "__main__":
     unittest.main()
 
 
-def _load(name: str):
-    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(Path(__file__).with_name(name)))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
 class FaultCensusTest(unittest.TestCase):
     def test_hangs_by_kind_and_lab_host_faults(self):
-        fc = _load("fault-census")
+        fc = fault_census
         doc = {
             "runs": ["a:vmm:viommu:patched", "q:qemu:viommu:patched"],
             "boots": [{"host_crash": "BUG: stack guard"}, {"stalled": "no progress"}, {}],
@@ -527,15 +521,19 @@ class FaultCensusTest(unittest.TestCase):
                 {"column": "q", "status": {"status": "ok"}, "warnings": []},
             ],
         }
-        total, per_vmm = fc.census([doc])
+        hosts, guests = fc.census([doc])
+        total = hosts["QEMU 7.2 (not recorded)"]
         self.assertEqual(total["lab host crashed"], 1)
         self.assertEqual(total["lab host wedged"], 1)
         self.assertEqual(total["lab host boots"], 3)
-        self.assertEqual(per_vmm["vmm"]["hang: untaken"], 1)
-        self.assertEqual(per_vmm["vmm"]["hang: owed"], 1)
-        self.assertEqual(per_vmm["vmm"]["guest crash or reset"], 1)
-        self.assertEqual(per_vmm["vmm"]["final: hung"], 1)
-        self.assertEqual(per_vmm["qemu"]["cells"], 1)
+        ours = guests[("QEMU 7.2 (not recorded)", "vmm")]
+        self.assertEqual(ours["hang diagnosis: untaken"], 1)
+        self.assertEqual(ours["hang diagnosis: owed"], 1)
+        self.assertEqual(ours["guest crash or reset"], 1)
+        self.assertEqual(ours["guest hang"], 2)
+        self.assertEqual(ours["final: hung"], 1)
+        self.assertEqual(ours["guest boots"], 4)
+        self.assertEqual(guests[("QEMU 7.2 (not recorded)", "qemu")]["guest boots"], 1)
 
 
 class DebianRootTest(unittest.TestCase):
@@ -568,10 +566,7 @@ class DebianRootTest(unittest.TestCase):
             debian_root.fetch = orig
 
 
-fault_census = _load("fault_census", "fault-census")
-
-
-class FaultCensusTest(unittest.TestCase):
+class FaultCensusTableTest(unittest.TestCase):
     def test_every_attempt_is_a_boot_per_outer_emulator_and_vmm(self):
         doc = {"outer_qemu": "QEMU emulator version 11.1.3", "runs": ["o1:vmm:viommu:p", "q1:qemu:viommu:p"],
                "boots": [{"host_crash": None, "stalled": "its console ended without @@LAB-DONE@@"}, {}],

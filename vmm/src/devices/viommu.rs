@@ -830,7 +830,8 @@ impl Worker {
         }
         let status = self.shared.status.clone();
         let mut start = Instant::now();
-        let mut deadline = start + window;
+        // None: a window past what `Instant` can count, never spent.
+        let mut deadline = start.checked_add(window);
         let mut last = start;
         let mut polled = Duration::ZERO;
         let end = loop {
@@ -864,10 +865,10 @@ impl Worker {
                         self.rekick();
                         break PollEnd::Rekicked;
                     }
-                    deadline = start + window;
+                    deadline = start.checked_add(window);
                     last = start;
                 }
-                Ok(false) if now >= deadline => {
+                Ok(false) if deadline.is_some_and(|d| now >= d) => {
                     status.polls_timed_out.fetch_add(1, Ordering::Relaxed);
                     break PollEnd::TimedOut;
                 }

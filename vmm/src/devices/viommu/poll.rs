@@ -81,7 +81,7 @@ impl PollWindow {
             return;
         }
         if gap <= self.max {
-            self.cur = (self.cur * 2).max(GROW_START).min(self.max);
+            self.cur = self.cur.saturating_mul(2).max(GROW_START).min(self.max);
         } else {
             self.shrink();
         }
@@ -138,6 +138,22 @@ mod tests {
             w.observe_gap(99 * US);
         }
         assert_eq!(w.current(), 100 * US);
+    }
+
+    #[test]
+    fn any_bound_is_safe() {
+        let mut w = PollWindow::new(Duration::MAX);
+        w.observe_gap(Duration::from_secs(1));
+        assert_eq!(w.current(), Duration::MAX);
+        for _ in 0..200 {
+            w.observe_preempted();
+        }
+        assert_eq!(w.current(), Duration::ZERO);
+        let gap = Duration::from_secs(u64::MAX / 2);
+        for _ in 0..200 {
+            w.observe_gap(gap);
+        }
+        assert!(w.current() >= gap, "grown until it covers the gap");
     }
 
     #[test]

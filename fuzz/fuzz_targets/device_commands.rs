@@ -43,7 +43,9 @@ use viommu_device::testing::{req, FakeMapper, GuestDriver, DATA_BASE};
 use viommu_device::{ConfigWrite, DeviceConfig};
 use viommu_wire::CONFIG_BYPASS_OFFSET;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
-use vmm::devices::viommu::{DeviceThread, Model, ViommuDevice, COMMAND_QUEUE, REQUEST_QUEUE_SIZE};
+use vmm::devices::viommu::{
+    DeviceThread, Model, ViommuDevice, COMMAND_QUEUE, DEFAULT_POLL_MAX, REQUEST_QUEUE_SIZE,
+};
 use vmm::devices::virtio::{VirtioDevice, VirtioInterrupt};
 
 #[path = "common/input.rs"]
@@ -107,7 +109,10 @@ impl Driver {
                 .add_endpoint(ep, Arc::new(FakeMapper::counting()))
                 .expect("endpoint");
         }
-        let (dev, thread) = ViommuDevice::spawn(model, None).expect("device thread");
+        // Polling as the VMM runs it by default: commands and kicks come
+        // while the thread polls, and settle points wait for it to stop.
+        let (dev, thread) =
+            ViommuDevice::spawn(model, None, DEFAULT_POLL_MAX).expect("device thread");
         let mut bypass = [0u8];
         dev.read_config(CONFIG_BYPASS_OFFSET, &mut bypass);
         let mut d = Driver {

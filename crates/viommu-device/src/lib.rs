@@ -87,6 +87,8 @@ mod tests_lazy;
 #[cfg(test)]
 mod tests_linux;
 #[cfg(test)]
+mod tests_polling;
+#[cfg(test)]
 mod tests_smp;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -170,6 +172,23 @@ pub enum Drained {
     /// The call took a queue size of requests and the driver has posted
     /// more: call again (the driver may not notify for them).
     More,
+}
+
+/// What a drain of the request queue leaves the driver's notifications
+/// as once the queue is empty ([`VirtioIommu::process_request_queue_leaving`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notifications {
+    /// On (EVENT_IDX: `avail_event` at the device's next available index;
+    /// without it the used ring's NO_NOTIFY flag clear), and the ring read
+    /// again after that: the driver's next request comes with a
+    /// notification. Before waiting for one, a caller must have drained
+    /// with this.
+    On,
+    /// Suppressed (EVENT_IDX: `avail_event` half the index space away;
+    /// without it NO_NOTIFY set): the driver does not notify for what it
+    /// publishes next, and the caller polls the ring
+    /// ([`VirtioIommu::request_queue_pending`]) instead.
+    Suppressed,
 }
 
 /// Where an endpoint's DMA goes.
@@ -469,13 +488,43 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     /// EVENT_IDX does not notify while the device is behind), after
     /// serving whatever else waits for it.
     pub fn process_request_queue(&mut self) -> Result<Drained, Error> {
+        self.process_request_queue_leaving(Notifications::On)
+    }
+
+    /// [`process_request_queue`](Self::process_request_queue), leaving the
+    /// driver's notifications as `after` says once the queue is empty. A
+    /// caller that polls the ring drains with
+    /// [`Notifications::Suppressed`] while it polls, and with
+    /// [`Notifications::On`] before it waits for a notification: that
+    /// drain reads the ring after turning them on, so a request published
+    /// as the polling ended is taken then, not left waiting for a
+    /// notification the driver did not send.
+    pub fn process_request_queue_leaving(
+        &mut self,
+        after: Notifications,
+    ) -> Result<Drained, Error> {
         let Some(mut active) = self.active.take() else {
             return Err(Error::NotActivated);
         };
         let start = std::time::Instant::now();
-        let r = self.drain_requests(&mut active);
+        let r = self.drain_requests(&mut active, after);
         self.active = Some(active);
         self.counters.busy_ns += dma_mapper::elapsed_ns(start);
         r
+    }
+
+    /// Whether the driver has published requests the device has not taken
+    /// yet (one read of the avail index in guest memory; an index more than
+    /// a queue size ahead is corrupt and does not count, as a drain would
+    /// not take from it either). What a caller polling the ring checks.
+    pub fn request_queue_pending(&self) -> Result<bool, Error> {
+        let Some(active) = self.active.as_ref() else {
+            return Err(Error::NotActivated);
+        };
+        let mem = active.mem.memory();
+        queue::pending(&*mem, &active.requestq).map_err(|source| Error::Queue {
+            queue: viommu_wire::REQUEST_QUEUE,
+            source,
+        })
     }
 }

@@ -15,7 +15,9 @@ use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemory};
 
 use crate::chain::{head_is_indirect, read_chain, write_at, ChainError, RawRequest};
-use crate::{Active, Counters, Drained, Error, FaultReport, IommuInterrupt, VirtioIommu};
+use crate::{
+    Active, Counters, Drained, Error, FaultReport, IommuInterrupt, Notifications, VirtioIommu,
+};
 
 /// One request chain of a drained batch and the reply it will get.
 pub(crate) struct DrainedRequest {
@@ -39,10 +41,15 @@ pub(crate) enum Reply {
 impl<S: GuestAddressSpace> VirtioIommu<S> {
     /// Drains the request queue: pops what the driver made available,
     /// executes it as batches and completes them, until the queue stays
-    /// empty with notifications enabled, or until a queue size of
-    /// requests has been taken ([`Drained::More`]: what is left waits for
-    /// the caller's next call, with notifications still off).
-    pub(crate) fn drain_requests(&mut self, active: &mut Active<S>) -> Result<Drained, Error> {
+    /// empty with the driver's notifications as `after` says, or until a
+    /// queue size of requests has been taken ([`Drained::More`]: what is
+    /// left waits for the caller's next call, with notifications still
+    /// off).
+    pub(crate) fn drain_requests(
+        &mut self,
+        active: &mut Active<S>,
+        after: Notifications,
+    ) -> Result<Drained, Error> {
         let mem = active.mem.memory();
         let q = wire::REQUEST_QUEUE;
         let queue_err = |source| Error::Queue { queue: q, source };
@@ -108,10 +115,24 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                     return Ok(Drained::More);
                 }
             }
-            let more = active
-                .requestq
-                .enable_notification(&*mem)
-                .map_err(queue_err)?;
+            // Both ways the ring is read again after the flag or index is
+            // written (a fence between): a request published before the
+            // driver could see the new value is taken by the next round.
+            let more = match after {
+                Notifications::On => active
+                    .requestq
+                    .enable_notification(&*mem)
+                    .map_err(queue_err)?,
+                Notifications::Suppressed => {
+                    suppress_notifications(&*mem, &mut active.requestq).map_err(queue_err)?;
+                    fence(Ordering::SeqCst);
+                    let avail = active
+                        .requestq
+                        .avail_idx(&*mem, Ordering::Acquire)
+                        .map_err(queue_err)?;
+                    avail.0 != active.requestq.next_avail()
+                }
+            };
             if !more {
                 return Ok(Drained::Empty);
             }
@@ -266,6 +287,45 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             &mut self.counters,
         )
     }
+}
+
+/// Asks the driver not to notify `queue`: without EVENT_IDX the used
+/// ring's `VRING_USED_F_NO_NOTIFY` flag; with it, `avail_event` half the
+/// index space away from the device's next available index. A driver
+/// notifies when `avail_event` lies in `[old, new)`, the indices it
+/// published since its previous notify decision, which never span that
+/// far (the ring holds a queue size, at most 2^15), so no decision made
+/// while this holds notifies. (Leaving `avail_event` where the last
+/// re-enabling put it, as virtio-queue's `disable_notification` does,
+/// lets the driver's next request notify once more.) Both are hints: a
+/// driver may notify anyway, and a device that reads the ring after
+/// turning notifications on again misses nothing.
+pub(crate) fn suppress_notifications<M: GuestMemory>(
+    mem: &M,
+    queue: &mut Queue,
+) -> Result<(), virtio_queue::Error> {
+    if !queue.event_idx_enabled() {
+        return queue.disable_notification(mem);
+    }
+    let far = Wrapping(queue.next_avail()) + Wrapping(0x8000);
+    let addr = queue
+        .used_ring()
+        .checked_add(4 + 8 * u64::from(queue.size()))
+        .ok_or(virtio_queue::Error::AddressOverflow)?;
+    mem.store(u16::to_le(far.0), GuestAddress(addr), Ordering::Relaxed)
+        .map_err(virtio_queue::Error::GuestMemory)
+}
+
+/// Whether the driver published requests the device has not taken: its
+/// avail index 1 to a queue size ahead of the device's next one (further
+/// is a corrupt index, which a drain does not serve either).
+pub(crate) fn pending<M: GuestMemory + ?Sized>(
+    mem: &M,
+    queue: &Queue,
+) -> Result<bool, virtio_queue::Error> {
+    let avail = queue.avail_idx(mem, Ordering::Acquire)?;
+    let ahead = (avail - Wrapping(queue.next_avail())).0;
+    Ok(ahead != 0 && ahead <= queue.size())
 }
 
 /// Pops the next available chain, like `QueueT::pop_descriptor_chain`

@@ -20,6 +20,9 @@ struct VmInfo<'a> {
     cmdline: &'a str,
     viommu: bool,
     lazy_unmap: bool,
+    /// The bound of the request queue's poll window, in microseconds
+    /// (`--viommu-poll-us`; 0: no polling).
+    viommu_poll_us: Option<u128>,
     pool_hint: Option<PoolHintInfo>,
     vfio: Vec<VfioInfo<'a>>,
 }
@@ -56,6 +59,7 @@ pub fn state(
         cmdline: &cfg.cmdline,
         viommu: cfg.viommu,
         lazy_unmap: cfg.viommu && cfg.lazy_unmap,
+        viommu_poll_us: cfg.viommu.then_some(cfg.viommu_poll.as_micros()),
         pool_hint: cfg
             .pool_hint
             .filter(|_| cfg.viommu)
@@ -126,6 +130,7 @@ mod tests {
             pool_hint: Some((4096, 1 << 20)),
             reserve_iova: Vec::new(),
             host_pci_reserve: true,
+            viommu_poll: std::time::Duration::from_micros(20),
             seccomp: Default::default(),
             user: None,
         };
@@ -138,6 +143,7 @@ mod tests {
         // Without a virtio-iommu nothing of it is offered or counted.
         assert_eq!(s.info["lazy_unmap"], false);
         assert!(s.info["pool_hint"].is_null());
+        assert!(s.info["viommu_poll_us"].is_null());
         assert_eq!((s.metrics)(), "");
     }
 }

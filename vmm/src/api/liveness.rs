@@ -178,6 +178,41 @@ impl Liveness {
                 "Request queue notifications the device thread took (kicks that arrived between two of its reads count once).",
                 Some(r.kicks),
             );
+            metric(
+                &mut out,
+                "viommu_requestq_poll_ns_total",
+                "counter",
+                "Nanoseconds the device thread spent polling the request queue for requests (wall time, drains not included; at most a host core's worth).",
+                Some(r.poll_ns),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_polls_found_total",
+                "counter",
+                "Looks at the request queue while polling that found requests (each a notification the guest did not make and a wake-up the thread did not need).",
+                Some(r.polls_found),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_polls_timed_out_total",
+                "counter",
+                "Polls of the request queue that ended with the poll window spent and no request.",
+                Some(r.polls_timed_out),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_polls_preempted_total",
+                "counter",
+                "Polls of the request queue ended because another task took the core (each one shrinks the window).",
+                Some(r.polls_preempted),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_poll_window_ns",
+                "gauge",
+                "How long the device thread polls the request queue after serving it, now (adapted to the gaps between requests, up to --viommu-poll-us; 0: not polling).",
+                Some(r.poll_window_ns),
+            );
         }
         out
     }

@@ -94,6 +94,14 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// `--viommu-poll-us` beyond its limit.
+    #[error("--viommu-poll-us {got}: at most {limit} microseconds (polling longer costs more than the wake-up it saves)")]
+    PollWindow {
+        /// Its value.
+        got: u64,
+        /// The largest value accepted.
+        limit: u128,
+    },
     /// The group's node cannot be opened for lack of permission.
     #[error("--vfio {}: cannot open {}: permission denied (run as root, or give this user read-write access to it)", path.display(), dev.display())]
     VfioDenied {

@@ -78,6 +78,17 @@ pub struct Cli {
     /// Repeatable. Needs --viommu.
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range)]
     pub reserve_iova: Vec<(u64, u64)>,
+    /// Longest the virtio-iommu's device thread keeps polling its request
+    /// queue after serving requests, in microseconds (0: never poll, wait
+    /// for the guest's notification each time). While it polls, the guest
+    /// is asked not to notify and its requests are taken without a notify
+    /// exit or a thread wake-up; the price is a host core busy up to this
+    /// long after each burst of requests. The thread adapts the window to
+    /// the gaps between requests (down to no polling when they are longer
+    /// than this) and yields the core to any other runnable task. At most
+    /// 1000. Needs --viommu. [default: 50]
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub viommu_poll_us: Option<u64>,
     /// For debugging only: do not reserve the host's PCI windows and the
     /// passed-through devices' BARs in the guest's IOVA space. A guest IOVA
     /// equal to a host MMIO address can then be taken for peer-to-peer
@@ -140,6 +151,9 @@ pub struct VmConfig {
     pub reserve_iova: Vec<(u64, u64)>,
     /// Keep the guest's IOVAs off the host's PCI windows and BARs.
     pub host_pci_reserve: bool,
+    /// The bound of the virtio-iommu's request-queue poll window
+    /// (`--viommu-poll-us`; zero: no polling).
+    pub viommu_poll: std::time::Duration,
     /// Whether threads get seccomp filters.
     pub seccomp: crate::seccomp::Policy,
     /// Who to run as after the setup (`--user`).
@@ -169,6 +183,7 @@ impl Cli {
             });
         }
         let pool_hint = self.check_viommu_options()?;
+        let viommu_poll = self.check_viommu_poll()?;
         let vfio = self
             .vfio
             .iter()
@@ -188,6 +203,7 @@ impl Cli {
             pool_hint,
             reserve_iova: self.reserve_iova,
             host_pci_reserve: !self.no_host_pci_reserve,
+            viommu_poll,
             seccomp: crate::seccomp::Policy {
                 enabled: self.seccomp,
             },
@@ -205,6 +221,7 @@ impl Cli {
                 ("pool-max", self.pool_max.is_some()),
                 ("reserve-iova", !self.reserve_iova.is_empty()),
                 ("no-host-pci-reserve", self.no_host_pci_reserve),
+                ("viommu-poll-us", self.viommu_poll_us.is_some()),
             ];
             if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
                 return Err(ConfigError::NeedsViommu { flag });
@@ -230,6 +247,22 @@ impl Cli {
             );
         }
         Ok(Some((threshold32, pool_max)))
+    }
+
+    /// `--viommu-poll-us`, within its limit, or the default.
+    fn check_viommu_poll(&self) -> Result<std::time::Duration, ConfigError> {
+        use crate::devices::viommu::{DEFAULT_POLL_MAX, POLL_MAX_LIMIT};
+        let Some(us) = self.viommu_poll_us else {
+            return Ok(DEFAULT_POLL_MAX);
+        };
+        let d = std::time::Duration::from_micros(us);
+        if d > POLL_MAX_LIMIT {
+            return Err(ConfigError::PollWindow {
+                got: us,
+                limit: POLL_MAX_LIMIT.as_micros(),
+            });
+        }
+        Ok(d)
     }
 }
 
@@ -334,6 +367,29 @@ mod tests {
             cfg.pool_hint,
             Some((DEFAULT_POOL_THRESHOLD as u32, DEFAULT_POOL_MAX))
         );
+        assert_eq!(
+            cfg.viommu_poll,
+            crate::devices::viommu::DEFAULT_POLL_MAX,
+            "polling on by default"
+        );
+        let cfg = v(&["--viommu", "--viommu-poll-us", "0"]).unwrap();
+        assert!(cfg.viommu_poll.is_zero(), "0 turns it off");
+        let cfg = v(&["--viommu", "--viommu-poll-us", "1000"]).unwrap();
+        assert_eq!(cfg.viommu_poll, std::time::Duration::from_millis(1));
+        let msg = v(&["--viommu", "--viommu-poll-us", "1001"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "--viommu-poll-us 1001: at most 1000 microseconds (polling longer costs more than the wake-up it saves)"
+        );
+        assert!(matches!(
+            v(&["--viommu-poll-us", "20"]),
+            Err(ConfigError::NeedsViommu {
+                flag: "viommu-poll-us"
+            })
+        ));
+        assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--viommu-poll-us", "-1"]).is_err());
         let cfg = v(&["--viommu", "--no-lazy-unmap", "--pool-threshold", "0"]).unwrap();
         assert!(!cfg.lazy_unmap);
         assert_eq!(cfg.pool_hint, None);

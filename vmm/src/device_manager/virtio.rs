@@ -29,7 +29,7 @@ impl DeviceManager<'_> {
             model.add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
         }
         let filter = self.seccomp.filter(crate::seccomp::ThreadKind::Device)?;
-        let (device, thread) = ViommuDevice::spawn(model, filter)
+        let (device, thread) = ViommuDevice::spawn(model, filter, cfg.viommu_poll)
             .map_err(io_err("cannot start the virtio-iommu device thread"))?;
         self.viommu_thread = Some(thread);
         let counters = device.counters();

@@ -32,6 +32,20 @@
 //!   back after serving the commands that came meanwhile (the driver may
 //!   not kick for them: with EVENT_IDX it does not while the device is
 //!   behind).
+//! - Polling (`--viommu-poll-us`, [`poll`]): after serving a request-queue
+//!   kick the thread keeps looking at the ring's avail index for up to the
+//!   poll window, the driver's notifications suppressed (EVENT_IDX:
+//!   `avail_event` half the index space away; without it NO_NOTIFY), and
+//!   serves what it finds there; so while requests keep coming the guest
+//!   makes no notify exit and the thread no wake-up. Before it sleeps it
+//!   turns notifications on and reads the ring once more
+//!   ([`Notifications::On`]): a request published as the polling ended is
+//!   served then. Between two looks it checks the command counter (a
+//!   command ends the polling at once), pauses and yields the core; a
+//!   look that comes late (the core went to another task) ends the
+//!   polling and shrinks the window. A polling session that keeps finding
+//!   requests ends after [`SESSION_MAX`] with a self-kick, so that the
+//!   event queue is served between sessions.
 //!   Activation waits for the thread's answer: the thread is idle then
 //!   (the device was reset and nothing activated it, so no request can be
 //!   in progress). A reset does not wait: the transport keeps showing the
@@ -56,9 +70,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use viommu_device::{ConfigWrite, Counters, Drained, IommuInterrupt, VirtioIommu};
+use viommu_device::{ConfigWrite, Counters, Drained, IommuInterrupt, Notifications, VirtioIommu};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -73,6 +87,20 @@ pub const EVENT_QUEUE_SIZE: u16 = 64;
 /// most one config write, one feature ack, one reset and one activation
 /// in flight (see the module doc), and the thread handle one stop.
 pub const COMMAND_QUEUE: usize = 8;
+/// Default bound of the request queue's poll window (`--viommu-poll-us`):
+/// see `vmm/README.md`, "Polling the request queue".
+pub const DEFAULT_POLL_MAX: Duration = Duration::from_micros(50);
+/// Largest bound `--viommu-poll-us` accepts.
+pub const POLL_MAX_LIMIT: Duration = Duration::from_millis(1);
+/// Longest a polling session that keeps finding requests runs before the
+/// thread goes back through its `poll(2)` (a self-kick; commands end a
+/// session at once).
+pub const SESSION_MAX: Duration = Duration::from_millis(1);
+/// A pause between two looks at the ring longer than this means the core
+/// went to another task: polling would only take it from that task (a
+/// vCPU of the guest, maybe the one about to post the request).
+const PREEMPTED: Duration = Duration::from_micros(50);
+
 /// Bytes of config space kept in the snapshot (the virtio-iommu config is
 /// smaller; the rest reads 0, as the model reads it).
 const CONFIG_SNAPSHOT: usize = 0x100;
@@ -138,6 +166,18 @@ pub struct ThreadStatus {
     /// Guest memory, the request queue's avail and used ring addresses and
     /// its size, from activation to reset.
     rings: Mutex<Option<(GuestMemoryMmap, GuestAddress, GuestAddress, u16)>>,
+    /// Nanoseconds the thread spent polling the request queue (looking at
+    /// the ring between requests, drains not included).
+    poll_ns: AtomicU64,
+    /// Looks at the ring that found requests (each one a notification the
+    /// guest did not make and a wake-up the thread did not need).
+    polls_found: AtomicU64,
+    /// Polls that ended with the window spent and no request.
+    polls_timed_out: AtomicU64,
+    /// Polls that ended because the core went to another task.
+    polls_preempted: AtomicU64,
+    /// The poll window now, in nanoseconds.
+    poll_window_ns: AtomicU64,
 }
 
 /// A reading of [`ThreadStatus`].
@@ -158,6 +198,16 @@ pub struct StatusReading {
     pub avail_event: Option<u16>,
     /// Request queue notifications the thread took.
     pub kicks: u64,
+    /// Nanoseconds spent polling the request queue.
+    pub poll_ns: u64,
+    /// Looks at the ring that found requests.
+    pub polls_found: u64,
+    /// Polls that timed out.
+    pub polls_timed_out: u64,
+    /// Polls ended by another task taking the core.
+    pub polls_preempted: u64,
+    /// The poll window now, in nanoseconds.
+    pub poll_window_ns: u64,
 }
 
 impl ThreadStatus {
@@ -169,6 +219,11 @@ impl ThreadStatus {
             next_avail: AtomicU32::new(u32::MAX),
             kicks: AtomicU64::new(0),
             rings: Mutex::new(None),
+            poll_ns: AtomicU64::new(0),
+            polls_found: AtomicU64::new(0),
+            polls_timed_out: AtomicU64::new(0),
+            polls_preempted: AtomicU64::new(0),
+            poll_window_ns: AtomicU64::new(0),
         }
     }
 
@@ -220,6 +275,11 @@ impl ThreadStatus {
             device_next_avail: u16::try_from(self.next_avail.load(Ordering::Acquire)).ok(),
             avail_event,
             kicks: self.kicks.load(Ordering::Relaxed),
+            poll_ns: self.poll_ns.load(Ordering::Relaxed),
+            polls_found: self.polls_found.load(Ordering::Relaxed),
+            polls_timed_out: self.polls_timed_out.load(Ordering::Relaxed),
+            polls_preempted: self.polls_preempted.load(Ordering::Relaxed),
+            poll_window_ns: self.poll_window_ns.load(Ordering::Relaxed),
         }
     }
 }
@@ -289,11 +349,23 @@ impl Drop for DeviceThread {
 }
 
 impl ViommuDevice {
-    /// Start the device thread on `model` (its endpoints added). The thread
-    /// installs `seccomp` first, if given.
+    /// Start the device thread on `model` (its endpoints added), polling
+    /// the request queue for up to `poll_max` after serving it
+    /// ([`DEFAULT_POLL_MAX`]; zero: never). The thread installs `seccomp`
+    /// first, if given.
     pub fn spawn(
         model: Model,
         seccomp: Option<crate::seccomp::Filter>,
+        poll_max: Duration,
+    ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
+        Self::spawn_polling(model, seccomp, PollWindow::new(poll_max))
+    }
+
+    /// [`spawn`](Self::spawn) with this poll window.
+    fn spawn_polling(
+        model: Model,
+        seccomp: Option<crate::seccomp::Filter>,
+        window: PollWindow,
     ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
         let shared = Arc::new(Shared {
             config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
@@ -309,12 +381,18 @@ impl ViommuDevice {
         let kicks = [EventFd::new(EFD_NONBLOCK)?, EventFd::new(EFD_NONBLOCK)?];
         let wake = EventFd::new(EFD_NONBLOCK)?;
         let (tx, rx) = sync_channel(COMMAND_QUEUE);
+        shared
+            .status
+            .poll_window_ns
+            .store(nanos(window.current()), Ordering::Relaxed);
         let worker = Worker {
             model,
             kicks: [kicks[0].try_clone()?, kicks[1].try_clone()?],
             wake: wake.try_clone()?,
             commands: rx,
             shared: shared.clone(),
+            window,
+            last_taken: None,
         };
         let features = worker.model.device_features();
         let handle = crate::seccomp::spawn("viommu", seccomp, move || worker.run())?;
@@ -521,6 +599,45 @@ struct Worker {
     wake: EventFd,
     commands: Receiver<Command>,
     shared: Arc<Shared>,
+    /// How long to poll the request queue after serving it.
+    window: PollWindow,
+    /// When a drain last took requests (since the activation): the gap to
+    /// the next one adapts the window.
+    last_taken: Option<Instant>,
+}
+
+/// How a poll of the request queue ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PollEnd {
+    /// The window is 0: no polling.
+    Off,
+    /// The window passed with no request.
+    TimedOut,
+    /// A command waits (reset, stop, config write, activation).
+    Command,
+    /// The core went to another task.
+    Preempted,
+    /// The ring says there are requests that a drain does not take (a
+    /// corrupt index, a ring that cannot be read): waiting for a
+    /// notification rather than spinning on it.
+    Stalled,
+    /// The thread kicked itself, requests left (a drain's cap or the
+    /// session's): the next wake-up serves them, notifications stay
+    /// suppressed until then.
+    Rekicked,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A pause between two looks at the ring: a few spin-loop hints, then the
+/// core is offered to whatever else is runnable on it.
+fn pause() {
+    for _ in 0..8 {
+        std::hint::spin_loop();
+    }
+    std::thread::yield_now();
 }
 
 impl Worker {
@@ -554,27 +671,13 @@ impl Worker {
                     return;
                 }
             }
-            for q in 0..2u16 {
-                // Nonblocking: EAGAIN when this queue was not kicked.
-                let kick = &self.kicks[usize::from(q)];
-                if kick.read().is_ok() {
-                    if q == 0 {
-                        status.kicks.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if self.notify(q) == Drained::More {
-                        // The drain stopped at its cap with requests left,
-                        // and the driver may not kick for them: kick
-                        // ourselves, so that the commands that came
-                        // meanwhile are served first and the queue right
-                        // after.
-                        if let Err(e) = self.kicks[usize::from(q)].write(1) {
-                            tracing::error!(
-                                queue = q,
-                                "cannot re-kick the virtio-iommu queue: {e}"
-                            );
-                        }
-                    }
-                }
+            // Nonblocking: EAGAIN when the queue was not kicked.
+            if self.kicks[0].read().is_ok() {
+                status.kicks.fetch_add(1, Ordering::Relaxed);
+                self.serve_requests();
+            }
+            if self.kicks[1].read().is_ok() {
+                self.serve_events();
             }
             status.end(self.model.request_queue_next_avail());
         }
@@ -603,6 +706,7 @@ impl Worker {
                 interrupt,
                 reply,
             } => {
+                self.last_taken = None;
                 let r = self
                     .model
                     .activate(Arc::new(mem), queues, Arc::new(Irq(interrupt)))
@@ -610,6 +714,7 @@ impl Worker {
                 let _ = reply.send(r);
             }
             Command::Reset => {
+                self.last_taken = None;
                 self.model.reset();
                 self.shared.snapshot_config(&self.model);
                 self.shared.snapshot_counters(&self.model);
@@ -620,25 +725,192 @@ impl Worker {
         true
     }
 
-    /// Serves a kick of `queue`; [`Drained::More`] if requests are left
-    /// for the next round.
-    fn notify(&mut self, queue: u16) -> Drained {
+    /// Kicks the request queue from the thread itself: requests are left
+    /// that the driver may not notify for (with EVENT_IDX it does not while
+    /// the device is behind, and notifications may be suppressed), served
+    /// after the commands that came meanwhile.
+    fn rekick(&self) {
+        if let Err(e) = self.kicks[0].write(1) {
+            tracing::error!("cannot re-kick the virtio-iommu request queue: {e}");
+        }
+    }
+
+    /// Drains the request queue, leaving the driver's notifications as
+    /// `after` says once it is empty; whether the drain took requests.
+    fn drain(&mut self, after: Notifications) -> (Drained, bool) {
         // A kick before activation or after a reset finds no queue.
         if !self.model.is_activated() {
-            return Drained::Empty;
+            return (Drained::Empty, false);
         }
-        let r = match queue {
-            0 => self.model.process_request_queue(),
-            _ => self.model.process_event_queue().map(|()| Drained::Empty),
-        };
+        let before = self.model.request_queue_next_avail();
+        let r = self.model.process_request_queue_leaving(after);
+        let next_avail = self.model.request_queue_next_avail();
+        // Where the device stands, for the liveness gauges: after every
+        // drain (a polling session drains many times in one wake-up).
+        self.shared
+            .status
+            .next_avail
+            .store(next_avail.map_or(u32::MAX, u32::from), Ordering::Release);
         self.shared.snapshot_counters(&self.model);
-        r.unwrap_or_else(|e| {
+        let r = r.unwrap_or_else(|e| {
             // Guest memory the driver's rings point at: at every kick.
-            viommu_device::guest_error!(queue, "virtio-iommu: {e}");
+            viommu_device::guest_error!(queue = 0u16, "virtio-iommu: {e}");
             Drained::Empty
-        })
+        });
+        let took = next_avail != before;
+        if took {
+            self.last_taken = Some(Instant::now());
+        }
+        (r, took)
+    }
+
+    /// Serves a notification of the request queue: drains it and, with a
+    /// poll window, polls it for more (see the module doc). Returns with
+    /// notifications on and the ring read after that, or with a self-kick
+    /// pending.
+    fn serve_requests(&mut self) {
+        let woke = Instant::now();
+        let previous = self.last_taken;
+        let polling = !self.window.current().is_zero();
+        let after = if polling {
+            Notifications::Suppressed
+        } else {
+            Notifications::On
+        };
+        let (r, took) = self.drain(after);
+        if let (true, Some(p)) = (took, previous) {
+            // The gap since the last request the thread took, which it
+            // slept through (or a poll was cut short in).
+            self.window.observe_gap(woke.saturating_duration_since(p));
+            self.publish_window();
+        }
+        if r == Drained::More {
+            self.rekick();
+            return;
+        }
+        if !polling {
+            return;
+        }
+        let session = Instant::now();
+        let mut suppressed = true;
+        loop {
+            let end = self.poll(session, suppressed);
+            if end == PollEnd::Rekicked {
+                return;
+            }
+            // Notifications on, then the ring read again: what was
+            // published as the polling ended is taken now.
+            let (r, took) = self.drain(Notifications::On);
+            if r == Drained::More {
+                self.rekick();
+                return;
+            }
+            // A request that came just as the window ended: the next may
+            // be as close behind; poll for it (within the session).
+            if !(took && end == PollEnd::TimedOut) || session.elapsed() >= SESSION_MAX {
+                return;
+            }
+            suppressed = false;
+        }
+    }
+
+    /// Polls the request queue for up to the window, notifications
+    /// suppressed (by a drain first unless `suppressed`), draining what
+    /// it finds; each request found starts the window again. Leaves
+    /// notifications suppressed: the caller turns them on (or has kicked
+    /// itself, [`PollEnd::Rekicked`]).
+    fn poll(&mut self, session: Instant, suppressed: bool) -> PollEnd {
+        let window = self.window.current();
+        if window.is_zero() {
+            return PollEnd::Off;
+        }
+        if !suppressed && self.drain(Notifications::Suppressed).0 == Drained::More {
+            self.rekick();
+            return PollEnd::Rekicked;
+        }
+        let status = self.shared.status.clone();
+        let mut start = Instant::now();
+        // None: a window past what `Instant` can count, never spent.
+        let mut deadline = start.checked_add(window);
+        let mut last = start;
+        let mut polled = Duration::ZERO;
+        let end = loop {
+            if self.shared.queued.load(Ordering::Acquire) != 0 {
+                break PollEnd::Command;
+            }
+            let pending = self.model.request_queue_pending();
+            let now = Instant::now();
+            if now.saturating_duration_since(last) > PREEMPTED && self.window.yields() {
+                status.polls_preempted.fetch_add(1, Ordering::Relaxed);
+                self.window.observe_preempted();
+                self.publish_window();
+                break PollEnd::Preempted;
+            }
+            last = now;
+            match pending {
+                Ok(true) => {
+                    polled += now.saturating_duration_since(start);
+                    if now.saturating_duration_since(session) >= SESSION_MAX {
+                        self.rekick();
+                        start = now;
+                        break PollEnd::Rekicked;
+                    }
+                    let (r, took) = self.drain(Notifications::Suppressed);
+                    start = Instant::now();
+                    if !took {
+                        break PollEnd::Stalled;
+                    }
+                    status.polls_found.fetch_add(1, Ordering::Relaxed);
+                    if r == Drained::More {
+                        self.rekick();
+                        break PollEnd::Rekicked;
+                    }
+                    deadline = start.checked_add(window);
+                    last = start;
+                }
+                Ok(false) if deadline.is_some_and(|d| now >= d) => {
+                    status.polls_timed_out.fetch_add(1, Ordering::Relaxed);
+                    break PollEnd::TimedOut;
+                }
+                Ok(false) => pause(),
+                Err(_) => break PollEnd::Stalled,
+            }
+        };
+        // Up to the last look before another task took the core, if one did.
+        let until = if end == PollEnd::Preempted {
+            last
+        } else {
+            Instant::now()
+        };
+        polled += until.saturating_duration_since(start);
+        status.poll_ns.fetch_add(nanos(polled), Ordering::Relaxed);
+        end
+    }
+
+    fn publish_window(&self) {
+        self.shared
+            .status
+            .poll_window_ns
+            .store(nanos(self.window.current()), Ordering::Relaxed);
+    }
+
+    /// Serves a notification of the event queue (the driver added
+    /// buffers for fault reports).
+    fn serve_events(&mut self) {
+        // A kick before activation or after a reset finds no queue.
+        if !self.model.is_activated() {
+            return;
+        }
+        let r = self.model.process_event_queue();
+        self.shared.snapshot_counters(&self.model);
+        if let Err(e) = r {
+            viommu_device::guest_error!(queue = 1u16, "virtio-iommu: {e}");
+        }
     }
 }
 
+pub mod poll;
 #[cfg(test)]
 mod tests;
+
+use poll::PollWindow;

@@ -1,5 +1,7 @@
 //! The device thread: kick -> drain -> interrupt through eventfds, a reset
-//! while a host call is in progress, and stopping.
+//! while a host call is in progress, stopping, and polling the request
+//! queue (notifications suppressed while it polls, nothing left unserved
+//! when it stops, commands served while it polls).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Condvar, Mutex};
@@ -11,6 +13,7 @@ use viommu_device::DeviceConfig;
 use virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY;
 use vm_memory::GuestAddress;
 
+use super::poll::PollWindow;
 use super::*;
 
 const EP: u32 = 8;
@@ -116,11 +119,20 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(PollWindow::new(DEFAULT_POLL_MAX))
+}
+
+/// A poll window so long that a test sees the thread polling.
+fn minute_window() -> PollWindow {
+    PollWindow::new(Duration::from_secs(60)).ignoring_preemption()
+}
+
+fn rig_with(window: PollWindow) -> Rig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     let mapper = Arc::new(GateMapper::default());
     model.add_endpoint(EP, mapper.clone()).unwrap();
-    let (dev, thread) = ViommuDevice::spawn(model, None).unwrap();
+    let (dev, thread) = ViommuDevice::spawn_polling(model, None, window).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -374,9 +386,11 @@ fn config_writes_that_change_nothing_are_not_queued() {
 type BusyMem = Arc<GuestMemoryMmap>;
 
 /// A device thread behind which a [`BusyGuest`] posts `rounds` UNMAP + MAP
-/// pairs without kicking, every feature acked (EVENT_IDX included).
+/// pairs without kicking, every feature acked (EVENT_IDX included),
+/// polling up to `poll`.
 fn busy_rig(
     rounds: u64,
+    poll: Duration,
 ) -> (
     ViommuDevice,
     DeviceThread,
@@ -392,7 +406,7 @@ fn busy_rig(
     ));
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, guest.clone()).unwrap();
-    let (mut dev, thread) = ViommuDevice::spawn(model, None).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn(model, None, poll).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -409,7 +423,13 @@ fn busy_rig(
 
 #[test]
 fn a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset() {
-    let (mut dev, thread, guest, _irq) = busy_rig(u64::MAX);
+    for poll in [Duration::ZERO, DEFAULT_POLL_MAX, POLL_MAX_LIMIT] {
+        a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset_polling(poll);
+    }
+}
+
+fn a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset_polling(poll: Duration) {
+    let (mut dev, thread, guest, _irq) = busy_rig(u64::MAX, poll);
     guest.start(EP);
     dev.kick_eventfds().unwrap()[0].write(1).unwrap();
     until("the stream", || guest.posted() > 2000);
@@ -432,7 +452,13 @@ fn a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset() {
 
 #[test]
 fn requests_left_at_the_cap_are_served_without_a_new_kick() {
-    let (dev, thread, guest, irq) = busy_rig(1000);
+    for poll in [Duration::ZERO, DEFAULT_POLL_MAX] {
+        requests_left_at_the_cap_are_served_without_a_new_kick_polling(poll);
+    }
+}
+
+fn requests_left_at_the_cap_are_served_without_a_new_kick_polling(poll: Duration) {
+    let (dev, thread, guest, irq) = busy_rig(1000, poll);
     let status = dev.status();
     guest.start(EP);
     // One kick, the only one: with EVENT_IDX the driver would not kick
@@ -507,40 +533,27 @@ impl LinuxDriver {
             return;
         }
         self.kick(mem, notify);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.in_flight > 0 {
-            self.in_flight -= self.d.poll(mem).len();
-            if Instant::now() > deadline {
-                panic!(
-                    "a sync waits for requests the device does not serve: driver avail {}, \
-                     {} in flight, avail_event {}; device {:?}",
-                    self.d.avail_idx(),
-                    self.in_flight,
-                    self.d.avail_event(mem),
-                    status.read()
-                );
-            }
-            std::hint::spin_loop();
-        }
+        self.wait(mem, status);
     }
 }
 
-#[test]
-fn a_linux_driver_on_two_cpus_never_waits_for_a_request_the_device_did_not_take() {
-    linux_driver_on_two_cpus(true);
+/// A device thread serving a [`LinuxDriver`] (EVENT_IDX as asked) with
+/// `window`, its endpoint attached by a first request (notified: the
+/// device starts with notifications on).
+struct LinuxRig {
+    mem: GuestMemoryMmap,
+    dev: ViommuDevice,
+    thread: DeviceThread,
+    status: Arc<ThreadStatus>,
+    notify: EventFd,
+    driver: Arc<Mutex<LinuxDriver>>,
 }
 
-#[test]
-fn the_same_without_event_idx() {
-    linux_driver_on_two_cpus(false);
-}
-
-fn linux_driver_on_two_cpus(event_idx: bool) {
+fn linux_rig(event_idx: bool, window: PollWindow) -> LinuxRig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
     let mut model = Model::new(DeviceConfig::default()).unwrap();
-    let mapper = Arc::new(FakeMapper::new());
-    model.add_endpoint(EP, mapper.clone()).unwrap();
-    let (mut dev, thread) = ViommuDevice::spawn(model, None).unwrap();
+    model.add_endpoint(EP, Arc::new(FakeMapper::new())).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn_polling(model, None, window).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -564,8 +577,88 @@ fn linux_driver_on_two_cpus(event_idx: bool) {
     {
         let mut d = driver.lock().unwrap();
         d.add(&mem, &req::attach(1, EP, 0));
-        d.sync(&mem, &notify, &status);
+        assert!(d.kick(&mem, &notify), "the first request is notified");
+        d.wait(&mem, &status);
     }
+    LinuxRig {
+        mem,
+        dev,
+        thread,
+        status,
+        notify,
+        driver,
+    }
+}
+
+impl LinuxDriver {
+    /// Spins until every request is used (10 s: the device left one).
+    fn wait(&mut self, mem: &GuestMemoryMmap, status: &ThreadStatus) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.in_flight > 0 {
+            self.in_flight -= self.d.poll(mem).len();
+            assert!(
+                Instant::now() < deadline,
+                "a request the device does not serve: driver avail {}, avail_event {}; device {:?}",
+                self.d.avail_idx(),
+                self.d.avail_event(mem),
+                status.read()
+            );
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Whether the device asks this driver not to notify now: with
+    /// EVENT_IDX `avail_event` far from the avail index (as the device
+    /// sets it while polling), without it NO_NOTIFY.
+    fn suppressed(&self, mem: &GuestMemoryMmap) -> bool {
+        if self.event_idx {
+            self.d.avail_event(mem) == self.d.avail_idx().wrapping_add(0x8000)
+        } else {
+            self.d.used_flags(mem) & VRING_USED_F_NO_NOTIFY as u16 != 0
+        }
+    }
+}
+
+#[test]
+fn a_linux_driver_on_two_cpus_never_waits_for_a_request_the_device_did_not_take() {
+    linux_driver_on_two_cpus(true, PollWindow::new(Duration::ZERO), Duration::ZERO);
+}
+
+#[test]
+fn the_same_without_event_idx() {
+    linux_driver_on_two_cpus(false, PollWindow::new(Duration::ZERO), Duration::ZERO);
+}
+
+/// Polling with a short window the driver's pauses straddle: requests
+/// arrive while the thread polls, just as its window ends, and after it
+/// slept; the thread keeps polling however busy the machine is.
+#[test]
+fn the_same_with_requests_arriving_as_polling_ends() {
+    let window = PollWindow::new(Duration::from_micros(20)).ignoring_preemption();
+    linux_driver_on_two_cpus(true, window, Duration::from_micros(60));
+}
+
+#[test]
+fn the_same_with_requests_arriving_as_polling_ends_without_event_idx() {
+    let window = PollWindow::new(Duration::from_micros(20)).ignoring_preemption();
+    linux_driver_on_two_cpus(false, window, Duration::from_micros(60));
+}
+
+/// The default window, adapting (and giving up when the core is taken).
+#[test]
+fn the_same_with_the_default_poll_window() {
+    for event_idx in [true, false] {
+        let window = PollWindow::new(DEFAULT_POLL_MAX);
+        linux_driver_on_two_cpus(event_idx, window, Duration::from_micros(150));
+    }
+}
+
+/// Two CPUs share the driver (its request lock) and pause up to `jitter`
+/// (spinning) before each operation.
+fn linux_driver_on_two_cpus(event_idx: bool, window: PollWindow, jitter: Duration) {
+    let polling = !window.max().is_zero();
+    let r = linux_rig(event_idx, window);
+    let (mem, status, notify, driver) = (&r.mem, &r.status, &r.notify, &r.driver);
     let ops = 1500;
     let cpus: Vec<_> = (0..2u64)
         .map(|cpu| {
@@ -578,6 +671,13 @@ fn linux_driver_on_two_cpus(event_idx: bool) {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
+                    if !jitter.is_zero() {
+                        let pause = jitter.mul_f64((x >> 11) as f64 / (1u64 << 53) as f64);
+                        let t = Instant::now();
+                        while t.elapsed() < pause {
+                            std::hint::spin_loop();
+                        }
+                    }
                     let mut d = driver.lock().unwrap();
                     if d.d.free_descriptors() < 4 {
                         // __viommu_add_req() on -ENOSPC: sync and retry.
@@ -604,8 +704,115 @@ fn linux_driver_on_two_cpus(event_idx: bool) {
     for c in cpus {
         c.join().unwrap();
     }
-    driver.lock().unwrap().sync(&mem, &notify, &status);
-    thread.stop();
+    driver.lock().unwrap().sync(mem, notify, status);
+    let s = status.read();
+    if polling {
+        // The first request was followed by a poll, however short.
+        assert!(s.poll_ns > 0, "{s:?}");
+    } else {
+        assert_eq!(
+            (
+                s.poll_ns,
+                s.polls_found,
+                s.polls_timed_out,
+                s.poll_window_ns
+            ),
+            (0, 0, 0, 0)
+        );
+    }
+    r.thread.stop();
+}
+
+/// While the thread polls, the driver is asked not to notify, and the
+/// requests it does not notify are served; commands (a config write, a
+/// reset) are served at once, not after the window.
+#[test]
+fn while_the_thread_polls_requests_need_no_notification() {
+    for event_idx in [true, false] {
+        let mut r = linux_rig(event_idx, minute_window());
+        let mut d = r.driver.lock().unwrap();
+        until("notifications suppressed", || d.suppressed(&r.mem));
+        for i in 0..200u64 {
+            let iova = 0x10_0000 + i * 0x1000;
+            d.add(&r.mem, &req::map(1, iova, iova + 0xfff, DATA_BASE, 3));
+            assert!(
+                !d.kick(&r.mem, &r.notify),
+                "request {i} notified (event_idx {event_idx})"
+            );
+            d.wait(&r.mem, &r.status);
+        }
+        // (The thread's own kicks, between polling sessions, count in
+        // `kicks`; the driver's were checked above.)
+        let s = r.status.read();
+        assert!(s.polls_found >= 1, "{s:?}");
+        assert_eq!(s.poll_window_ns, 60_000_000_000, "the window stays");
+        // A command ends the polling: served now, not in a minute.
+        r.dev.write_config(BYPASS, &[1]);
+        until("the config write", || bypass(&r.dev) == 1);
+        // The polling ended with notifications on: the next request is
+        // notified, and polling starts again after it.
+        until("the thread waits", || r.dev.commands_applied());
+        assert!(!d.suppressed(&r.mem));
+        d.add(&r.mem, &req::unmap(1, 0x10_0000, 0x10_0fff));
+        assert!(d.kick(&r.mem, &r.notify), "event_idx {event_idx}");
+        d.wait(&r.mem, &r.status);
+        until("notifications suppressed", || d.suppressed(&r.mem));
+        r.dev.reset();
+        until("the reset", || !r.dev.reset_pending());
+        drop(d);
+        r.thread.stop();
+    }
+}
+
+/// Stopping the VMM does not wait for the poll window either.
+#[test]
+fn stop_ends_polling() {
+    let mut r = rig_with(minute_window());
+    r.kick(&[req::attach(1, EP, 0)]);
+    until("the attach", || r.reqq.used_idx(&r.mem) == 1);
+    until("polling", || {
+        r.reqq.used_flags(&r.mem) & VRING_USED_F_NO_NOTIFY as u16 != 0
+            || r.reqq.avail_event(&r.mem) == r.reqq.avail_idx().wrapping_add(0x8000)
+    });
+    let t = Instant::now();
+    r.thread.take().unwrap().stop();
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "waited for the window"
+    );
+}
+
+/// Without polling, the thread sleeps as soon as it has served: every
+/// request after that is notified, and one that is not stays unserved
+/// until a notification comes.
+#[test]
+fn without_polling_the_thread_waits_for_notifications() {
+    for event_idx in [true, false] {
+        let r = linux_rig(event_idx, PollWindow::new(Duration::ZERO));
+        let mut d = r.driver.lock().unwrap();
+        for i in 0..50u64 {
+            until("the thread waits", || r.dev.commands_applied());
+            let iova = 0x10_0000 + i * 0x1000;
+            d.add(&r.mem, &req::map(1, iova, iova + 0xfff, DATA_BASE, 3));
+            assert!(
+                d.kick(&r.mem, &r.notify),
+                "request {i} not notified (event_idx {event_idx})"
+            );
+            d.wait(&r.mem, &r.status);
+        }
+        until("the thread waits", || r.dev.commands_applied());
+        let used = d.d.used_idx(&r.mem);
+        d.add(&r.mem, &req::unmap(1, 0x10_0000, 0x10_0fff));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(d.d.used_idx(&r.mem), used, "served without a notification");
+        r.notify.write(1).unwrap();
+        d.wait(&r.mem, &r.status);
+        let s = r.status.read();
+        assert_eq!((s.poll_ns, s.polls_found), (0, 0));
+        assert_eq!(s.kicks, 52);
+        drop(d);
+        r.thread.stop();
+    }
 }
 
 /// `commands_applied` says when every command sent is in effect (the

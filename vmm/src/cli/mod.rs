@@ -86,7 +86,7 @@ pub struct Cli {
     /// long after each burst of requests. The thread adapts the window to
     /// the gaps between requests (down to no polling when they are longer
     /// than this) and yields the core to any other runnable task. At most
-    /// 1000. Needs --viommu. [default: 50]
+    /// 1000. Needs --viommu. [default: 0, off until measured]
     #[arg(long, value_name = "MICROSECONDS")]
     pub viommu_poll_us: Option<u64>,
     /// For debugging only: do not reserve the host's PCI windows and the

@@ -119,7 +119,7 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    rig_with(PollWindow::new(DEFAULT_POLL_MAX))
+    rig_with(PollWindow::new(SUGGESTED_POLL_MAX))
 }
 
 /// A poll window so long that a test sees the thread polling.
@@ -423,7 +423,7 @@ fn busy_rig(
 
 #[test]
 fn a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset() {
-    for poll in [Duration::ZERO, DEFAULT_POLL_MAX, POLL_MAX_LIMIT] {
+    for poll in [Duration::ZERO, SUGGESTED_POLL_MAX, POLL_MAX_LIMIT] {
         a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset_polling(poll);
     }
 }
@@ -452,7 +452,7 @@ fn a_guest_that_keeps_the_queue_busy_cannot_starve_a_reset_polling(poll: Duratio
 
 #[test]
 fn requests_left_at_the_cap_are_served_without_a_new_kick() {
-    for poll in [Duration::ZERO, DEFAULT_POLL_MAX] {
+    for poll in [Duration::ZERO, SUGGESTED_POLL_MAX] {
         requests_left_at_the_cap_are_served_without_a_new_kick_polling(poll);
     }
 }
@@ -648,7 +648,7 @@ fn the_same_with_requests_arriving_as_polling_ends_without_event_idx() {
 #[test]
 fn the_same_with_the_default_poll_window() {
     for event_idx in [true, false] {
-        let window = PollWindow::new(DEFAULT_POLL_MAX);
+        let window = PollWindow::new(SUGGESTED_POLL_MAX);
         linux_driver_on_two_cpus(event_idx, window, Duration::from_micros(150));
     }
 }

@@ -18,6 +18,7 @@ pub mod cpu_time;
 pub mod guest;
 pub mod guest_time;
 pub mod host;
+pub mod ikconfig;
 pub mod image;
 pub mod kvm_exits;
 pub mod liveness;

@@ -49,6 +49,7 @@ if [ $lab = 1 ]; then
 	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
 	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json
 	step "lab bench-tool" ci/lab/lab run bench-tool --results target/lab-bench-tool.json
+	step "lab multipath" ci/lab/lab run multipath --results target/lab-multipath.json
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

@@ -305,6 +305,42 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(lab.HOST_IOMMUS["virtio"]["kernel"], "labhost")
         self.assertIn("allow_unsafe_interrupts", lab.HOST_IOMMUS["virtio"]["cmdline"])
 
+    def test_multipath_nvme_is_a_subsystem_of_two_controllers(self):
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        # One controller unless asked: the drive on it, as before.
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["lbs4k-smoke"])
+        self.assertFalse(k["nvme_multipath"])
+        one = lab.nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"])
+        self.assertEqual(one, ["-device", "nvme,serial=lab0,drive=nv0,logical_block_size=4096,physical_block_size=4096"])
+        self.assertEqual(lab.host_command(image, Path("/d"), "c", 2, nvme=one).count("-device"), 2)
+        # The multipath scenario (or --nvme-multipath on any scenario).
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["multipath"])
+        self.assertTrue(k["nvme_multipath"])
+        self.assertTrue(lab.knobs_of(self.args("run", nvme_multipath=True), lab.SCENARIOS["smoke"])["nvme_multipath"])
+        args = lab.nvme_args(1, 3, 4096, True)
+        devs = args[1::2]
+        self.assertTrue(all(a == "-device" for a in args[::2]), args)
+        self.assertEqual(devs[0], "nvme-subsys,id=subsys0,nqn=lab-subsys0")
+        ctrls = [d for d in devs if d.startswith("nvme,")]
+        self.assertEqual(len(ctrls), 2)
+        for c in ctrls:
+            # No drive on a controller of a subsystem: the namespace has it.
+            self.assertIn("subsys=subsys0", c)
+            self.assertIn("max_ioqpairs=1", c)
+            self.assertIn("mdts=3", c)
+            self.assertNotIn("drive=", c)
+        self.assertEqual(len({c.split(",id=")[1] for c in ctrls}), 2, "distinct ids")
+        self.assertEqual(devs[-1], "nvme-ns,drive=nv0,nsid=1,shared=on,logical_block_size=4096,physical_block_size=4096")
+        cmd = lab.host_command(image, Path("/d"), "c", 2, nvme=args)
+        self.assertEqual(cmd.count("-device"), 5)
+        self.assertIn("nvme-ns,drive=nv0,nsid=1,shared=on,logical_block_size=4096,physical_block_size=4096", cmd)
+
+    def test_new_scenarios_have_scripts_and_checks(self):
+        for name in ("multipath", "own-kernel"):
+            sc = lab.SCENARIOS[name]
+            self.assertTrue((Path(__file__).with_name("scenarios") / f"{sc['script']}.sh").is_file(), name)
+            self.assertTrue(sc["checks"], name)
+
 
 class MaxHwTest(unittest.TestCase):
     def test_bounds_per_column(self):

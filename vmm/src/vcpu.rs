@@ -662,6 +662,31 @@ mod tests {
     }
 
     #[test]
+    fn intel_extended_topology_leaf_0x1f_is_set_like_0xb() {
+        // Intel hosts since Alder Lake / Sapphire Rapids report leaf 0x1f,
+        // which Linux prefers to 0xb: both must give the same topology.
+        let mut c = CpuId::from_entries(&[
+            entry(0xb, 0),
+            entry(0xb, 1),
+            entry(0x1f, 0),
+            entry(0x1f, 1),
+            entry(0x1f, 2),
+        ])
+        .unwrap();
+        setup_cpuid(&mut c, 5, 8);
+        let e = c.as_slice();
+        let regs = |x: &kvm_cpuid_entry2| (x.eax, x.ebx, x.ecx, x.edx);
+        assert_eq!(regs(&e[2]), regs(&e[0]), "SMT level");
+        assert_eq!(regs(&e[3]), regs(&e[1]), "core level");
+        assert_eq!(
+            regs(&e[3]),
+            (3, 8, 0x201, 5),
+            "8 cores: 3 id bits, x2APIC id 5"
+        );
+        assert_eq!((e[4].ebx, e[4].ecx >> 8), (0, 0), "no third level");
+    }
+
+    #[test]
     fn tsc_deadline_only_when_kvm_has_it() {
         let base = CpuId::from_entries(&[entry(1, 0), entry(7, 0)]).unwrap();
         let mut with = base.clone();

@@ -323,7 +323,33 @@ pub fn routing_entries(
 }
 
 /// MSI routes by GSI: (address, data).
-type MsiRoutes = std::collections::BTreeMap<u32, (u64, u32)>;
+pub type MsiRoutes = std::collections::BTreeMap<u32, (u64, u32)>;
+
+/// Set GSI `gsi`'s MSI route to `msg` in `routes` and hand the whole table
+/// to `install` (KVM takes only whole tables); unchanged routes install
+/// nothing. If `install` fails the route is put back as it was: a route
+/// kept that KVM never took would make the next identical request a no-op
+/// that reports success, and the vector's irqfd would then signal a GSI
+/// with no route (its interrupts lost, the guest's driver timing out).
+pub fn update_route(
+    routes: &mut MsiRoutes,
+    gsi: u32,
+    msg: (u64, u32),
+    install: impl FnOnce(&MsiRoutes) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let old = routes.insert(gsi, msg);
+    if old == Some(msg) {
+        return Ok(());
+    }
+    install(routes).inspect_err(|_| match old {
+        Some(m) => {
+            routes.insert(gsi, m);
+        }
+        None => {
+            routes.remove(&gsi);
+        }
+    })
+}
 
 /// MSI routing through KVM's GSI table and irqfds.
 pub struct KvmMsiRouter {
@@ -359,13 +385,15 @@ impl MsiRouter for KvmMsiRouter {
 
     fn route(&self, gsi: u32, address: u64, data: u32) -> std::io::Result<()> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.1.get(&gsi) == Some(&(address, data)) {
-            return Ok(());
-        }
-        s.1.insert(gsi, (address, data));
-        let table = KvmIrqRouting::from_entries(&routing_entries(&s.1))
-            .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
-        self.fd.set_gsi_routing(&table).map_err(kvm_io)
+        update_route(&mut s.1, gsi, (address, data), |routes| {
+            let table = KvmIrqRouting::from_entries(&routing_entries(routes)).map_err(|e| {
+                std::io::Error::other(format!(
+                    "{} GSI routes do not fit KVM's table ({e:?})",
+                    routes.len()
+                ))
+            })?;
+            self.fd.set_gsi_routing(&table).map_err(kvm_io)
+        })
     }
 
     fn attach(&self, fd: &vmm_sys_util::eventfd::EventFd, gsi: u32) -> std::io::Result<()> {
@@ -401,6 +429,55 @@ mod tests {
             .map(|x| unsafe { (x.u.irqchip.irqchip, x.u.irqchip.pin) })
             .collect();
         assert_eq!(pins, [(KVM_IRQCHIP_PIC_MASTER, 4), (KVM_IRQCHIP_IOAPIC, 4)]);
+    }
+
+    #[test]
+    fn a_route_kvm_refused_is_not_kept() {
+        let mut routes = MsiRoutes::new();
+        let refuse = |_: &MsiRoutes| Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        let mut installed = Vec::new();
+        // A new route KVM refuses: gone, so asking again installs again.
+        assert!(update_route(&mut routes, 24, (0xfee0_0000, 0x41), refuse).is_err());
+        assert!(routes.is_empty());
+        update_route(&mut routes, 24, (0xfee0_0000, 0x41), |r| {
+            installed.push(r.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(installed.len(), 1);
+        // The same route again: nothing installed.
+        update_route(&mut routes, 24, (0xfee0_0000, 0x41), |_| {
+            panic!("an unchanged route was installed again")
+        })
+        .unwrap();
+        // A changed route KVM refuses: the one KVM has is kept.
+        assert!(update_route(&mut routes, 24, (0xfee0_1000, 0x42), refuse).is_err());
+        assert_eq!(routes.get(&24), Some(&(0xfee0_0000, 0x41)));
+        update_route(&mut routes, 24, (0xfee0_1000, 0x42), |r| {
+            installed.push(r.clone());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(installed[1].get(&24), Some(&(0xfee0_1000, 0x42)));
+    }
+
+    #[test]
+    fn a_drive_with_2048_vectors_fits_the_gsi_table() {
+        // The largest MSI-X table (2048 vectors) on GSIs from 24 up: every
+        // route and the legacy ones in one KVM_SET_GSI_ROUTING table.
+        let routes: MsiRoutes = (0..2048u32)
+            .map(|v| {
+                (
+                    IOAPIC_PINS + v,
+                    (0xfee0_0000 | u64::from(v % 64) << 12, 0x40 + v % 200),
+                )
+            })
+            .collect();
+        let entries = routing_entries(&routes);
+        assert_eq!(entries.len(), 40 + 2048);
+        assert!(entries.len() <= kvm_bindings::KVM_MAX_IRQ_ROUTES);
+        let table = KvmIrqRouting::from_entries(&entries).unwrap();
+        assert_eq!(table.as_slice().len(), entries.len());
     }
 
     #[test]

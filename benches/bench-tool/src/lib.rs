@@ -19,6 +19,7 @@ pub mod guest;
 pub mod guest_time;
 pub mod headline;
 pub mod host;
+pub mod ikconfig;
 pub mod image;
 pub mod kvm_exits;
 pub mod liveness;

@@ -146,9 +146,22 @@ pub fn bar0_of(resource: &str) -> Option<String> {
 
 /// What a guest kernel must have built in (`=y`): the guest image loads
 /// no modules, so a distribution kernel with these as modules boots and
-/// never sees the NVMe.
-pub const GUEST_KERNEL_OPTIONS: [&str; 11] = [
+/// never sees the NVMe. Each is there for something the image does:
+/// the uncompressed cpio initramfs (BLK_DEV_INITRD), its `/init` shell
+/// script and the busybox and fio ELF binaries (BINFMT_SCRIPT, BINFMT_ELF),
+/// the mounts of /proc, /sys and /dev (PROC_FS, SYSFS, DEVTMPFS), the
+/// console=ttyS0 the host reads the results from (SERIAL_8250,
+/// SERIAL_8250_CONSOLE), the virtio-iommu found through ACPI's VIOT table
+/// on virtio-pci (PCI, PCI_MSI, VIRTIO, VIRTIO_PCI, VIRTIO_IOMMU,
+/// ACPI_VIOT, which needs ACPI, also the power-off path), the drive
+/// (BLK_DEV_NVME), and fio: its libaio engine (AIO), its SysV shared
+/// memory between job processes (SYSVIPC) and its threads (FUTEX).
+pub const GUEST_KERNEL_OPTIONS: &[&str] = &[
     "CONFIG_BLK_DEV_INITRD",
+    "CONFIG_BINFMT_ELF",
+    "CONFIG_BINFMT_SCRIPT",
+    "CONFIG_PROC_FS",
+    "CONFIG_SYSFS",
     "CONFIG_DEVTMPFS",
     "CONFIG_SERIAL_8250",
     "CONFIG_SERIAL_8250_CONSOLE",
@@ -159,6 +172,9 @@ pub const GUEST_KERNEL_OPTIONS: [&str; 11] = [
     "CONFIG_VIRTIO_IOMMU",
     "CONFIG_ACPI_VIOT",
     "CONFIG_BLK_DEV_NVME",
+    "CONFIG_AIO",
+    "CONFIG_SYSVIPC",
+    "CONFIG_FUTEX",
 ];
 
 /// The kernel config that goes with the bzImage `kernel`, if one is found:
@@ -335,19 +351,43 @@ impl Checks {
             if *flag == "--initramfs" {
                 continue;
             }
-            let Some(cfg) = kernel_config(k) else {
-                continue;
-            };
-            let Ok(text) = std::fs::read_to_string(&cfg) else {
-                continue;
+            // The kernel's own embedded config first (it cannot be stale),
+            // then a config file that goes with it.
+            let (text, source) = match crate::ikconfig::read_embedded_config(k) {
+                Ok(Some(text)) => (text, "its embedded config (CONFIG_IKCONFIG)".to_string()),
+                found => {
+                    let cfg = kernel_config(k);
+                    let text = cfg.as_ref().and_then(|c| std::fs::read_to_string(c).ok());
+                    match (found, cfg, text) {
+                        (_, Some(cfg), Some(text)) => {
+                            (text, format!("its config {}", cfg.display()))
+                        }
+                        (found, _, _) => {
+                            let why = match found {
+                                Err(e) => format!("its embedded config cannot be read ({e})"),
+                                _ => "it has no embedded config (CONFIG_IKCONFIG)".into(),
+                            };
+                            tracing::warn!(
+                                "{flag} {}: {why} and no config file goes with it (.config beside it, config-VER beside vmlinuz-VER, a tree's .config): its built-in options ({}) are checked only when the first guest boots",
+                                k.display(),
+                                GUEST_KERNEL_OPTIONS.join(", ")
+                            );
+                            continue;
+                        }
+                    }
+                }
             };
             let missing = missing_guest_options(&text);
-            if !missing.is_empty() {
+            if missing.is_empty() {
+                tracing::info!(
+                    "{flag} {}: {source} builds in every option the guest needs",
+                    k.display()
+                );
+            } else {
                 out.problems.push(problem(
                     format!(
-                        "{flag} {}: its config {} does not build in {}; the guest image loads no modules, so the guest would never see the NVMe",
+                        "{flag} {}: {source} does not build in {}; the guest image loads no modules, so the guest would never see the NVMe",
                         k.display(),
-                        cfg.display(),
                         missing.join(", ")
                     ),
                     "use a kernel with them =y: guest-patches/linux-6.12/build.sh baseline|patched builds one (guest-patches/config-fragment lists what it needs)",
@@ -1048,6 +1088,63 @@ mod tests {
             line.contains("--kernel-patched") && line.contains("CONFIG_ACPI_VIOT"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_guest_kernel_is_checked_by_its_embedded_config() {
+        use std::io::Write;
+        let good: String = GUEST_KERNEL_OPTIONS
+            .iter()
+            .map(|o| format!("{o}=y\n"))
+            .collect();
+        // An uncompressed kernel image (the bzImage payloads are the
+        // ikconfig module's tests) with the config between its markers.
+        let image = |config: &str| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(config.as_bytes()).unwrap();
+            let mut v = b"\x7fELF kernel data ".to_vec();
+            v.extend_from_slice(b"IKCFG_ST");
+            v.extend(gz.finish().unwrap());
+            v.extend_from_slice(b"IKCFG_ED more kernel data");
+            v
+        };
+        let f = Fake::healthy();
+        // No config file goes with it: the embedded one is read.
+        std::fs::write(
+            f.p("k/stock"),
+            image(&good.replace("CONFIG_BLK_DEV_NVME=y", "CONFIG_BLK_DEV_NVME=m")),
+        )
+        .unwrap();
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("--kernel-stock")
+                && line.contains(
+                    "its embedded config (CONFIG_IKCONFIG) does not build in CONFIG_BLK_DEV_NVME (=m)"
+                ),
+            "{line}"
+        );
+        // It wins over a config file beside it, which may be stale.
+        f.file("k/.config", &good);
+        let line = f.only_problem(&f.checks());
+        assert!(line.contains("its embedded config"), "{line}");
+        std::fs::write(f.p("k/stock"), image(&good)).unwrap();
+        f.file("k/.config", "CONFIG_PCI=y\n");
+        // Now only --kernel-patched (no embedded config) is refused, by the file.
+        let line = f.only_problem(&f.checks());
+        assert!(
+            line.contains("--kernel-patched") && line.contains("its config"),
+            "{line}"
+        );
+        // A kernel whose payload cannot be read falls back to the file.
+        let mut bz = vec![0u8; 4 * 512];
+        bz[0x1f1] = 3;
+        bz[0x202..0x206].copy_from_slice(b"HdrS");
+        bz[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+        bz[0x24c..0x250].copy_from_slice(&16u32.to_le_bytes());
+        bz.extend(b"BZh91AY&SY......");
+        std::fs::write(f.p("k/stock"), &bz).unwrap();
+        f.file("k/.config", &good);
+        assert!(f.checks().run().problems.is_empty());
     }
 
     #[test]

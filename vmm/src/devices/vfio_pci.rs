@@ -129,6 +129,68 @@ pub fn probe_bars<R: VfioRegions + ?Sized>(r: &R) -> Vec<BarInfo> {
     bars
 }
 
+/// One eventfd per MSI-X vector. A drive with many vectors (the table
+/// holds up to 2048) can pass the soft open-file limit, 1024 on most
+/// hosts: then the soft limit is raised to the hard one, once, and if
+/// that is still too low the error names the vectors and the fix.
+pub fn vector_eventfds(vectors: u16) -> std::io::Result<Vec<EventFd>> {
+    let mut fds = Vec::with_capacity(usize::from(vectors));
+    let mut raised = false;
+    while fds.len() < usize::from(vectors) {
+        match EventFd::new(EFD_NONBLOCK) {
+            Ok(fd) => fds.push(fd),
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) && !raised => {
+                raised = true;
+                raise_open_file_limit()?;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
+                let (soft, _) = open_file_limit()?;
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "the device has {vectors} MSI-X vectors, one eventfd each, and the open-file limit ({soft}, the hard limit) is reached after {}: raise it (ulimit -n {}, or LimitNOFILE= in a systemd unit) and start again",
+                        fds.len(),
+                        (soft + u64::from(vectors)).next_power_of_two()
+                    ),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(fds)
+}
+
+/// The soft and hard RLIMIT_NOFILE.
+fn open_file_limit() -> std::io::Result<(u64, u64)> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit, which we own, and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((r.rlim_cur, r.rlim_max))
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard one (any process may).
+fn raise_open_file_limit() -> std::io::Result<()> {
+    let (soft, hard) = open_file_limit()?;
+    if soft >= hard {
+        return Ok(());
+    }
+    let r = libc::rlimit {
+        rlim_cur: hard,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads one rlimit, which we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    tracing::info!("open-file limit raised from {soft} to {hard} for the MSI-X vectors' eventfds");
+    Ok(())
+}
+
 /// Find the MSI-X capability.
 pub fn probe_msix<R: VfioRegions + ?Sized>(r: &R) -> Option<MsixInfo> {
     let mut p = (cfg_read(r, CAP_PTR, 1) & 0xfc) as usize;
@@ -173,9 +235,7 @@ impl VfioPciDevice {
         let bars = probe_bars(&*dev);
         let msix = probe_msix(&*dev);
         let vectors = msix.map_or(0, |m| m.vectors);
-        let irq_fds = (0..vectors)
-            .map(|_| EventFd::new(EFD_NONBLOCK))
-            .collect::<Result<Vec<_>, _>>()?;
+        let irq_fds = vector_eventfds(vectors)?;
         let gsis = (0..vectors)
             .map(|_| router.allocate())
             .collect::<Result<Vec<_>, _>>()?;

@@ -239,3 +239,59 @@ fn a_pba_read_on_a_filtered_vcpu_thread_makes_no_denied_call() {
     assert_eq!(pba, [0b100, 0, 0, 0, 0, 0, 0, 0]);
     assert_eq!(one, [0b100], "reading does not consume the signal");
 }
+
+/// Runs `name` (a test of this file) in a child process with
+/// `VFIO_NOFILE_CHILD` set: the open-file limit it lowers is the child's.
+fn in_child(name: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("VFIO_NOFILE_CHILD", "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}
+
+fn set_open_file_limit(soft: u64, hard: u64) {
+    let r = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads one rlimit, which we own.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) }, 0);
+}
+
+#[test]
+fn many_vectors_raise_the_soft_open_file_limit() {
+    if std::env::var_os("VFIO_NOFILE_CHILD").is_none() {
+        return in_child("devices::vfio_pci::tests::many_vectors_raise_the_soft_open_file_limit");
+    }
+    let (_, hard) = open_file_limit().unwrap();
+    if hard < 4096 {
+        // This host's hard limit leaves no room to raise: the other test
+        // covers the error.
+        return;
+    }
+    set_open_file_limit(256, hard);
+    let fds = vector_eventfds(2048).unwrap();
+    assert_eq!(fds.len(), 2048);
+    assert_eq!(open_file_limit().unwrap().0, hard);
+}
+
+#[test]
+fn vectors_past_the_hard_open_file_limit_are_named() {
+    if std::env::var_os("VFIO_NOFILE_CHILD").is_none() {
+        return in_child(
+            "devices::vfio_pci::tests::vectors_past_the_hard_open_file_limit_are_named",
+        );
+    }
+    set_open_file_limit(128, 128);
+    let e = vector_eventfds(300).unwrap_err().to_string();
+    assert!(
+        e.contains("300 MSI-X vectors")
+            && e.contains("limit (128, the hard limit)")
+            && e.contains("ulimit -n 512"),
+        "{e}"
+    );
+}

@@ -169,7 +169,10 @@ Rss:              900000 kB
         let mut f = Footprint::default();
         f.log_line("2026 WARN viommu_device: guest-triggered warnings dropped (more than 10 a second) dropped=12", false);
         f.log_line("2026 ERROR vmm: VFIO MSI route: EINVAL", false);
-        f.log_line("2026 ERROR vmm: release: VFIO_GROUP_UNSET_CONTAINER: EBUSY", true);
+        f.log_line(
+            "2026 ERROR vmm: release: VFIO_GROUP_UNSET_CONTAINER: EBUSY",
+            true,
+        );
         f.log_line("2026 WARN vmm: something", true);
         assert_eq!(
             (f.log_lines, f.rate_limited_lines, f.errors_after_done),
@@ -183,7 +186,10 @@ Rss:              900000 kB
         f.add_sample(100, Some(5000));
         f.add_sample(300, None);
         f.add_sample(200, Some(4000));
-        assert_eq!((f.peak_own_rss_kib, f.peak_rss_kib, f.samples), (300, 5000, 3));
+        assert_eq!(
+            (f.peak_own_rss_kib, f.peak_rss_kib, f.samples),
+            (300, 5000, 3)
+        );
     }
 
     #[test]

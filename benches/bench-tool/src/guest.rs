@@ -367,7 +367,9 @@ mod tests {
             }))
         );
         let failed = r#"@@LAB-GUEST@@ {"event":"attack","name":"avail-index","ok":false,"detail":"no /dev/mem"}"#;
-        assert!(matches!(parse_line(failed).unwrap(), Some(Marker::Attack(a)) if !a.ok && a.ops == 0));
+        assert!(
+            matches!(parse_line(failed).unwrap(), Some(Marker::Attack(a)) if !a.ok && a.ops == 0)
+        );
     }
 
     #[test]

@@ -679,6 +679,9 @@ echo 'vmm log line' >&2
         // Runs long enough for a memory sample; logs a flood cut by the
         // rate limiter while the guest runs and one error after its end.
         let body = r#"echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'
+echo '@@LAB-PHASE@@ begin verify-mixed'
+echo '@@LAB-PHASE@@ end verify-mixed'
+echo '@@LAB-GUEST@@ {"event":"fio","phase":"verify-mixed","error":0,"read_kib":8192,"read_bw_kib":1,"read_iops":1,"read_ms":1,"write_kib":8192,"write_bw_kib":1,"write_iops":1,"write_ms":1,"counters":{}}'
 echo 'WARN driver wrote a read-only config field' >&2
 echo 'WARN guest-triggered warnings dropped (more than 10 a second) dropped=5000' >&2
 echo 'ERROR VFIO MSI route: EINVAL' >&2
@@ -694,8 +697,15 @@ echo 'ERROR release: VFIO_GROUP_UNSET_CONTAINER failed' >&2
             .await
             .unwrap();
         assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
-        let names: Vec<_> = r.attacks.iter().map(|a| (a.name.as_str(), a.ok, a.ops)).collect();
-        assert_eq!(names, [("viommu-config", true, 5010), ("avail-index", false, 0)]);
+        let names: Vec<_> = r
+            .attacks
+            .iter()
+            .map(|a| (a.name.as_str(), a.ok, a.ops))
+            .collect();
+        assert_eq!(
+            names,
+            [("viommu-config", true, 5010), ("avail-index", false, 0)]
+        );
         // The cell's JSON (the lab's @@LAB-CELL@@ line) carries both.
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["attacks"][0]["ops"], 5010, "{json}");

@@ -34,7 +34,7 @@ step "cargo test" cargo test --workspace --locked
 [ -x fuzz/run.sh ] && step "fuzz" fuzz/run.sh "${FUZZ_SECONDS:-20}"
 step "guest patches 6.1 checkpatch --strict" guest-patches/linux-6.1/build.sh checkpatch
 step "guest patches 6.12 checkpatch --strict" guest-patches/linux-6.12/build.sh checkpatch
-step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
+step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; gcc -static -O2 -Wall -Wextra -Werror -o /dev/null benches/bench-tool/guest/hostile.c || exit 1; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
 step "guest kernel sources and build tools (no build)" guest-patches/test-build-kernel.sh
 if [ $lab = 1 ]; then
 	mkdir -p target
@@ -46,6 +46,7 @@ if [ $lab = 1 ]; then
 	step "lab lazy-smoke" ci/lab/lab run lazy-smoke --results target/lab-lazy-smoke.json
 	step "lab smp-smoke" ci/lab/lab run smp-smoke --results target/lab-smp-smoke.json
 	step "lab smp-smoke-1qp" ci/lab/lab run smp-smoke-1qp --results target/lab-smp-smoke-1qp.json
+	step "lab hostile" ci/lab/lab run hostile --results target/lab-hostile.json
 	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
 	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json
 	step "lab bench-tool" ci/lab/lab run bench-tool --results target/lab-bench-tool.json

@@ -1,21 +1,86 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target of this directory for a bounded time.
-#   fuzz/run.sh <seconds per target>
+# Runs the cargo-fuzz targets of this directory, each for a bounded time or
+# a bounded number of inputs.
+#
+#   fuzz/run.sh SECONDS [TARGET...]              every target (or those named) for SECONDS each
+#   fuzz/run.sh --runs N [--out FILE] [TARGET...]  N inputs each (libFuzzer's -runs=N, no time bound)
+#
+# --out FILE (either form) also writes a result file: the command, the
+# commit, the date, and per target libFuzzer's final "Done ... runs" line
+# and stat:: lines, then rc=N (the format of benches/results/fuzz-*.txt).
+# E.g. the issue-36 run of the guest's main attack surface alone:
+#
+#   fuzz/run.sh --runs 10000000 --out benches/results/fuzz-requests-$(date +%F).txt requests
+#
 # The committed seed corpus (corpus/<target>/) is read, never written: new
 # inputs go to a temporary directory. A crash fails the script and leaves
 # the reproducer under fuzz/artifacts/<target>/.
 set -euo pipefail
-secs="${1:?usage: fuzz/run.sh <seconds per target>}"
+usage="usage: fuzz/run.sh SECONDS [TARGET...] | fuzz/run.sh --runs N [--out FILE] [TARGET...]"
+secs='' runs='' out='' targets=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--runs) runs=${2:?$usage} && shift 2 ;;
+	--out) out=${2:?$usage} && shift 2 ;;
+	-h | --help) echo "$usage" && exit 0 ;;
+	-*) echo "$usage" >&2 && exit 2 ;;
+	*)
+		if [ -z "$secs" ] && [ -z "$runs" ] && [ ${#targets[@]} -eq 0 ]; then
+			secs=$1
+		else
+			targets+=("$1")
+		fi
+		shift
+		;;
+	esac
+done
+for n in "$secs" "$runs"; do
+	[ -z "$n" ] || [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$usage ($n is not a positive number)" >&2 && exit 2; }
+done
+[ -n "$secs$runs" ] || { echo "$usage" >&2 && exit 2; }
+[ -z "$secs" ] || [ -z "$runs" ] || { echo "$usage (SECONDS or --runs, not both)" >&2 && exit 2; }
+[ -z "$out" ] || out=$(realpath -m "$out")
 cd "$(dirname "$0")"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
-    cargo install cargo-fuzz --locked
+	cargo install cargo-fuzz --locked
 fi
-for target in $(cargo +nightly fuzz list); do
-    work="$(mktemp -d)"
-    trap 'rm -rf "$work"' EXIT
-    echo "fuzzing $target for ${secs}s"
-    cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- \
-        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
-    rm -rf "$work"
-    trap - EXIT
+known=$(cargo +nightly fuzz list)
+[ ${#targets[@]} -gt 0 ] || read -r -d '' -a targets <<<"$known" || true
+for t in "${targets[@]}"; do
+	grep -qx -- "$t" <<<"$known" || { echo "fuzz/run.sh: no fuzz target $t (there are: $(tr '\n' ' ' <<<"$known"))" >&2 && exit 2; }
 done
+if [ -n "$runs" ]; then
+	bound=(-runs="$runs") what="$runs inputs"
+else
+	bound=(-max_total_time="$secs") what="${secs}s"
+fi
+flags=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+if [ -n "$out" ]; then
+	mkdir -p "$(dirname "$out")"
+	{
+		echo "# fuzz/run.sh ${runs:+--runs $runs }${secs:+$secs }${targets[*]} at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) ($(date -u +%FT%TZ), $(nproc) CPUs)"
+		echo "# command per target: cargo +nightly fuzz run TARGET WORK corpus/TARGET -- ${bound[*]} ${flags[*]}"
+	} >"$out"
+fi
+rc=0
+for target in "${targets[@]}"; do
+	work="$(mktemp -d)"
+	trap 'rm -rf "$work"' EXIT
+	echo "fuzzing $target for $what"
+	[ -z "$out" ] || echo "fuzzing $target for $what" >>"$out"
+	log="$work.log"
+	set +e
+	cargo +nightly fuzz run "$target" "$work" "corpus/$target" -- "${bound[@]}" "${flags[@]}" 2>&1 | tee "$log"
+	trc=${PIPESTATUS[0]}
+	set -e
+	[ -z "$out" ] || grep -E '^(Done [0-9]+ runs|stat::)|^==[0-9]+==|^SUMMARY:' "$log" >>"$out" || true
+	rm -rf "$work" "$log"
+	trap - EXIT
+	if [ "$trc" -ne 0 ]; then
+		rc=$trc
+		echo "fuzz/run.sh: $target failed (exit $trc); reproducer under fuzz/artifacts/$target/" >&2
+		break
+	fi
+done
+[ -z "$out" ] || { echo "rc=$rc" >>"$out" && echo "fuzz/run.sh: wrote $out"; }
+exit "$rc"

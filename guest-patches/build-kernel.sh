@@ -482,10 +482,18 @@ configure() {
 	kmake tinyconfig >/dev/null
 	merge_fragments
 	local missing
-	missing=$(cat "${fragments[@]}" | grep -E '^CONFIG_[A-Z0-9_]+=' | while read -r want; do
-		grep -qxF "$want" "$obj/.config" || echo "$want"
+	# An =y line lost (a dependency is off), or a "# ... is not set" line
+	# turned on (a default, or something that selects it).
+	missing=$(cat "${fragments[@]}" | grep -E '^CONFIG_[A-Z0-9_]+=|^# CONFIG_[A-Z0-9_]+ is not set$' | while read -r want; do
+		case "$want" in
+		"# "*)
+			opt=${want#\# }
+			! grep -qE "^${opt%% *}=" "$obj/.config" || echo "$want"
+			;;
+		*) grep -qxF "$want" "$obj/.config" || echo "$want" ;;
+		esac
 	done)
-	[ -z "$missing" ] || die "options lost by olddefconfig (a dependency is off): ${missing//$'\n'/ }"
+	[ -z "$missing" ] || die "options olddefconfig did not keep as the fragments say (a dependency is off, or a default or select turns one on): ${missing//$'\n'/ }"
 }
 
 # Build bzImage ($1 names the step in messages). Compiler warnings are shown,

@@ -18,7 +18,8 @@
 # /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
 #   host base   busybox, KVM/VFIO modules, stock QEMU and its firmware
 #   guest base  busybox, fio and its libraries
-#   overlay     the inits (host-init; the guest's is benches/bench-tool/guest/init),
+#   overlay     the inits (host-init; the guest's is benches/bench-tool/guest/init,
+#               with its attacker viommu-hostile, hostile.c beside it),
 #               scenarios, guest kernels, --bin programs (per run)
 set -euo pipefail
 LAB_STEP=image
@@ -149,8 +150,13 @@ fi
 # Per run (LAB_RUN_DIR, from the runner), so concurrent runs do not collide.
 run=${LAB_RUN_DIR:-$LAB_CACHE/run}
 rm -rf "$run/guest-overlay" "$run/host-overlay" && mkdir -p "$run/guest-overlay" "$run/host-overlay/lab/guest" "$run/host-overlay/lab/bin"
-# The guest runs the bench tool's own /init (its marker protocol).
+# The guest runs the bench tool's own /init (its marker protocol), with
+# the hostile guest's attacker beside it (lab.hostile=1; static, a second
+# to build).
 install -m 755 "$REPO_DIR/benches/bench-tool/guest/init" "$run/guest-overlay/init"
+mkdir -p "$run/guest-overlay/bin"
+gcc -static -O2 -Wall -Wextra -Werror -o "$run/guest-overlay/bin/viommu-hostile" "$REPO_DIR/benches/bench-tool/guest/hostile.c" ||
+	die "building the guest's viommu-hostile (gcc -static; libc6-dev) failed"
 make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
 cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"
 # Guest kernels are VARIANT or VARIANT-VERSION (baseline, patched-6.12...);

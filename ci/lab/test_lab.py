@@ -190,6 +190,82 @@ class CollectorTest(unittest.TestCase):
         self.assertEqual(problems, ["the scenario reported no check"])
 
 
+class HostileTest(unittest.TestCase):
+    SPECS = lab.SCENARIOS["hostile"]["runs"]
+    ATTACKS = ["msix-pba", "msix-table", "nvme-config", "viommu-config", "avail-index"]
+
+    def cells(self, hostile_fp=None, calm_fp=None, attacks=None, wall_s=100.0):
+        counters = {"map_requests": 10}
+        h = cell("ours-hostile", device=counters)
+        c = cell("ours-calm", device=counters)
+        h["wall_s"] = wall_s
+        h["attacks"] = attacks if attacks is not None else [
+            {"name": a, "ok": True, "ops": 50000, "seconds": 60, "detail": "x"} for a in self.ATTACKS]
+        base = {"log_lines": 3, "rate_limited_lines": 0, "errors_after_done": 0, "peak_rss_kib": 400000,
+                "peak_own_rss_kib": 20000, "samples": 90}
+        h["footprint"] = {**base, "log_lines": 900, "rate_limited_lines": 80, **(hostile_fp or {})}
+        c["footprint"] = {**base, **(calm_fp or {})}
+        return [h, c]
+
+    def problems(self, cells):
+        _, (problems, _) = judge("hostile", self.SPECS, [HOST, *(line(c) for c in cells), "@@LAB-DONE@@ rc=0"])
+        return problems
+
+    def test_a_bounded_vmm_passes(self):
+        # 900 lines in 100 s: under 3 + 11 * 100 + 50
+        self.assertEqual(self.problems(self.cells()), [])
+
+    def test_memory_beyond_the_calm_vmm_fails(self):
+        p = self.problems(self.cells(hostile_fp={"peak_own_rss_kib": 20000 + 33 * 1024}))
+        self.assertTrue(any("more than the calm guest's 19 MiB + 32 MiB" in x for x in p), p)
+        self.assertEqual(self.problems(self.cells(hostile_fp={"peak_own_rss_kib": 20000 + 31 * 1024})), [])
+        # and a bound of its own, whatever the calm VMM did
+        p = self.problems(self.cells(hostile_fp={"peak_own_rss_kib": 300 * 1024}, calm_fp={"peak_own_rss_kib": 290 * 1024}))
+        self.assertTrue(any("more than 256 MiB" in x for x in p), p)
+
+    def test_a_log_flood_fails(self):
+        p = self.problems(self.cells(hostile_fp={"log_lines": 3 + 1100 + 51}))
+        self.assertTrue(any("logged 1154 lines in 100 s, more than 1153" in x for x in p), p)
+        self.assertEqual(self.problems(self.cells(hostile_fp={"log_lines": 1153})), [])
+
+    def test_every_attack_must_have_run(self):
+        attacks = [{"name": a, "ok": True, "ops": 50000, "seconds": 60} for a in self.ATTACKS[:3]]
+        attacks.append({"name": "viommu-config", "ok": False, "detail": "no virtio device config capability"})
+        attacks.append({"name": "avail-index", "ok": True, "ops": 3, "seconds": 60})
+        p = self.problems(self.cells(attacks=attacks))
+        self.assertTrue(any("viommu-config could not run: no virtio device config" in x for x in p), p)
+        self.assertTrue(any("avail-index made 3 operations" in x for x in p), p)
+        p = self.problems(self.cells(attacks=attacks[:2]))
+        self.assertTrue(any("nvme-config reported nothing" in x for x in p), p)
+
+    def test_the_flood_must_reach_the_rate_limiter(self):
+        p = self.problems(self.cells(hostile_fp={"rate_limited_lines": 0}))
+        self.assertTrue(any("rate limiter never dropped" in x for x in p), p)
+
+    def test_errors_at_release_fail_either_guest(self):
+        p = self.problems(self.cells(calm_fp={"errors_after_done": 2}))
+        self.assertTrue(any(x.startswith("ours-calm round 1: the VMM logged 2 ERROR") for x in p), p)
+
+    def test_no_footprint_or_no_sample_fails(self):
+        h, c = self.cells()
+        del h["footprint"]
+        p = self.problems([h, c])
+        self.assertTrue(any("ours-hostile round 1: no footprint" in x for x in p), p)
+        p = self.problems(self.cells(hostile_fp={"samples": 0}))
+        self.assertTrue(any("never sampled" in x for x in p), p)
+        h, c = self.cells()
+        del c["footprint"]
+        p = self.problems([h, c])
+        self.assertTrue(any("no footprint of the calm guest" in x for x in p), p)
+
+    def test_the_scenario_runs_the_attack_in_one_guest_only(self):
+        sc = lab.SCENARIOS["hostile"]
+        specs, _ = lab.tool_specs(sc["runs"])
+        self.assertIn("lab.hostile=1", specs[0].split(":")[4].split("+"))
+        self.assertNotIn("lab.hostile=1", specs[1])
+        self.assertEqual((sc["numjobs"], sc["guest_cpus"]), (2, 2))
+
+
 class HostCrashTest(unittest.TestCase):
     def test_a_panic_outside_a_guest_dump_is_the_lab_hosts(self):
         col = lab.Collector()

@@ -170,6 +170,8 @@ mod tests {
             lower_bound: false,
             counting: None,
             place: None,
+            attacks: Vec::new(),
+            footprint: None,
             wall_s: 1.0,
             command: String::new(),
             log: "l".into(),

@@ -134,10 +134,33 @@ pub enum Marker {
     Fio(FioRecord),
     /// `@@LAB-GUEST@@ {"event":"error","message":...}`.
     Error(String),
+    /// `@@LAB-GUEST@@ {"event":"attack",...}`: what one attacker of a
+    /// hostile guest (`lab.hostile=1`) did.
+    Attack(AttackRecord),
     /// `@@LAB-GUEST-DONE@@ rc=N`.
     Done(i32),
     /// `@@LAB-PROGRESS@@ READS WRITES`: I/Os completed so far.
     Progress(u64, u64),
+}
+
+/// One attacker of a hostile guest (the guest init's `lab.hostile=1`,
+/// the lab's `hostile` scenario): which attack, whether it could be set
+/// up, how many operations it made and for how long.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttackRecord {
+    /// The attack, e.g. `msix-pba`, `viommu-config`, `avail-index`.
+    pub name: String,
+    /// Whether it found its target and ran.
+    pub ok: bool,
+    /// Operations made (reads, writes, corruptions).
+    #[serde(default)]
+    pub ops: u64,
+    /// Seconds it ran.
+    #[serde(default)]
+    pub seconds: u64,
+    /// What it found or why it could not run.
+    #[serde(default)]
+    pub detail: String,
 }
 
 /// A marker line that does not parse.
@@ -181,6 +204,10 @@ pub fn parse_line(line: &str) -> Result<Option<Marker>, ProtocolError> {
                 ),
                 Some("fio") => Marker::Fio(
                     serde_json::from_value(v).map_err(|e| err(format!("bad fio record: {e}")))?,
+                ),
+                Some("attack") => Marker::Attack(
+                    serde_json::from_value(v)
+                        .map_err(|e| err(format!("bad attack record: {e}")))?,
                 ),
                 Some("error") => Marker::Error(
                     v.get("message")
@@ -328,6 +355,21 @@ mod tests {
                 .unwrap(),
             Some(Marker::Error("fio verify-4k exited 1".into()))
         );
+        let attack = r#"@@LAB-GUEST@@ {"event":"attack","name":"msix-pba","ok":true,"ops":120000,"seconds":40,"detail":"BAR0+0x3000"}"#;
+        assert_eq!(
+            parse_line(attack).unwrap(),
+            Some(Marker::Attack(AttackRecord {
+                name: "msix-pba".into(),
+                ok: true,
+                ops: 120000,
+                seconds: 40,
+                detail: "BAR0+0x3000".into(),
+            }))
+        );
+        let failed = r#"@@LAB-GUEST@@ {"event":"attack","name":"avail-index","ok":false,"detail":"no /dev/mem"}"#;
+        assert!(
+            matches!(parse_line(failed).unwrap(), Some(Marker::Attack(a)) if !a.ok && a.ops == 0)
+        );
     }
 
     #[test]
@@ -336,6 +378,7 @@ mod tests {
         assert!(parse_line("@@LAB-GUEST-DONE@@ rc=x").is_err());
         assert!(parse_line("@@LAB-PHASE@@ middle x").is_err());
         assert!(parse_line("@@LAB-PROGRESS@@ 1").is_err());
+        assert!(parse_line(r#"@@LAB-GUEST@@ {"event":"attack","ops":1}"#).is_err());
         assert!(parse_line(r#"@@LAB-GUEST@@ {"event":"party"}"#).is_err());
     }
 

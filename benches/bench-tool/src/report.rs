@@ -1192,6 +1192,8 @@ pub(crate) mod tests {
             lower_bound: lower,
             counting: None,
             place: None,
+            attacks: Vec::new(),
+            footprint: None,
             wall_s: 1.0,
             command: String::new(),
             log: "x.log".into(),

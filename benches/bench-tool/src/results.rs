@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::columns::Column;
-use crate::guest::{BootInfo, FioRecord};
+use crate::footprint::Footprint;
+use crate::guest::{AttackRecord, BootInfo, FioRecord};
 use crate::metrics::DeviceCounters;
 use crate::preflight::DeviceFacts;
 use crate::report::Summary;
@@ -144,6 +145,13 @@ pub struct CellResult {
     /// Where it ran (see [`crate::order`]); results before 2026-11-25 lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<Place>,
+    /// What the attackers of a hostile guest (`lab.hostile=1`) did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attacks: Vec<AttackRecord>,
+    /// The VMM's log lines and memory over the cell (see
+    /// [`crate::footprint`]); results before 2026-11-27 lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footprint: Option<Footprint>,
     /// Wall-clock seconds.
     pub wall_s: f64,
     /// The command.

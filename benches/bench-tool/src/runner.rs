@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::columns::Launch;
+use crate::footprint::Footprint;
 use crate::guest::{is_count_phase, parse_line, Marker};
 use crate::metrics::{CounterSource, DeviceCounters};
 use crate::results::{CellResult, CellStatus, Counting, PhaseResult};
@@ -174,6 +175,8 @@ struct Cell {
     /// The host's CPU times at each phase's begin marker.
     cpu_begin: HashMap<String, crate::cpu_time::CpuTimes>,
     io_seen: u64,
+    /// What a hostile guest's attackers reported.
+    attacks: Vec<crate::guest::AttackRecord>,
     /// The guest's serial console input (stock QEMU's stdin, when it
     /// counts): the answer to a counting phase's begin marker.
     console: Option<tokio::process::ChildStdin>,
@@ -220,6 +223,11 @@ pub async fn run_cell(
             program: launch.program.clone(),
             source,
         })?;
+    // The VMM's own memory, about once a second while it runs.
+    let pid = child.id();
+    let mut footprint = Footprint::default();
+    let mut sample_tick = tokio::time::interval(Duration::from_secs(1));
+    sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (tx, mut rx) = mpsc::channel(1024);
     if let Some(o) = child.stdout.take() {
         spawn_lines(o, false, tx.clone());
@@ -275,6 +283,9 @@ pub async fn run_cell(
                 None => streams_open = false,
                 Some((is_err, line)) => {
                     let _ = writeln!(log, "{}{line}", if is_err { "[vmm] " } else { "" });
+                    if is_err {
+                        footprint.log_line(&line, st.guest_rc.is_some());
+                    }
                     if !is_err {
                         if st.crash.is_none() {
                             st.crash = crate::checks::crash_in(&line);
@@ -289,6 +300,11 @@ pub async fn run_cell(
                             done_at = Some(Instant::now());
                         }
                     }
+                }
+            },
+            _ = sample_tick.tick(), if exit.is_none() => {
+                if let Some(pid) = pid {
+                    footprint.sample(pid);
                 }
             },
             status = child.wait(), if exit.is_none() => {
@@ -369,6 +385,8 @@ pub async fn run_cell(
         lower_bound: counting == Counting::Pass,
         counting: Some(counting),
         place: None,
+        attacks: st.attacks,
+        footprint: Some(footprint),
         wall_s: start.elapsed().as_secs_f64(),
         command: launch.display(),
         log: log_path,
@@ -522,6 +540,12 @@ async fn on_line(
             st.errors.push(e);
         }
         Marker::Done(rc) => st.guest_rc = Some(rc),
+        Marker::Attack(a) => {
+            if !a.ok {
+                warn!("{column}: attack {} could not run: {}", a.name, a.detail);
+            }
+            st.attacks.push(a);
+        }
         Marker::Progress(r, w) => {
             let total = r + w;
             let moved = total > st.io_seen;
@@ -646,6 +670,53 @@ echo 'vmm log line' >&2
         assert_eq!(r.vmm_rc, Some(0));
         let log = std::fs::read_to_string(&r.log).unwrap();
         assert!(log.contains("[vmm] vmm log line") && log.contains("Linux booting"));
+    }
+
+    #[tokio::test]
+    async fn a_hostile_guests_attacks_and_the_vmms_footprint_are_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let (_tx, rx) = watch::channel(false);
+        // Runs long enough for a memory sample; logs a flood cut by the
+        // rate limiter while the guest runs and one error after its end.
+        let body = r#"echo '@@LAB-GUEST@@ {"event":"boot","kernel":"6.1","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}'
+echo '@@LAB-PHASE@@ begin verify-mixed'
+echo '@@LAB-PHASE@@ end verify-mixed'
+echo '@@LAB-GUEST@@ {"event":"fio","phase":"verify-mixed","error":0,"read_kib":8192,"read_bw_kib":1,"read_iops":1,"read_ms":1,"write_kib":8192,"write_bw_kib":1,"write_iops":1,"write_ms":1,"counters":{}}'
+echo 'WARN driver wrote a read-only config field' >&2
+echo 'WARN guest-triggered warnings dropped (more than 10 a second) dropped=5000' >&2
+echo 'ERROR VFIO MSI route: EINVAL' >&2
+echo '@@LAB-GUEST@@ {"event":"attack","name":"viommu-config","ok":true,"ops":5010,"seconds":2,"detail":"BAR4+0x2000"}'
+echo '@@LAB-GUEST@@ {"event":"attack","name":"avail-index","ok":false,"detail":"no /dev/mem"}'
+sleep 2.5
+echo '@@LAB-GUEST-DONE@@ rc=0'
+echo 'ERROR release: VFIO_GROUP_UNSET_CONTAINER failed' >&2
+"#;
+        let l = script_launch(d.path(), body);
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let r = run_cell(&l, "fake", 0, &mut ctx(d.path(), rx, 15), &p)
+            .await
+            .unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        let names: Vec<_> = r
+            .attacks
+            .iter()
+            .map(|a| (a.name.as_str(), a.ok, a.ops))
+            .collect();
+        assert_eq!(
+            names,
+            [("viommu-config", true, 5010), ("avail-index", false, 0)]
+        );
+        // The cell's JSON (the lab's @@LAB-CELL@@ line) carries both.
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["attacks"][0]["ops"], 5010, "{json}");
+        assert_eq!(json["footprint"]["rate_limited_lines"], 1, "{json}");
+        let f = r.footprint.expect("a footprint");
+        assert_eq!(
+            (f.log_lines, f.rate_limited_lines, f.errors_after_done),
+            (4, 1, 1),
+            "{f:?}"
+        );
+        assert!(f.samples >= 1 && f.peak_own_rss_kib > 0, "{f:?}");
     }
 
     #[tokio::test]

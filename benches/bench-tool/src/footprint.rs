@@ -1,0 +1,202 @@
+//! What the VMM process itself cost while a cell ran: the lines it logged
+//! and its resident memory apart from guest RAM. A guest must not be able
+//! to grow either without bound (the lab's `hostile` scenario compares a
+//! guest that attacks the VMM with one that does not).
+//!
+//! Memory is sampled from `/proc/PID/smaps` about once a second while the
+//! VMM runs: every mapping's `Rss:` counts except those of
+//! [`GUEST_RAM_MIN_BYTES`] or more that are not the brk heap, which are
+//! guest RAM (one anonymous mapping per RAM region; the VMM's own
+//! allocations are the heap, glibc's per-thread arenas of at most 64 MiB,
+//! thread stacks and small mappings). `VmHWM` of `/proc/PID/status`, the
+//! whole process's peak, is kept too.
+
+use serde::{Deserialize, Serialize};
+
+/// Mappings this large (or larger), other than `[heap]`, are guest RAM.
+/// The bench tool's guests have at least that (`--guest-memory`, 256M at
+/// least); glibc's arenas and thread stacks stay below 64 MiB each.
+pub const GUEST_RAM_MIN_BYTES: u64 = 256 << 20;
+
+/// The rate limiter's line when it dropped guest-triggered warnings
+/// (`viommu_device::ratelimit`).
+pub const RATE_LIMITED: &str = "guest-triggered warnings dropped";
+
+/// The VMM's log and memory over one cell.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprint {
+    /// Lines the VMM wrote to stderr.
+    pub log_lines: u64,
+    /// Of those, the rate limiter's reports of dropped guest-triggered
+    /// warnings: a guest did flood, and was cut.
+    pub rate_limited_lines: u64,
+    /// Lines with `ERROR` the VMM wrote after the guest said it was done
+    /// (the release: device reset, unmaps, group release).
+    pub errors_after_done: u64,
+    /// Peak resident set of the whole process (`VmHWM`), KiB.
+    pub peak_rss_kib: u64,
+    /// Peak resident set apart from guest RAM (see the module), KiB.
+    pub peak_own_rss_kib: u64,
+    /// Memory samples taken (0: the process was never seen, e.g. it
+    /// exited at once, or /proc/PID/smaps is missing).
+    pub samples: u32,
+}
+
+impl Footprint {
+    /// Counts one line the VMM wrote to stderr; `done` once the guest
+    /// reported its end.
+    pub fn log_line(&mut self, line: &str, done: bool) {
+        self.log_lines += 1;
+        if line.contains(RATE_LIMITED) {
+            self.rate_limited_lines += 1;
+        }
+        if done && line.contains("ERROR") {
+            self.errors_after_done += 1;
+        }
+    }
+
+    /// Takes one memory sample of process `pid`; false when it cannot be
+    /// read (gone, or no smaps).
+    pub fn sample(&mut self, pid: u32) -> bool {
+        let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+            return false;
+        };
+        let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| status_kib(&s, "VmHWM:"));
+        self.add_sample(own_rss_kib(&smaps), hwm);
+        true
+    }
+
+    fn add_sample(&mut self, own_kib: u64, hwm_kib: Option<u64>) {
+        self.samples += 1;
+        self.peak_own_rss_kib = self.peak_own_rss_kib.max(own_kib);
+        if let Some(h) = hwm_kib {
+            self.peak_rss_kib = self.peak_rss_kib.max(h);
+        }
+    }
+}
+
+/// The value in KiB of `key` (e.g. `VmHWM:`) in a `/proc/PID/status` text.
+pub fn status_kib(status: &str, key: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The `Rss:` of every mapping of a `/proc/PID/smaps` text, in KiB, but
+/// those of [`GUEST_RAM_MIN_BYTES`] or more that are not `[heap]`.
+pub fn own_rss_kib(smaps: &str) -> u64 {
+    let mut total = 0u64;
+    let mut counted = false;
+    for line in smaps.lines() {
+        if let Some(size) = mapping_size(line) {
+            counted = size < GUEST_RAM_MIN_BYTES || line.trim_end().ends_with("[heap]");
+        } else if let Some(v) = line.strip_prefix("Rss:") {
+            if counted {
+                total += v
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+/// The size of the mapping a smaps header line (`START-END perms ...`)
+/// names; None for other lines.
+fn mapping_size(line: &str) -> Option<u64> {
+    let range = line.split_whitespace().next()?;
+    let (a, b) = range.split_once('-')?;
+    let a = u64::from_str_radix(a, 16).ok()?;
+    let b = u64::from_str_radix(b, 16).ok()?;
+    b.checked_sub(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMAPS: &str = "\
+55d0c0a00000-55d0c0b00000 r-xp 00000000 08:01 1234 /lab/bin/vmm
+Size:               1024 kB
+Rss:                 800 kB
+55d0c2000000-55d0c6000000 rw-p 00000000 00:00 0 [heap]
+Size:              65536 kB
+Rss:               40000 kB
+7f0000000000-7f0040000000 rw-p 00000000 00:00 0 
+Size:            1048576 kB
+Rss:              300000 kB
+7f0040000000-7f0044000000 rw-p 00000000 00:00 0 
+Size:              65536 kB
+Rss:                1200 kB
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+Size:                132 kB
+Rss:                  16 kB
+VmFlags: rd wr mr mw me gd ac
+";
+
+    #[test]
+    fn guest_ram_is_left_out_and_the_heap_is_not() {
+        // 800 + 40000 (heap) + 1200 (an arena) + 16: not the 1 GiB of RAM.
+        assert_eq!(own_rss_kib(SMAPS), 42016);
+    }
+
+    #[test]
+    fn a_heap_bigger_than_guest_ram_still_counts() {
+        let big_heap = "\
+55d0c2000000-55d102000000 rw-p 00000000 00:00 0                          [heap]
+Rss:              900000 kB
+";
+        assert_eq!(own_rss_kib(big_heap), 900000);
+        assert_eq!(own_rss_kib("garbage\nRss: x kB\n"), 0);
+    }
+
+    #[test]
+    fn status_values_are_read_by_key() {
+        let s = "Name:\tvmm\nVmHWM:\t  1331200 kB\nVmRSS:\t  1300000 kB\n";
+        assert_eq!(status_kib(s, "VmHWM:"), Some(1331200));
+        assert_eq!(status_kib(s, "VmRSS:"), Some(1300000));
+        assert_eq!(status_kib(s, "VmSwap:"), None);
+    }
+
+    #[test]
+    fn lines_are_counted_by_kind() {
+        let mut f = Footprint::default();
+        f.log_line("2026 WARN viommu_device: guest-triggered warnings dropped (more than 10 a second) dropped=12", false);
+        f.log_line("2026 ERROR vmm: VFIO MSI route: EINVAL", false);
+        f.log_line(
+            "2026 ERROR vmm: release: VFIO_GROUP_UNSET_CONTAINER: EBUSY",
+            true,
+        );
+        f.log_line("2026 WARN vmm: something", true);
+        assert_eq!(
+            (f.log_lines, f.rate_limited_lines, f.errors_after_done),
+            (4, 1, 1)
+        );
+    }
+
+    #[test]
+    fn peaks_are_the_largest_samples() {
+        let mut f = Footprint::default();
+        f.add_sample(100, Some(5000));
+        f.add_sample(300, None);
+        f.add_sample(200, Some(4000));
+        assert_eq!(
+            (f.peak_own_rss_kib, f.peak_rss_kib, f.samples),
+            (300, 5000, 3)
+        );
+    }
+
+    #[test]
+    fn this_process_can_be_sampled() {
+        let mut f = Footprint::default();
+        assert!(f.sample(std::process::id()));
+        assert!(f.peak_own_rss_kib > 0 && f.peak_rss_kib > 0, "{f:?}");
+        assert!(!f.sample(u32::MAX));
+    }
+}

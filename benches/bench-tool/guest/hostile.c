@@ -51,12 +51,21 @@
  *     the index was corrupt is taken (a corrupt index ends the device's
  *     round until the next kick). The queue is found through the
  *     transport's common config (queue_select, read back, restored).
+ *     The corrupt window is a busy-wait, not a sleep, and this attacker
+ *     runs SCHED_FIFO: first run in the lab, it slept 2 ms and was not
+ *     scheduled again while both vCPUs spun with interrupts off (one in
+ *     the driver waiting for a request the corrupt index hid, the other
+ *     on the driver's lock), so the index was never restored and the
+ *     guest hung itself. A FIFO task is not preempted by the guest's fio
+ *     jobs, so once it has swapped the index nothing on its vCPU can
+ *     take the driver's lock before it restores it.
  *
  * Build: gcc -static -O2 -Wall -Wextra -Werror -o viommu-hostile hostile.c
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -462,15 +471,24 @@ static int attack_avail_index(const char *dev)
 	if (m == MAP_FAILED)
 		return fail("mapping the avail ring through", "/dev/mem");
 	idx = (uint16_t *)(m + in_page + 2);
+	{
+		struct sched_param sp = { .sched_priority = 50 };
+
+		if (sched_setscheduler(0, SCHED_FIFO, &sp))
+			return fail("making the avail-index attacker SCHED_FIFO", "sched_setscheduler");
+	}
 	while (running()) {
 		uint16_t good = __atomic_load_n(idx, __ATOMIC_ACQUIRE);
 		uint16_t bad = (uint16_t)(good + 0x8000);
 		uint16_t expect = good;
 
 		if (__atomic_compare_exchange_n(idx, &expect, bad, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			double until = now_s() + 0.0005;
+
 			corrupted++;
 			*kick = 0;
-			sleep_ms(2);
+			while (now_s() < until)
+				__builtin_ia32_pause();
 			expect = bad;
 			if (__atomic_compare_exchange_n(idx, &expect, good, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 				restored++;

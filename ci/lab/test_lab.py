@@ -696,4 +696,4 @@ class FaultCensusTableTest(unittest.TestCase):
         self.assertEqual((qemu["guest boots"], qemu["guest hang"]), (1, 1))
         h = hosts["QEMU emulator version 11.1.3"]
         self.assertEqual((h["lab host boots"], h["lab host wedged"], h["lab host crashed"]), (2, 1, 0))
-        self.assertIn("| QEMU emulator version 11.1.3 | ours | 3 | 1 | 1 | 0 | 0.67 |", fault_census.table(hosts, guests))
+        self.assertIn("| QEMU emulator version 11.1.3 | ours | 3 | 1 | 1 | 0 | 0.67 | - |", fault_census.table(hosts, guests))

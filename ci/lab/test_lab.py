@@ -231,10 +231,10 @@ class HostileTest(unittest.TestCase):
     def test_every_attack_must_have_run(self):
         attacks = [{"name": a, "ok": True, "ops": 50000, "seconds": 60} for a in self.ATTACKS[:3]]
         attacks.append({"name": "viommu-config", "ok": False, "detail": "no virtio device config capability"})
-        attacks.append({"name": "avail-index", "ok": True, "ops": 3, "seconds": 60})
+        attacks.append({"name": "msix-pba", "ok": True, "ops": 3, "seconds": 60})
         p = self.problems(self.cells(attacks=attacks))
         self.assertTrue(any("viommu-config could not run: no virtio device config" in x for x in p), p)
-        self.assertTrue(any("avail-index made 3 operations" in x for x in p), p)
+        self.assertTrue(any("msix-pba made 3 operations" in x for x in p), p)
         p = self.problems(self.cells(attacks=attacks[:2]))
         self.assertTrue(any("nvme-config reported nothing" in x for x in p), p)
 

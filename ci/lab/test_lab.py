@@ -345,7 +345,7 @@ class SettingsTest(unittest.TestCase):
         # Issue 32: the demo's defaults are the headline's configuration.
         k = lab.knobs_of(self.args("demo"), lab.SCENARIOS["compare"])
         self.assertEqual((k["host_iommu"], k["ramp"], k["lead"]), ("virtio", "2", "ours+patched-lazy"))
-        self.assertEqual((k["vmm_qemu"], k["host_kernel"]), ("11.1", "6.12"))
+        self.assertEqual((k["vmm_qemu"], k["host_kernel"], k["outer_qemu"]), ("11.1", "6.12", "11.1"))
         lazy = [r for r in lab.DEMO["runs"] if r.startswith(("ours+patched-lazy:", "qemu+patched:"))]
         self.assertEqual(len(lazy), 2)
         self.assertTrue(all(r.endswith("iommu.reuse_window_ms=1000") for r in lazy), lazy)

@@ -45,6 +45,20 @@ bench_args() {
 	return 0
 }
 
+# run_bench: viommu-bench with the flags in /tmp/bench.args (bench_args'
+# output, one flag or value a line, so values may hold spaces), its output
+# on stdout and stderr; its exit status.
+run_bench() {
+	local rc
+	IFS='
+'
+	# shellcheck disable=SC2046
+	viommu-bench $(cat /tmp/bench.args) 2>&1
+	rc=$?
+	unset IFS
+	return $rc
+}
+
 # guest_crash LOG: the first line of a guest kernel crash in LOG (a double
 # fault, a panic, a BUG), quote-free for JSON; empty if none. (The bench
 # tool has its own for the guests it runs; this one is for the scenario

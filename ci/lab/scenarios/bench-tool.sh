@@ -26,12 +26,8 @@ check starts-on-nvme "$([ "$before" = nvme ] && echo true || echo false)" "drive
 
 # 3. The run: the tool binds vfio-pci itself (no --no-bind) and restores.
 bench_args | grep -vx -- --no-bind >/tmp/bench.args
-IFS='
-'
-# shellcheck disable=SC2046
-viommu-bench $(cat /tmp/bench.args) 2>&1
+run_bench
 rc=$?
-unset IFS
 check bench-run "$([ $rc -eq 0 ] && echo true || echo false)" "viommu-bench exit $rc" || status=1
 wait_for '[ "$(driver)" = "$before" ]' 100
 after=$(driver)

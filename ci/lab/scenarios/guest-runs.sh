@@ -3,11 +3,7 @@
 # one @@LAB-CELL@@ {json} line per guest (and the logs of guests that did
 # not finish well) on this console; its progress lines go here too.
 bench_args >/tmp/bench.args
-IFS='
-'
-# shellcheck disable=SC2046
-viommu-bench $(cat /tmp/bench.args) 2>&1
+run_bench
 rc=$?
-unset IFS
 # 1: some guest failed or hung, which the lab judges from the cells.
 [ $rc -le 1 ]

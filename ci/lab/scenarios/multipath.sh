@@ -41,23 +41,15 @@ mkdir -p /mnt/ns
 mke2fs -F "/dev/$ns" >/dev/null 2>&1
 mount -t ext2 "/dev/$ns" /mnt/ns
 mounted=$(grep "^/dev/$ns " /proc/mounts)
-IFS='
-'
-# shellcheck disable=SC2046
-out=$(viommu-bench $(cat /tmp/bench.args) 2>&1)
+out=$(run_bench)
 rc=$?
-unset IFS
 check refuses-mounted "$(yes_no '[ -n "$mounted" ] && [ $rc -eq 2 ] && printf "%s" "$out" | grep -q "/dev/$ns is mounted on /mnt/ns" && [ "$(driver "$BDF")" = nvme ]')" \
 	"mounted: ${mounted:-no}; exit $rc, $BDF on $(driver "$BDF"): $(printf '%s' "$out" | grep -m1 'mounted on')" || status=1
 umount /mnt/ns
 
 # 4. The run: the tool binds $BDF alone; the other port stays on nvme.
-IFS='
-'
-# shellcheck disable=SC2046
-viommu-bench $(cat /tmp/bench.args) 2>&1
+run_bench
 rc=$?
-unset IFS
 check bench-run "$(yes_no '[ $rc -eq 0 ]')" "viommu-bench exit $rc" || status=1
 wait_for '[ "$(driver "$BDF")" = nvme ]' 100
 check driver-restored "$(yes_no '[ "$(driver "$BDF")" = nvme ] && [ "$(driver "$other")" = nvme ]')" \

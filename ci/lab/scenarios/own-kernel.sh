@@ -38,12 +38,8 @@ wait_for '[ "$(driver)" = nvme ]' 100
 
 # 1. The kernel without the NVMe driver built in: refused, nothing bound.
 args_with "$own/broken/vmlinux"
-IFS='
-'
-# shellcheck disable=SC2046
-out=$(viommu-bench $(cat /tmp/bench.args) 2>&1)
+out=$(run_bench)
 rc=$?
-unset IFS
 check refuses-module-kernel "$(yes_no '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q "its embedded config (CONFIG_IKCONFIG) does not build in .*CONFIG_BLK_DEV_NVME (=m)" && [ "$(driver)" = nvme ]')" \
 	"exit $rc, $BDF on $(driver): $(printf '%s' "$out" | grep -m1 'embedded config')" || status=1
 

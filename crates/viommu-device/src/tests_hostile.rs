@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::testing::{
-    count_warnings, warning_budget, BusyGuest, CountingInterrupt, GuestDriver, TestMem, MEM_SIZE,
+    activate_busy, count_warnings, warning_budget, BusyGuest, GuestDriver, TestMem, MEM_SIZE,
 };
 use crate::{DeviceConfig, Drained, VirtioIommu};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
@@ -22,17 +22,7 @@ fn busy_device(batching: bool, rounds: u64) -> (VirtioIommu<TestMem>, Arc<BusyGu
     .unwrap();
     let driver = GuestDriver::new(&*mem, 0, QSIZE, 0x10_0000);
     let guest = Arc::new(BusyGuest::new(mem.clone(), driver, 1, rounds));
-    dev.add_endpoint(1, guest.clone()).unwrap();
-    let f = dev.device_features();
-    dev.set_acked_features(f);
-    let evq = GuestDriver::new(&*mem, 0x1_0000, 64, 0x80_0000);
-    let reqq = guest.with_driver(|d, _| d.queue());
-    dev.activate(
-        mem,
-        vec![reqq, evq.queue()],
-        Arc::new(CountingInterrupt::default()),
-    )
-    .unwrap();
+    activate_busy(&mut dev, mem, &guest, true);
     (dev, guest)
 }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use vm_memory::{GuestAddress, GuestMemory, GuestMemoryMmap};
 
 use crate::testing::{
-    proptest_cases, req, BusyGuest, CountingInterrupt, GuestDriver, Harness, TestMem, DATA_BASE,
+    activate_busy, proptest_cases, req, BusyGuest, GuestDriver, Harness, TestMem, DATA_BASE,
     MEM_SIZE,
 };
 use crate::{DeviceConfig, Drained, Error, Notifications, VirtioIommu};
@@ -114,20 +114,7 @@ impl Rig {
             1,
             busy,
         ));
-        dev.add_endpoint(1, guest.clone()).unwrap();
-        let mut f = dev.device_features();
-        if !event_idx {
-            f &= !(1 << VIRTIO_RING_F_EVENT_IDX);
-        }
-        dev.set_acked_features(f);
-        let evq = GuestDriver::new(&*mem, 0x1_0000, 64, 0x80_0000);
-        let reqq = guest.with_driver(|d, _| d.queue());
-        dev.activate(
-            mem,
-            vec![reqq, evq.queue()],
-            Arc::new(CountingInterrupt::default()),
-        )
-        .unwrap();
+        activate_busy(&mut dev, mem, &guest, event_idx);
         // ATTACH and the first busy MAP, published without a decision.
         guest.start(1);
         Rig {

@@ -137,3 +137,29 @@ impl<M: GuestAddressSpace + Send + Sync> DmaMapper for BusyGuest<M> {
         self.inner.disown(iova, size)
     }
 }
+
+/// `dev` with `guest` as endpoint 1's mapper, the features it offers
+/// acked (without `VIRTIO_RING_F_EVENT_IDX` unless `event_idx`), and
+/// activated with the guest's request queue and an event queue of 64
+/// entries at 0x1_0000 (descriptors' buffers at 0x80_0000).
+pub fn activate_busy(
+    dev: &mut crate::VirtioIommu<super::TestMem>,
+    mem: super::TestMem,
+    guest: &std::sync::Arc<BusyGuest<super::TestMem>>,
+    event_idx: bool,
+) {
+    dev.add_endpoint(1, guest.clone()).unwrap();
+    let mut f = dev.device_features();
+    if !event_idx {
+        f &= !(1 << virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX);
+    }
+    dev.set_acked_features(f);
+    let evq = GuestDriver::new(&*mem, 0x1_0000, 64, 0x80_0000);
+    let reqq = guest.with_driver(|d, _| d.queue());
+    dev.activate(
+        mem,
+        vec![reqq, evq.queue()],
+        std::sync::Arc::new(super::CountingInterrupt::default()),
+    )
+    .unwrap();
+}

@@ -19,7 +19,7 @@ pub mod mapper;
 pub mod req;
 pub mod workload;
 
-pub use busy::BusyGuest;
+pub use busy::{activate_busy, BusyGuest};
 pub use driver::{GuestDriver, Used};
 pub use harness::{CountingInterrupt, Harness, TestMem, DATA_BASE, MEM_SIZE};
 pub use logs::{count_warnings, warning_budget};

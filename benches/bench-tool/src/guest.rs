@@ -27,6 +27,11 @@ pub struct BootInfo {
     /// type` lines joined by `;` (absent: the guest did not report them).
     #[serde(default)]
     pub resv: Option<String>,
+    /// The virtio-iommu driver's input range in bits ("input address: N
+    /// bits" at probe; 0 or absent: not seen): IOVAs at or above 2^N are
+    /// outside every domain's aperture.
+    #[serde(default)]
+    pub iova_bits: u32,
     /// The guest's clocksource (absent: not reported).
     #[serde(default)]
     pub clocksource: Option<String>,

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::backend::{choose, BackendChoice, HostDevices, VfioBackend};
 use super::ConfigError;
 
 /// A validated VFIO device to pass through.
@@ -15,11 +16,21 @@ pub struct VfioDeviceSpec {
     pub bdf: String,
     /// Its IOMMU group number.
     pub group: u32,
+    /// The host interface its DMA goes through (`--vfio-backend`).
+    pub backend: VfioBackend,
+    /// Why that one, for the log.
+    pub backend_why: String,
 }
 
 /// Check a `--vfio` value: a PCI device with an IOMMU group whose
-/// `/dev/vfio/N` exists (`dev_vfio` is `/dev/vfio` outside tests).
-pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec, ConfigError> {
+/// `/dev/vfio/N` exists (`host` is `/dev/vfio` and `/dev/iommu` outside
+/// tests), and the backend `choice` gives it.
+pub fn check_vfio_device(
+    path: &Path,
+    host: &HostDevices,
+    choice: BackendChoice,
+) -> Result<VfioDeviceSpec, ConfigError> {
+    let dev_vfio = host.vfio.as_path();
     let not_pci = || ConfigError::NotPciDevice {
         path: path.to_path_buf(),
     };
@@ -59,10 +70,13 @@ pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec,
             return Err(err);
         }
     }
+    let (backend, backend_why) = choose(choice, &canon, path, host)?;
     Ok(VfioDeviceSpec {
         sysfs: canon,
         bdf,
         group,
+        backend,
+        backend_why,
     })
 }
 
@@ -147,6 +161,12 @@ mod tests {
         std::fs::create_dir_all(&groups).unwrap();
         let dev_vfio = d.join("dev-vfio");
         std::fs::create_dir_all(&dev_vfio).unwrap();
+        let host = HostDevices {
+            vfio: dev_vfio.clone(),
+            iommu: d.join("no-iommu"),
+        };
+        let check_vfio_device =
+            |p: &Path, _: &Path| check_vfio_device(p, &host, BackendChoice::Auto);
 
         assert!(matches!(
             check_vfio_device(&d.join("nope"), &dev_vfio),
@@ -171,6 +191,12 @@ mod tests {
         let spec = check_vfio_device(&dev, &dev_vfio).unwrap();
         assert_eq!(spec.bdf, "0000:00:04.0");
         assert_eq!(spec.group, 7);
+        assert_eq!(spec.backend, VfioBackend::Container, "no /dev/iommu here");
+        assert!(
+            spec.backend_why.contains("CONFIG_IOMMUFD"),
+            "{}",
+            spec.backend_why
+        );
     }
 
     #[test]

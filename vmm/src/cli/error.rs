@@ -102,6 +102,14 @@ pub enum ConfigError {
         /// The largest value accepted.
         limit: u128,
     },
+    /// `--vfio-backend iommufd` on a host or device without it.
+    #[error("--vfio {}: --vfio-backend iommufd: {missing}; or pass --vfio-backend container", path.display())]
+    IommufdUnavailable {
+        /// The `--vfio` value.
+        path: PathBuf,
+        /// What the host lacks, and the fix.
+        missing: String,
+    },
     /// The group's node cannot be opened for lack of permission.
     #[error("--vfio {}: cannot open {}: permission denied (run as root, or give this user read-write access to it)", path.display(), dev.display())]
     VfioDenied {

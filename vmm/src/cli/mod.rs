@@ -5,14 +5,16 @@
 //! parsers are in `parse.rs`, the checks of files and `--vfio` devices on
 //! the host in `checks.rs`.
 
+mod backend;
 mod checks;
 mod error;
 mod parse;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use backend::{BackendChoice, HostDevices, VfioBackend};
 pub use checks::{check_vfio_device, VfioDeviceSpec};
 pub use error::ConfigError;
 pub use parse::{parse_range, parse_size};
@@ -51,6 +53,13 @@ pub struct Cli {
     /// /sys/bus/pci/devices/DDDD:BB:DD.F, bound to vfio-pci. Repeatable.
     #[arg(long, value_name = "SYSFS_PATH")]
     pub vfio: Vec<PathBuf>,
+    /// How the --vfio devices' DMA is mapped on the host: `iommufd`
+    /// (/dev/iommu and the device's VFIO cdev; needs a host kernel with
+    /// CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV), `container` (the VFIO
+    /// type1 container, /dev/vfio/vfio), or `auto`: iommufd where the host
+    /// has it, else the container.
+    #[arg(long, value_name = "BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
+    pub vfio_backend: BackendChoice,
     /// Serve the control plane (HTTP: GET /metrics, GET /api/v1/vm.info,
     /// PUT /api/v1/vm.shutdown) on this Unix socket.
     #[arg(long, value_name = "PATH")]
@@ -162,7 +171,7 @@ pub struct VmConfig {
 
 impl Cli {
     /// Check every flag; the first problem found is returned.
-    pub fn validate(self, dev_vfio: &Path) -> Result<VmConfig, ConfigError> {
+    pub fn validate(self, host: &HostDevices) -> Result<VmConfig, ConfigError> {
         check_file("kernel", &self.kernel, "a Linux bzImage")?;
         if let Some(initrd) = &self.initrd {
             check_file("initrd", initrd, "an initramfs (cpio archive)")?;
@@ -187,7 +196,7 @@ impl Cli {
         let vfio = self
             .vfio
             .iter()
-            .map(|p| check_vfio_device(p, dev_vfio))
+            .map(|p| check_vfio_device(p, host, self.vfio_backend))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(VmConfig {
             kernel: self.kernel,
@@ -289,7 +298,11 @@ mod tests {
             let ks = k.to_str().unwrap();
             let mut all = vec!["vmm", "--kernel", ks];
             all.extend_from_slice(args);
-            Cli::try_parse_from(all).unwrap().validate(&dir)
+            let host = HostDevices {
+                vfio: dir.clone(),
+                iommu: dir.join("iommu"),
+            };
+            Cli::try_parse_from(all).unwrap().validate(&host)
         };
         (d, v)
     }
@@ -320,12 +333,21 @@ mod tests {
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--cpus", "0"]).is_err());
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--cpus", "255"]).is_err());
         assert!(Cli::try_parse_from(["vmm", "--initrd", "i"]).is_err());
+        assert_eq!(cli.vfio_backend, BackendChoice::Auto, "the default");
+        let pick = |v: &str| {
+            Cli::try_parse_from(["vmm", "--kernel", "k", "--vfio-backend", v])
+                .map(|c| c.vfio_backend)
+        };
+        assert_eq!(pick("iommufd").unwrap(), BackendChoice::Iommufd);
+        assert_eq!(pick("container").unwrap(), BackendChoice::Container);
+        assert_eq!(pick("auto").unwrap(), BackendChoice::Auto);
+        assert!(pick("type1").is_err());
     }
 
     #[test]
     fn missing_kernel_names_the_flag_and_path() {
         let cli = Cli::try_parse_from(["vmm", "--kernel", "/nonexistent/bzImage"]).unwrap();
-        let err = cli.validate(Path::new("/dev/vfio")).unwrap_err();
+        let err = cli.validate(&HostDevices::default()).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.starts_with("--kernel /nonexistent/bzImage: cannot open"),

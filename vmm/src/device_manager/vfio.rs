@@ -1,19 +1,22 @@
 //! VFIO PCI passthrough: plugging a `--vfio` device, one step a function.
 //!
 //! Per device, in this order: the KVM-VFIO device (once per VM), a
-//! container, the device (its group joins the container), a reset, the
-//! DMA mapper of the container, the emulated PCI function, BAR placement,
-//! the BARs' mmaps as KVM memory slots, a slot on the root bus, and the
-//! BARs on the MMIO bus (the parts that are not mmap-ed trap there).
+//! container (or, with the iommufd backend, an iommufd and an IOAS), the
+//! device (its group joins the container, or its cdev is bound to the
+//! iommufd and attached to the IOAS), a reset, the DMA mapper of the
+//! container or IOAS, the emulated PCI function, BAR placement, the BARs'
+//! mmaps as KVM memory slots, a slot on the root bus, and the BARs on the
+//! MMIO bus (the parts that are not mmap-ed trap there).
 
 use std::sync::{Arc, Mutex};
 
-use dma_mapper::VfioMapper;
-use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioOps};
+use dma_mapper::{HostIommuMapper, IommufdMapper, VfioMapper};
+use iommufd_ioctls::IommuFd;
+use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioIommufd, VfioOps};
 
 use super::{DeviceManager, Endpoint};
 use crate::bus::Bus;
-use crate::cli::VfioDeviceSpec;
+use crate::cli::{VfioBackend, VfioDeviceSpec};
 use crate::devices::vfio_pci::{mmap_bar, BarInfo, VfioBar, VfioPciDevice};
 use crate::error::{io_err, kvm_err, VmmError};
 use crate::pci::alloc::BarWindows;
@@ -41,10 +44,25 @@ impl DeviceManager<'_> {
     /// Pass one device through; returns its guest BDF and mapper.
     fn add_vfio_device(&mut self, spec: &VfioDeviceSpec) -> Result<Endpoint, VmmError> {
         let kvm_vfio = self.kvm_vfio()?;
-        let container = open_container(spec, kvm_vfio)?;
-        let device = Arc::new(open_device(spec, &container)?);
+        tracing::info!(
+            device = %spec.bdf,
+            backend = spec.backend.name(),
+            why = %spec.backend_why,
+            "VFIO DMA backend"
+        );
+        let (device, mapper): (_, Arc<dyn HostIommuMapper>) = match spec.backend {
+            VfioBackend::Container => {
+                let container = open_container(spec, kvm_vfio)?;
+                let device = Arc::new(open_device(spec, &container)?);
+                (device, Arc::new(dma_mapper(container, self.vm)))
+            }
+            VfioBackend::Iommufd => {
+                let ioas = open_iommufd(spec, kvm_vfio)?;
+                let device = Arc::new(open_cdev(spec, &ioas)?);
+                (device, Arc::new(iommufd_mapper(ioas, self.vm)))
+            }
+        };
         reset_before_use(&device, spec);
-        let mapper = Arc::new(dma_mapper(container, self.vm));
         self.vfio.push(device.clone());
         let mut dev = VfioPciDevice::new(device.clone(), self.router.clone())
             .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
@@ -82,12 +100,12 @@ impl DeviceManager<'_> {
     }
 }
 
-/// The error for a failed VFIO call on `spec`'s device: `what` failed, and
-/// the fix.
-fn vfio_err(
+/// The error for a failed VFIO or iommufd call on `spec`'s device: `what`
+/// failed, and the fix.
+fn vfio_err<E: std::error::Error + Send + Sync + 'static>(
     spec: &VfioDeviceSpec,
     what: &'static str,
-) -> impl FnOnce(vfio_ioctls::VfioError) -> VmmError {
+) -> impl FnOnce(E) -> VmmError {
     let path = spec.sysfs.display().to_string();
     move |e| VmmError::Vfio {
         path,
@@ -120,6 +138,33 @@ fn open_device(
     ))
 }
 
+/// A new iommufd with one IOAS (one per device, as one container per
+/// device), known to the VM's KVM-VFIO device.
+fn open_iommufd(
+    spec: &VfioDeviceSpec,
+    kvm_vfio: Arc<VfioDeviceFd>,
+) -> Result<Arc<VfioIommufd>, VmmError> {
+    let iommufd = IommuFd::new().map(Arc::new).map_err(vfio_err(
+        spec,
+        "cannot open /dev/iommu (modprobe iommufd, or --vfio-backend container)",
+    ))?;
+    VfioIommufd::new(iommufd, None, Some(kvm_vfio))
+        .map(Arc::new)
+        .map_err(vfio_err(
+            spec,
+            "cannot allocate an iommufd IO address space",
+        ))
+}
+
+/// Open the device through its VFIO cdev, bind it to the iommufd of
+/// `ioas` and attach it to the IOAS.
+fn open_cdev(spec: &VfioDeviceSpec, ioas: &Arc<VfioIommufd>) -> Result<VfioDevice, VmmError> {
+    VfioDevice::new(&spec.sysfs, ioas.clone() as Arc<dyn VfioOps>, true).map_err(vfio_err(
+        spec,
+        "cannot open the device's VFIO cdev and attach it to the IOAS (is it bound to vfio-pci and not in use? or --vfio-backend container)",
+    ))
+}
+
 /// Start from a clean device, whatever its previous user left in it
 /// (VFIO_DEVICE_RESET, where the device supports one; on close vfio-pci
 /// resets the function itself).
@@ -133,6 +178,13 @@ fn dma_mapper(container: Arc<VfioContainer>, vm: &Vm) -> VfioMapper {
     // SAFETY: guest memory is only accessed through vm-memory's volatile
     // accessors and KVM; no Rust reference to it exists.
     unsafe { VfioMapper::new(container, vm.memory().clone()) }
+}
+
+/// The DMA mapper that programs the IOAS of `ioas` with guest RAM.
+fn iommufd_mapper(ioas: Arc<VfioIommufd>, vm: &Vm) -> IommufdMapper {
+    // SAFETY: as in `dma_mapper`: guest memory is only accessed through
+    // vm-memory's volatile accessors and KVM.
+    unsafe { IommufdMapper::new(ioas, vm.memory().clone()) }
 }
 
 /// Give each memory BAR of `dev` a guest address and program it into the

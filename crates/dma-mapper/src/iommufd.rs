@@ -33,27 +33,45 @@
 //! - DMA-available count: iommufd has no per-container mapping limit
 //!   (type1's `dma_entry_limit`), so none is reported.
 //!
-//! `iommufd-ioctls` 0.4 has no call for `IOMMU_IOAS_IOVA_RANGES`; it is
-//! issued here with the `iommufd-bindings` struct.
+//! # Pinned guest RAM (`PinnedRamIoas`)
+//! Every `IOMMU_IOAS_MAP` pins the pages it maps, and its unmap unpins
+//! them: per guest MAP that is a page walk and an accounting update on top
+//! of the IOMMU programming. [`PinnedRamIoas`] maps all guest RAM once
+//! into a second IOAS, no device attached, at IOVA = host virtual address,
+//! and serves each map with `IOMMU_IOAS_COPY` from it: the kernel takes
+//! references to pages that are already pinned, and the guest's MAP only
+//! programs the IOMMU. The price: all guest RAM stays pinned (and counted
+//! against `RLIMIT_MEMLOCK`) for the VM's life, whether the guest maps it
+//! or not. Unmaps are the device IOAS's, unchanged.
+//!
+//! `iommufd-ioctls` 0.4 has no call for `IOMMU_IOAS_IOVA_RANGES` or
+//! `IOMMU_IOAS_COPY`; they are issued here with the `iommufd-bindings`
+//! structs.
 
 use std::io;
 use std::os::unix::io::AsRawFd;
 
+use std::sync::Arc;
+
 use iommufd_bindings::{
-    iommu_ioas_iova_ranges, iommu_ioas_map, iommu_ioas_unmap, iommu_iova_range,
+    iommu_ioas_copy, iommu_ioas_iova_ranges, iommu_ioas_map, iommu_ioas_unmap, iommu_iova_range,
     iommufd_ioas_map_flags_IOMMU_IOAS_MAP_FIXED_IOVA,
     iommufd_ioas_map_flags_IOMMU_IOAS_MAP_READABLE,
     iommufd_ioas_map_flags_IOMMU_IOAS_MAP_WRITEABLE,
 };
-use iommufd_ioctls::IommufdError;
+use iommufd_ioctls::{IommufdError, IommufdIoas};
 use vfio_ioctls::VfioIommufd;
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress};
 
 use crate::vfio::{ContainerOps, VfioMapper};
 use crate::{DmaPerm, PAGE_SIZE_4K_MASK};
 
 /// A [`VfioMapper`] on an iommufd IOAS (see the [module docs](self)).
 pub type IommufdMapper<M = GuestMemoryMmap> = VfioMapper<VfioIommufd, M>;
+
+/// A [`VfioMapper`] whose maps are copies from pinned guest RAM (see
+/// [`PinnedRamIoas`]).
+pub type PinnedRamMapper<M = GuestMemoryMmap> = VfioMapper<PinnedRamIoas, M>;
 
 /// The `IOMMU_IOAS_MAP` flags of a fixed-IOVA map granting exactly `perm`.
 pub fn map_flags(perm: DmaPerm) -> u32 {
@@ -92,6 +110,27 @@ pub fn unmap_args(ioas_id: u32, iova: u64, size: u64) -> iommu_ioas_unmap {
     }
 }
 
+/// The `IOMMU_IOAS_COPY` argument: the `size` bytes at `src_iova` of IOAS
+/// `src` mapped at `iova` of IOAS `dst`, granting `perm`.
+pub fn copy_args(
+    dst: u32,
+    src: u32,
+    iova: u64,
+    size: u64,
+    src_iova: u64,
+    perm: DmaPerm,
+) -> iommu_ioas_copy {
+    iommu_ioas_copy {
+        size: std::mem::size_of::<iommu_ioas_copy>() as u32,
+        flags: map_flags(perm),
+        dst_ioas_id: dst,
+        src_ioas_id: src,
+        length: size,
+        dst_iova: iova,
+        src_iova,
+    }
+}
+
 /// The page size mask of an IOAS whose minimum IOVA alignment is `align`
 /// (`out_iova_alignment`; 1 means any): every power of two from the
 /// alignment up, and never below 4 KiB. `None` for an alignment that is
@@ -117,12 +156,13 @@ pub fn iommufd_to_io(e: IommufdError) -> io::Error {
 }
 
 mod ioctls {
-    use iommufd_bindings::{IOMMUFD_CMD_IOAS_IOVA_RANGES, IOMMUFD_TYPE};
+    use iommufd_bindings::{IOMMUFD_CMD_IOAS_COPY, IOMMUFD_CMD_IOAS_IOVA_RANGES, IOMMUFD_TYPE};
     vmm_sys_util::ioctl_io_nr!(
         IOMMU_IOAS_IOVA_RANGES,
         IOMMUFD_TYPE as u32,
         IOMMUFD_CMD_IOAS_IOVA_RANGES
     );
+    vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_COPY, IOMMUFD_TYPE as u32, IOMMUFD_CMD_IOAS_COPY);
 }
 
 /// Most ranges we read back; a real IOAS has a handful (reserved regions
@@ -218,6 +258,111 @@ impl ContainerOps for VfioIommufd {
     }
 }
 
+/// A device's IOAS ([`VfioIommufd`]) served from a second IOAS of the
+/// same iommufd that holds all guest RAM, mapped once at IOVA = host
+/// virtual address: maps are `IOMMU_IOAS_COPY`s from it, so no guest MAP
+/// pins a page (see the [module docs](self)).
+pub struct PinnedRamIoas {
+    device: Arc<VfioIommufd>,
+    ram: IommufdIoas,
+    /// Guest RAM bytes pinned in `ram`.
+    pinned: u64,
+}
+
+impl PinnedRamIoas {
+    /// Map every region of `mem` into a new IOAS of `device`'s iommufd
+    /// (pinning all of it) and serve `device`'s IOAS from there.
+    ///
+    /// # Safety
+    /// The contract of [`ContainerOps::map_dma`] for all of `mem`, for the
+    /// life of the returned value: its regions stay mapped in this process
+    /// and no Rust reference to their memory exists.
+    pub unsafe fn new<M: GuestMemoryBackend>(
+        device: Arc<VfioIommufd>,
+        mem: &M,
+    ) -> io::Result<Self> {
+        let ram = IommufdIoas::new(device.iommufd().clone()).map_err(iommufd_to_io)?;
+        let mut pinned = 0;
+        for region in mem.iter() {
+            let vaddr = region
+                .get_host_address(MemoryRegionAddress(0))
+                .map_err(io::Error::other)? as u64;
+            let len = region.len();
+            let map = map_args(ram.id(), vaddr, len, vaddr, DmaPerm::RW);
+            // Dropping `ram` on an error destroys the IOAS and with it
+            // whatever was mapped so far.
+            device
+                .iommufd()
+                .map_iommu_ioas(&map)
+                .map_err(iommufd_to_io)?;
+            pinned += len;
+        }
+        Ok(PinnedRamIoas {
+            device,
+            ram,
+            pinned,
+        })
+    }
+
+    /// The device's IOAS (and its iommufd).
+    pub fn device(&self) -> &Arc<VfioIommufd> {
+        &self.device
+    }
+
+    /// Guest RAM bytes held pinned.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned
+    }
+}
+
+impl ContainerOps for PinnedRamIoas {
+    unsafe fn map_dma(&self, iova: u64, size: u64, vaddr: u64, perm: DmaPerm) -> io::Result<()> {
+        let copy = copy_args(
+            self.device.ioas().id(),
+            self.ram.id(),
+            iova,
+            size,
+            vaddr,
+            perm,
+        );
+        // SAFETY: the fd is an iommufd, the request number matches the
+        // argument type and the kernel only reads `copy`. The source
+        // pages are guest RAM this value keeps pinned (`new`'s contract);
+        // handing them to the device is the caller's (this fn's contract).
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_ref(
+                self.device.iommufd().as_ref(),
+                ioctls::IOMMU_IOAS_COPY(),
+                &copy,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn unmap_dma(&self, iova: u64, size: u64) -> io::Result<u64> {
+        self.device.unmap_dma(iova, size)
+    }
+
+    fn unmap_all_dma(&self) -> io::Result<u64> {
+        self.device.unmap_all_dma()
+    }
+
+    fn iova_pgsizes(&self) -> io::Result<u64> {
+        self.device.iova_pgsizes()
+    }
+
+    fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
+        ContainerOps::iova_ranges(self.device.as_ref())
+    }
+
+    fn dma_avail(&self) -> io::Result<u32> {
+        ContainerOps::dma_avail(self.device.as_ref())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +389,23 @@ mod tests {
         let u = unmap_args(7, 0x10_0000, 0x2000);
         assert_eq!(u.size, 24, "sizeof(struct iommu_ioas_unmap)");
         assert_eq!((u.ioas_id, u.iova, u.length), (7, 0x10_0000, 0x2000));
+    }
+
+    #[test]
+    fn copy_arguments() {
+        let c = copy_args(3, 9, 0x10_0000, 0x2000, 0x7f00_0000_1000, DmaPerm::WO);
+        assert_eq!(c.size, 40, "sizeof(struct iommu_ioas_copy)");
+        assert_eq!(c.flags, map_flags(DmaPerm::WO));
+        assert_eq!(
+            (
+                c.dst_ioas_id,
+                c.src_ioas_id,
+                c.dst_iova,
+                c.length,
+                c.src_iova
+            ),
+            (3, 9, 0x10_0000, 0x2000, 0x7f00_0000_1000)
+        );
     }
 
     #[test]

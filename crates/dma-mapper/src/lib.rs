@@ -22,7 +22,7 @@ pub mod vfio;
 
 pub use fanout::{elapsed_ns, HostBackend, MapperSet};
 pub use interval::IntervalMap;
-pub use iommufd::IommufdMapper;
+pub use iommufd::{IommufdMapper, PinnedRamIoas, PinnedRamMapper};
 pub use mapping::{adjacent_runs, Mapping, Run};
 pub use recording::{DmaCall, DmaOp, FaultPlan, LoggedCall, RecordingMapper};
 pub use soft::{SoftAddressSpace, TranslateError};

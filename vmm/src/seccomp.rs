@@ -203,6 +203,7 @@ mod ioctl {
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_UNMAP_DMA, VFIO_TYPE, VFIO_BASE + 14);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_DETACH_IOMMUFD_PT, VFIO_TYPE, VFIO_BASE + 20);
     vmm_sys_util::ioctl_io_nr!(IOMMU_DESTROY, IOMMUFD_TYPE, IOMMUFD_CMD_BASE);
+    vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_COPY, IOMMUFD_TYPE, IOMMUFD_CMD_BASE + 3);
     vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_MAP, IOMMUFD_TYPE, IOMMUFD_CMD_BASE + 5);
     vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_UNMAP, IOMMUFD_TYPE, IOMMUFD_CMD_BASE + 6);
 }
@@ -483,6 +484,10 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             ),
             (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
             (IOMMU_IOAS_MAP(), "a guest MAP (--vfio-backend iommufd)"),
+            (
+                IOMMU_IOAS_COPY(),
+                "a guest MAP with --pin-guest-ram (iommufd)",
+            ),
             (
                 IOMMU_IOAS_UNMAP(),
                 "a guest UNMAP, DETACH, FLUSH or reset, and unmap-all (iommufd)",

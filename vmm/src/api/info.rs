@@ -129,6 +129,7 @@ mod tests {
                 backend: crate::cli::VfioBackend::Iommufd,
                 backend_why: String::new(),
             }],
+            pin_guest_ram: false,
             viommu: false,
             api_socket: None,
             lazy_unmap: true,

@@ -102,6 +102,12 @@ pub enum ConfigError {
         /// The largest value accepted.
         limit: u128,
     },
+    /// `--pin-guest-ram` without the iommufd backend.
+    #[error("--pin-guest-ram: needs every --vfio device on the iommufd backend, but {why}; drop --pin-guest-ram or use --vfio-backend iommufd on a host with it")]
+    PinNeedsIommufd {
+        /// Which device does not, and why.
+        why: String,
+    },
     /// `--vfio-backend iommufd` on a host or device without it.
     #[error("--vfio {}: --vfio-backend iommufd: {missing}; or pass --vfio-backend container", path.display())]
     IommufdUnavailable {

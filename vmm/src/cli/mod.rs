@@ -60,6 +60,13 @@ pub struct Cli {
     /// has it, else the container.
     #[arg(long, value_name = "BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
     pub vfio_backend: BackendChoice,
+    /// With the iommufd backend: pin all guest RAM once at startup (a
+    /// second IO address space) and serve each guest MAP as a copy from it
+    /// (IOMMU_IOAS_COPY), so no MAP pins pages. The price: all guest RAM
+    /// stays pinned, and counted against RLIMIT_MEMLOCK, for the VM's
+    /// life. Off by default.
+    #[arg(long)]
+    pub pin_guest_ram: bool,
     /// Serve the control plane (HTTP: GET /metrics, GET /api/v1/vm.info,
     /// PUT /api/v1/vm.shutdown) on this Unix socket.
     #[arg(long, value_name = "PATH")]
@@ -125,6 +132,26 @@ pub struct Cli {
     pub seccomp_selftest: Option<crate::seccomp::ThreadKind>,
 }
 
+/// `--pin-guest-ram` needs `--vfio` devices, all on the iommufd backend.
+fn check_pin_guest_ram(vfio: &[VfioDeviceSpec]) -> Result<(), ConfigError> {
+    if vfio.is_empty() {
+        return Err(ConfigError::PinNeedsIommufd {
+            why: "no --vfio device to map for".into(),
+        });
+    }
+    match vfio.iter().find(|d| d.backend != VfioBackend::Iommufd) {
+        Some(d) => Err(ConfigError::PinNeedsIommufd {
+            why: format!(
+                "{} uses the {} backend ({})",
+                d.bdf,
+                d.backend.name(),
+                d.backend_why
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Default of `--pool-threshold`.
 pub const DEFAULT_POOL_THRESHOLD: u64 = 64 << 10;
 /// Default of `--pool-max`.
@@ -147,6 +174,9 @@ pub struct VmConfig {
     pub cpus: u8,
     /// Devices to pass through.
     pub vfio: Vec<VfioDeviceSpec>,
+    /// Serve their iommufd maps as copies from guest RAM pinned once
+    /// (`--pin-guest-ram`).
+    pub pin_guest_ram: bool,
     /// Put them behind a virtio-iommu.
     pub viommu: bool,
     /// Control plane socket.
@@ -198,6 +228,9 @@ impl Cli {
             .iter()
             .map(|p| check_vfio_device(p, host, self.vfio_backend))
             .collect::<Result<Vec<_>, _>>()?;
+        if self.pin_guest_ram {
+            check_pin_guest_ram(&vfio)?;
+        }
         Ok(VmConfig {
             kernel: self.kernel,
             initrd: self.initrd,
@@ -206,6 +239,7 @@ impl Cli {
             hugepages: self.hugepages,
             cpus: self.cpus,
             vfio,
+            pin_guest_ram: self.pin_guest_ram,
             viommu: self.viommu,
             api_socket: self.api_socket,
             lazy_unmap: !self.no_lazy_unmap,
@@ -355,6 +389,34 @@ mod tests {
         );
         assert!(msg.contains("bzImage"), "{msg}");
         assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn pin_guest_ram_needs_iommufd_devices() {
+        let (_, v) = validator("pin");
+        let msg = v(&["--pin-guest-ram"]).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "--pin-guest-ram: needs every --vfio device on the iommufd backend, but no --vfio device to map for; drop --pin-guest-ram or use --vfio-backend iommufd on a host with it"
+        );
+        assert!(!v(&[]).unwrap().pin_guest_ram, "off by default");
+        let spec = |bdf: &str, backend| VfioDeviceSpec {
+            sysfs: PathBuf::from("/sys/bus/pci/devices").join(bdf),
+            bdf: bdf.into(),
+            group: 1,
+            backend,
+            backend_why: "auto: iommufd unavailable (no /dev/iommu)".into(),
+        };
+        let both = [
+            spec("0000:00:04.0", VfioBackend::Iommufd),
+            spec("0000:00:05.0", VfioBackend::Container),
+        ];
+        let msg = check_pin_guest_ram(&both).unwrap_err().to_string();
+        assert!(
+            msg.contains("but 0000:00:05.0 uses the container backend (auto: iommufd unavailable (no /dev/iommu))"),
+            "{msg}"
+        );
+        assert!(check_pin_guest_ram(&both[..1]).is_ok());
     }
 
     #[test]

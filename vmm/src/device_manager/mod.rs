@@ -89,7 +89,7 @@ impl<'a> DeviceManager<'a> {
     pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
         let mut dm = DeviceManager::new(vm, cfg.seccomp)?;
         dm.add_platform_devices(exit)?;
-        dm.add_vfio_devices(&cfg.vfio)?;
+        dm.add_vfio_devices(&cfg.vfio, cfg.pin_guest_ram)?;
         if cfg.viommu {
             dm.add_viommu(cfg)?;
         } else {

@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use dma_mapper::{HostIommuMapper, IommufdMapper, VfioMapper};
+use dma_mapper::{HostIommuMapper, IommufdMapper, PinnedRamIoas, PinnedRamMapper, VfioMapper};
 use iommufd_ioctls::IommuFd;
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioIommufd, VfioOps};
 
@@ -33,16 +33,26 @@ struct PlacedBar {
 
 impl DeviceManager<'_> {
     /// Pass `specs` through, in order; each becomes an endpoint.
-    pub(super) fn add_vfio_devices(&mut self, specs: &[VfioDeviceSpec]) -> Result<(), VmmError> {
+    /// With `pin_guest_ram`, iommufd maps are copies from guest RAM pinned
+    /// once per device.
+    pub(super) fn add_vfio_devices(
+        &mut self,
+        specs: &[VfioDeviceSpec],
+        pin_guest_ram: bool,
+    ) -> Result<(), VmmError> {
         for spec in specs {
-            let endpoint = self.add_vfio_device(spec)?;
+            let endpoint = self.add_vfio_device(spec, pin_guest_ram)?;
             self.endpoints.push(endpoint);
         }
         Ok(())
     }
 
     /// Pass one device through; returns its guest BDF and mapper.
-    fn add_vfio_device(&mut self, spec: &VfioDeviceSpec) -> Result<Endpoint, VmmError> {
+    fn add_vfio_device(
+        &mut self,
+        spec: &VfioDeviceSpec,
+        pin_guest_ram: bool,
+    ) -> Result<Endpoint, VmmError> {
         let kvm_vfio = self.kvm_vfio()?;
         tracing::info!(
             device = %spec.bdf,
@@ -59,7 +69,12 @@ impl DeviceManager<'_> {
             VfioBackend::Iommufd => {
                 let ioas = open_iommufd(spec, kvm_vfio)?;
                 let device = Arc::new(open_cdev(spec, &ioas)?);
-                (device, Arc::new(iommufd_mapper(ioas, self.vm)))
+                let mapper: Arc<dyn HostIommuMapper> = if pin_guest_ram {
+                    Arc::new(pinned_ram_mapper(spec, ioas, self.vm)?)
+                } else {
+                    Arc::new(iommufd_mapper(ioas, self.vm))
+                };
+                (device, mapper)
             }
         };
         reset_before_use(&device, spec);
@@ -185,6 +200,29 @@ fn iommufd_mapper(ioas: Arc<VfioIommufd>, vm: &Vm) -> IommufdMapper {
     // SAFETY: as in `dma_mapper`: guest memory is only accessed through
     // vm-memory's volatile accessors and KVM.
     unsafe { IommufdMapper::new(ioas, vm.memory().clone()) }
+}
+
+/// The DMA mapper that programs the IOAS of `ioas` with copies from all
+/// guest RAM, pinned here once.
+fn pinned_ram_mapper(
+    spec: &VfioDeviceSpec,
+    ioas: Arc<VfioIommufd>,
+    vm: &Vm,
+) -> Result<PinnedRamMapper, VmmError> {
+    // SAFETY: guest memory stays mapped for the VM's life (the Vm outlives
+    // the device manager) and is only accessed through vm-memory's
+    // volatile accessors and KVM.
+    let pinned = unsafe { PinnedRamIoas::new(ioas, vm.memory()) }.map_err(vfio_err(
+        spec,
+        "cannot pin guest RAM in an iommufd IO address space (RLIMIT_MEMLOCK? or drop --pin-guest-ram)",
+    ))?;
+    tracing::info!(
+        device = %spec.bdf,
+        bytes = pinned.pinned_bytes(),
+        "guest RAM pinned once; guest MAPs are IOMMU_IOAS_COPYs from it"
+    );
+    // SAFETY: as in `dma_mapper`.
+    Ok(unsafe { PinnedRamMapper::new(Arc::new(pinned), vm.memory().clone()) })
 }
 
 /// Give each memory BAR of `dev` a guest address and program it into the

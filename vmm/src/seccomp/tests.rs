@@ -53,6 +53,7 @@ fn ioctl_numbers_match_the_kernel_headers() {
     assert_eq!(ioctl::VFIO_IOMMU_UNMAP_DMA(), 0x3b72);
     // include/uapi/linux/iommufd.h and vfio.h (6.x).
     assert_eq!(ioctl::IOMMU_DESTROY(), 0x3b80);
+    assert_eq!(ioctl::IOMMU_IOAS_COPY(), 0x3b83);
     assert_eq!(ioctl::IOMMU_IOAS_MAP(), 0x3b85);
     assert_eq!(ioctl::IOMMU_IOAS_UNMAP(), 0x3b86);
     assert_eq!(ioctl::VFIO_DEVICE_DETACH_IOMMUFD_PT(), 0x3b78);

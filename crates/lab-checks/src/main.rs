@@ -10,16 +10,21 @@
 //! unmap that bisects a mapping fails (type1: `EINVAL`; iommufd:
 //! `ENOENT`). Each check prints one line
 //! `@@LAB-CHECK@@ {"name":..,"ok":..,"detail":..}`; the exit status is
-//! non-zero when any check fails. With `--backend iommufd` on a host
-//! without `/dev/iommu` or the device's cdev, one `setup` line says what
-//! is missing (`"skipped":true`) and the exit status is 0.
+//! non-zero when any check fails. `--backend iommufd-pinned` runs them on
+//! the same IOAS with maps served as `IOMMU_IOAS_COPY` from all of the
+//! stand-in memory pinned once (`--pin-guest-ram`). With an iommufd
+//! backend on a host without `/dev/iommu` or the device's cdev, one
+//! `setup` line says what is missing (`"skipped":true`) and the exit
+//! status is 0.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use dma_mapper::{ContainerOps, DmaError, DmaMapper, DmaPerm, RecordingMapper, VfioMapper};
+use dma_mapper::{
+    ContainerOps, DmaError, DmaMapper, DmaPerm, PinnedRamIoas, RecordingMapper, VfioMapper,
+};
 use iommufd_ioctls::IommuFd;
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioIommufd, VfioOps};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
@@ -48,6 +53,8 @@ enum Backend {
     Container,
     /// iommufd (/dev/iommu, the device's cdev /dev/vfio/devices/vfioN).
     Iommufd,
+    /// iommufd with maps copied from memory pinned once (--pin-guest-ram).
+    IommufdPinned,
 }
 
 type Mapper<C> = RecordingMapper<VfioMapper<C, GuestMemoryMmap>>;
@@ -324,7 +331,32 @@ fn iommufd_missing(device: &Path) -> Option<String> {
     }
 }
 
-fn setup_iommufd(cli: &Cli) -> Result<(Lab<VfioIommufd>, VfioDevice), String> {
+/// The iommufd lab, with maps as copies from the stand-in memory pinned
+/// once in a second IOAS.
+fn setup_pinned(cli: &Cli) -> Result<(Lab<PinnedRamIoas>, VfioDevice), String> {
+    let (ioas, device) = open_iommufd(cli)?;
+    let (mem, scratch_vaddr) = memory(cli.memory_mib)?;
+    // SAFETY: as in `lab`: no Rust references into the stand-in memory,
+    // which the mapper below keeps mapped for as long as this value lives.
+    let pinned = unsafe { PinnedRamIoas::new(ioas, &mem) }
+        .map_err(|e| format!("pinning the stand-in memory in a second IOAS: {e}"))?;
+    let container = Arc::new(pinned);
+    // SAFETY: as in `lab`.
+    let mapper = RecordingMapper::new(unsafe { VfioMapper::new(container.clone(), mem) });
+    Ok((
+        Lab {
+            mapper,
+            container,
+            scratch_vaddr,
+            split_errno: libc::ENOENT,
+            host: "iommufd (pinned RAM, copies)",
+        },
+        device,
+    ))
+}
+
+/// An iommufd with an IOAS and the device bound and attached to it.
+fn open_iommufd(cli: &Cli) -> Result<(Arc<VfioIommufd>, VfioDevice), String> {
     let iommufd = Arc::new(IommuFd::new().map_err(|e| format!("opening /dev/iommu: {e}"))?);
     let ioas = Arc::new(
         VfioIommufd::new(iommufd, None, None).map_err(|e| format!("allocating an IOAS: {e}"))?,
@@ -338,6 +370,11 @@ fn setup_iommufd(cli: &Cli) -> Result<(Lab<VfioIommufd>, VfioDevice), String> {
                 cli.device.display()
             )
         })?;
+    Ok((ioas, device))
+}
+
+fn setup_iommufd(cli: &Cli) -> Result<(Lab<VfioIommufd>, VfioDevice), String> {
+    let (ioas, device) = open_iommufd(cli)?;
     Ok((lab(cli, ioas, libc::ENOENT, "iommufd")?, device))
 }
 
@@ -396,7 +433,7 @@ fn main() -> ExitCode {
             );
             run(&lab)
         }
-        Backend::Iommufd => {
+        Backend::Iommufd | Backend::IommufdPinned => {
             if let Some(why) = iommufd_missing(&cli.device) {
                 let line = serde_json::json!({
                     "name": "setup",
@@ -407,23 +444,41 @@ fn main() -> ExitCode {
                 println!("@@LAB-CHECK@@ {line}");
                 return ExitCode::SUCCESS;
             }
-            let (lab, device) = match setup_iommufd(&cli) {
-                Ok(x) => x,
+            let attached = format!("iommufd IOAS with {} attached", cli.device.display());
+            if cli.backend == Backend::IommufdPinned {
+                return match setup_pinned(&cli) {
+                    Ok((lab, device)) => {
+                        report(
+                            "setup",
+                            true,
+                            &format!("{attached}, stand-in memory pinned"),
+                        );
+                        finish(&lab, device)
+                    }
+                    Err(e) => {
+                        report("setup", false, &e);
+                        ExitCode::FAILURE
+                    }
+                };
+            }
+            match setup_iommufd(&cli) {
+                Ok((lab, device)) => {
+                    report("setup", true, &attached);
+                    finish(&lab, device)
+                }
                 Err(e) => {
                     report("setup", false, &e);
-                    return ExitCode::FAILURE;
+                    ExitCode::FAILURE
                 }
-            };
-            report(
-                "setup",
-                true,
-                &format!("iommufd IOAS with {} attached", cli.device.display()),
-            );
-            let rc = run(&lab);
-            // The device leaves the IOAS before the mapper (and the IOAS)
-            // go: their drop then finds nothing attached.
-            drop(device);
-            rc
+            }
         }
     }
+}
+
+/// Runs the checks, then closes the device before the mapper and its IOAS
+/// go (their drop then finds nothing attached).
+fn finish<C: ContainerOps>(lab: &Lab<C>, device: VfioDevice) -> ExitCode {
+    let rc = run(lab);
+    drop(device);
+    rc
 }

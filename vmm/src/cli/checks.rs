@@ -24,7 +24,9 @@ pub struct VfioDeviceSpec {
 
 /// Check a `--vfio` value: a PCI device with an IOMMU group whose
 /// `/dev/vfio/N` exists (`host` is `/dev/vfio` and `/dev/iommu` outside
-/// tests), and the backend `choice` gives it.
+/// tests), and the backend `choice` gives it. On the iommufd backend the
+/// group node may be missing (a kernel without `CONFIG_VFIO_GROUP`): the
+/// device is opened through its cdev.
 pub fn check_vfio_device(
     path: &Path,
     host: &HostDevices,
@@ -50,7 +52,17 @@ pub fn check_vfio_device(
         .ok_or_else(|| ConfigError::NoIommuGroup {
             path: path.to_path_buf(),
         })?;
+    let (backend, backend_why) = choose(choice, &canon, path, host)?;
     let dev = dev_vfio.join(group.to_string());
+    if !dev.exists() && backend == VfioBackend::Iommufd {
+        return Ok(VfioDeviceSpec {
+            sysfs: canon,
+            bdf,
+            group,
+            backend,
+            backend_why,
+        });
+    }
     if !dev.exists() {
         return Err(ConfigError::NotBoundToVfio {
             path: path.to_path_buf(),
@@ -70,7 +82,6 @@ pub fn check_vfio_device(
             return Err(err);
         }
     }
-    let (backend, backend_why) = choose(choice, &canon, path, host)?;
     Ok(VfioDeviceSpec {
         sysfs: canon,
         bdf,
@@ -197,6 +208,23 @@ mod tests {
             "{}",
             spec.backend_why
         );
+
+        // With iommufd (its node, the device's cdev) the group node is not
+        // needed: a kernel without CONFIG_VFIO_GROUP has none.
+        std::fs::remove_file(dev_vfio.join("7")).unwrap();
+        std::fs::write(d.join("iommu"), b"").unwrap();
+        std::fs::create_dir_all(dev.join("vfio-dev/vfio0")).unwrap();
+        std::fs::create_dir_all(dev_vfio.join("devices")).unwrap();
+        std::fs::write(dev_vfio.join("devices/vfio0"), b"").unwrap();
+        let host = HostDevices {
+            vfio: dev_vfio.clone(),
+            iommu: d.join("iommu"),
+        };
+        let spec = super::check_vfio_device(&dev, &host, BackendChoice::Auto).unwrap();
+        assert_eq!(spec.backend, VfioBackend::Iommufd);
+        // ... but the container does.
+        let err = super::check_vfio_device(&dev, &host, BackendChoice::Container).unwrap_err();
+        assert!(matches!(err, ConfigError::NotBoundToVfio { .. }), "{err}");
     }
 
     #[test]

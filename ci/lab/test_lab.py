@@ -459,6 +459,56 @@ class KernelsTest(unittest.TestCase):
 class RoundTest(unittest.TestCase):
     """run_round: a crashed lab host's unfinished guests go to a fresh one."""
 
+    def test_an_unfit_lab_host_is_replaced_before_any_guest(self):
+        # host-init found KVM's TSC rate off the refined one (every guest
+        # of such a lab host hung in its first I/O): a fresh lab host runs
+        # all of the round's guests, and the run only warns.
+        specs = [f"{t}:vmm:viommu:baseline" for t in "ab"]
+        calls = []
+
+        def boot(todo, attempt):
+            calls.append(list(todo))
+            col = lab.Collector(len(todo))
+            if attempt == 1:
+                col.feed('@@LAB-HOST-UNFIT@@ {"why":"KVM started with the TSC at 1997.048 MHz, refined to 1996.249 MHz (400 ppm)"}')
+                col.feed("@@LAB-DONE@@ rc=1")
+            else:
+                col.feed(HOST)
+                for spec in todo:
+                    col.feed(line(cell(lab.tag_of(spec))))
+                col.feed("@@LAB-DONE@@ rc=0")
+            col.finish(0)
+            return col
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, boot)
+        self.assertEqual(calls, [specs, specs])
+        self.assertEqual([b.get("host_unfit_retried", False) for b in doc["boots"]], [True, False])
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertEqual(problems, [])
+        self.assertTrue(any("unfit" in w and "400 ppm" in w and "ran again in a fresh one" in w for w in warnings), warnings)
+        # Unfit every time: the last one is a problem, not a silent pass.
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+
+        def always_unfit(todo, attempt):
+            col = lab.Collector(len(todo))
+            col.feed('@@LAB-HOST-UNFIT@@ {"why":"TSC"}')
+            col.feed("@@LAB-DONE@@ rc=1")
+            return col
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, always_unfit)
+        self.assertEqual(len(doc["boots"]), lab.HOST_BOOTS_PER_ROUND)
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertTrue(any("unfit" in p for p in problems), problems)
+
+    def test_the_tsc_rate_comes_from_the_kernel_log(self):
+        log = ("[0.000035] tsc: Detected 1996.249 MHz processor\n[0.0001] tsc: Detected 1996.300 MHz TSC\n"
+               "[1.9] tsc: Refined TSC clocksource calibration: 1996.251 MHz\n")
+        self.assertEqual(lab.tsc_khz_of(log), 1996251)
+        self.assertEqual(lab.tsc_khz_of(log.split("[1.9]")[0]), 1996300)
+        self.assertEqual(lab.tsc_khz_of("[0.0] tsc: Detected 2894.560 MHz processor\n"), 2894560)
+        self.assertIsNone(lab.tsc_khz_of("no such lines"))
+
     @staticmethod
     def booter(crashes: int, specs: list[str], wedge: bool = False):
         """A boot() whose first CRASHES lab hosts finish one guest each and

@@ -685,18 +685,19 @@ class FaultCensusTest(unittest.TestCase):
             ],
         }
         hosts, guests = fc.census([doc])
-        total = hosts["QEMU 7.2 (not recorded)"]
+        stack = ("QEMU 7.2 (not recorded)", "? vtd", "?")
+        total = hosts[stack]
         self.assertEqual(total["lab host crashed"], 1)
         self.assertEqual(total["lab host wedged"], 1)
         self.assertEqual(total["lab host boots"], 3)
-        ours = guests[("QEMU 7.2 (not recorded)", "vmm")]
+        ours = guests[(*stack, "vmm")]
         self.assertEqual(ours["hang diagnosis: untaken"], 1)
         self.assertEqual(ours["hang diagnosis: owed"], 1)
         self.assertEqual(ours["guest crash or reset"], 1)
         self.assertEqual(ours["guest hang"], 2)
         self.assertEqual(ours["final: hung"], 1)
         self.assertEqual(ours["guest boots"], 4)
-        self.assertEqual(guests[("QEMU 7.2 (not recorded)", "qemu")]["guest boots"], 1)
+        self.assertEqual(guests[(*stack, "qemu")]["guest boots"], 1)
 
 
 class DebianRootTest(unittest.TestCase):
@@ -739,11 +740,20 @@ class FaultCensusTableTest(unittest.TestCase):
                        "attempt 2 failed (the guest hung in boot (no I/O for 120 s; --retry-hung)); ran it again (log y)"]},
                    {"column": "q1", "status": {"status": "hung"}, "warnings": []},
                ]}
-        hosts, guests = fault_census.census([doc])
-        ours = guests[("QEMU emulator version 11.1.3", "vmm")]
+        doc.update(scenario="fault-census", host_iommu="virtio")
+        doc["boots"][1]["host"] = {"kernel": "6.12.117"}
+        doc["boots"].append({"unfit": "KVM started with the TSC at ..."})
+        demo = {"outer_qemu": "QEMU emulator version 11.1.3", "scenario": "compare", "host_iommu": "virtio", "runs": ["o:vmm:viommu:p"],
+                "boots": [{"host": {"kernel": "6.12.117"}}], "cells": [{"column": "o", "status": {"status": "ok"}, "warnings": []}]}
+        hosts, guests = fault_census.census([doc, demo])
+        ours = guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "vmm")]
         self.assertEqual((ours["guest boots"], ours["guest crash or reset"], ours["guest hang"]), (3, 1, 1))
-        qemu = guests[("QEMU emulator version 11.1.3", "qemu")]
+        qemu = guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "qemu")]
         self.assertEqual((qemu["guest boots"], qemu["guest hang"]), (1, 1))
-        h = hosts["QEMU emulator version 11.1.3"]
-        self.assertEqual((h["lab host boots"], h["lab host wedged"], h["lab host crashed"]), (2, 1, 0))
-        self.assertIn("| QEMU emulator version 11.1.3 | ours | 3 | 1 | 1 | 0 | 0.67 | - |", fault_census.table(hosts, guests))
+        h = hosts[("QEMU 11.1.3", "6.12 virtio", "fault-census")]
+        self.assertEqual((h["lab host boots"], h["lab host wedged"], h["lab host crashed"], h["lab host unfit"]), (3, 1, 0, 1))
+        text = fault_census.table(hosts, guests)
+        self.assertIn("| QEMU 11.1.3 | 6.12 virtio | fault-census | ours | 3 | 1 | 1 | 0 | 0.67 | - |", text)
+        # The demo's workload is a cell of its own, and both add up.
+        self.assertIn("| QEMU 11.1.3 | 6.12 virtio | compare | ours | 1 | 0 | 0 | 0 | 0.00 | - |", text)
+        self.assertIn("| QEMU 11.1.3 | ours | 4 | 1 | 1 | 0 | 0.50 | - |", text)

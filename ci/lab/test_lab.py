@@ -459,6 +459,56 @@ class KernelsTest(unittest.TestCase):
 class RoundTest(unittest.TestCase):
     """run_round: a crashed lab host's unfinished guests go to a fresh one."""
 
+    def test_an_unfit_lab_host_is_replaced_before_any_guest(self):
+        # host-init found KVM's TSC rate off the refined one (every guest
+        # of such a lab host hung in its first I/O): a fresh lab host runs
+        # all of the round's guests, and the run only warns.
+        specs = [f"{t}:vmm:viommu:baseline" for t in "ab"]
+        calls = []
+
+        def boot(todo, attempt):
+            calls.append(list(todo))
+            col = lab.Collector(len(todo))
+            if attempt == 1:
+                col.feed('@@LAB-HOST-UNFIT@@ {"why":"KVM started with the TSC at 1997.048 MHz, refined to 1996.249 MHz (400 ppm)"}')
+                col.feed("@@LAB-DONE@@ rc=1")
+            else:
+                col.feed(HOST)
+                for spec in todo:
+                    col.feed(line(cell(lab.tag_of(spec))))
+                col.feed("@@LAB-DONE@@ rc=0")
+            col.finish(0)
+            return col
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, boot)
+        self.assertEqual(calls, [specs, specs])
+        self.assertEqual([b.get("host_unfit_retried", False) for b in doc["boots"]], [True, False])
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertEqual(problems, [])
+        self.assertTrue(any("unfit" in w and "400 ppm" in w and "ran again in a fresh one" in w for w in warnings), warnings)
+        # Unfit every time: the last one is a problem, not a silent pass.
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+
+        def always_unfit(todo, attempt):
+            col = lab.Collector(len(todo))
+            col.feed('@@LAB-HOST-UNFIT@@ {"why":"TSC"}')
+            col.feed("@@LAB-DONE@@ rc=1")
+            return col
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, always_unfit)
+        self.assertEqual(len(doc["boots"]), lab.HOST_BOOTS_PER_ROUND)
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertTrue(any("unfit" in p for p in problems), problems)
+
+    def test_the_tsc_rate_comes_from_the_kernel_log(self):
+        log = ("[0.000035] tsc: Detected 1996.249 MHz processor\n[0.0001] tsc: Detected 1996.300 MHz TSC\n"
+               "[1.9] tsc: Refined TSC clocksource calibration: 1996.251 MHz\n")
+        self.assertEqual(lab.tsc_khz_of(log), 1996251)
+        self.assertEqual(lab.tsc_khz_of(log.split("[1.9]")[0]), 1996300)
+        self.assertEqual(lab.tsc_khz_of("[0.0] tsc: Detected 2894.560 MHz processor\n"), 2894560)
+        self.assertIsNone(lab.tsc_khz_of("no such lines"))
+
     @staticmethod
     def booter(crashes: int, specs: list[str], wedge: bool = False):
         """A boot() whose first CRASHES lab hosts finish one guest each and
@@ -635,18 +685,19 @@ class FaultCensusTest(unittest.TestCase):
             ],
         }
         hosts, guests = fc.census([doc])
-        total = hosts["QEMU 7.2 (not recorded)"]
+        stack = ("QEMU 7.2 (not recorded)", "? vtd", "?")
+        total = hosts[stack]
         self.assertEqual(total["lab host crashed"], 1)
         self.assertEqual(total["lab host wedged"], 1)
         self.assertEqual(total["lab host boots"], 3)
-        ours = guests[("QEMU 7.2 (not recorded)", "vmm")]
+        ours = guests[(*stack, "vmm")]
         self.assertEqual(ours["hang diagnosis: untaken"], 1)
         self.assertEqual(ours["hang diagnosis: owed"], 1)
         self.assertEqual(ours["guest crash or reset"], 1)
         self.assertEqual(ours["guest hang"], 2)
         self.assertEqual(ours["final: hung"], 1)
         self.assertEqual(ours["guest boots"], 4)
-        self.assertEqual(guests[("QEMU 7.2 (not recorded)", "qemu")]["guest boots"], 1)
+        self.assertEqual(guests[(*stack, "qemu")]["guest boots"], 1)
 
 
 class DebianRootTest(unittest.TestCase):
@@ -689,11 +740,20 @@ class FaultCensusTableTest(unittest.TestCase):
                        "attempt 2 failed (the guest hung in boot (no I/O for 120 s; --retry-hung)); ran it again (log y)"]},
                    {"column": "q1", "status": {"status": "hung"}, "warnings": []},
                ]}
-        hosts, guests = fault_census.census([doc])
-        ours = guests[("QEMU emulator version 11.1.3", "vmm")]
+        doc.update(scenario="fault-census", host_iommu="virtio")
+        doc["boots"][1]["host"] = {"kernel": "6.12.117"}
+        doc["boots"].append({"unfit": "KVM started with the TSC at ..."})
+        demo = {"outer_qemu": "QEMU emulator version 11.1.3", "scenario": "compare", "host_iommu": "virtio", "runs": ["o:vmm:viommu:p"],
+                "boots": [{"host": {"kernel": "6.12.117"}}], "cells": [{"column": "o", "status": {"status": "ok"}, "warnings": []}]}
+        hosts, guests = fault_census.census([doc, demo])
+        ours = guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "vmm")]
         self.assertEqual((ours["guest boots"], ours["guest crash or reset"], ours["guest hang"]), (3, 1, 1))
-        qemu = guests[("QEMU emulator version 11.1.3", "qemu")]
+        qemu = guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "qemu")]
         self.assertEqual((qemu["guest boots"], qemu["guest hang"]), (1, 1))
-        h = hosts["QEMU emulator version 11.1.3"]
-        self.assertEqual((h["lab host boots"], h["lab host wedged"], h["lab host crashed"]), (2, 1, 0))
-        self.assertIn("| QEMU emulator version 11.1.3 | ours | 3 | 1 | 1 | 0 | 0.67 | - |", fault_census.table(hosts, guests))
+        h = hosts[("QEMU 11.1.3", "6.12 virtio", "fault-census")]
+        self.assertEqual((h["lab host boots"], h["lab host wedged"], h["lab host crashed"], h["lab host unfit"]), (3, 1, 0, 1))
+        text = fault_census.table(hosts, guests)
+        self.assertIn("| QEMU 11.1.3 | 6.12 virtio | fault-census | ours | 3 | 1 | 1 | 0 | 0.67 | - |", text)
+        # The demo's workload is a cell of its own, and both add up.
+        self.assertIn("| QEMU 11.1.3 | 6.12 virtio | compare | ours | 1 | 0 | 0 | 0 | 0.00 | - |", text)
+        self.assertIn("| QEMU 11.1.3 | ours | 4 | 1 | 1 | 0 | 0.50 | - |", text)

@@ -189,6 +189,19 @@ class CollectorTest(unittest.TestCase):
         _, (problems, _) = judge("vmm-errors", [], [HOST, "@@LAB-DONE@@ rc=0"])
         self.assertEqual(problems, ["the scenario reported no check"])
 
+    def test_the_iommufd_scenario_fails_on_a_host_without_iommufd(self):
+        specs = lab.SCENARIOS["iommufd"]["runs"]
+        cells = [line(cell(lab.tag_of(s), device={"map_requests": 5, "vfio_calls": 5})) for s in specs]
+        skipped = '@@LAB-CHECK@@ {"name":"setup","ok":true,"skipped":true,"detail":"iommufd checks skipped: no /dev/iommu"}'
+        _, (problems, _) = judge("iommufd", specs, [HOST, skipped, *cells, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, ["check setup: skipped: iommufd checks skipped: no /dev/iommu"])
+        ran = '@@LAB-CHECK@@ {"name":"map","ok":true,"detail":"x"}'
+        _, (problems, _) = judge("iommufd", specs, [HOST, ran, *cells, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, [])
+        # vfio-backend on the same host only notes the skip.
+        _, (problems, _) = judge("vfio-backend", [], [HOST, skipped, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, [])
+
 
 class HostileTest(unittest.TestCase):
     SPECS = lab.SCENARIOS["hostile"]["runs"]

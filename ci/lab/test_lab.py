@@ -5,6 +5,7 @@ import importlib.machinery
 import importlib.util
 import io
 import json
+import sys
 import tempfile
 import types
 import unittest
@@ -728,6 +729,61 @@ class DebianRootTest(unittest.TestCase):
             self.assertIn("nope is not in", str(e.exception))
         finally:
             debian_root.fetch = orig
+
+
+class DebianRootExtrasTest(unittest.TestCase):
+    """ci/lab/debian-root --with: more packages, a root (and a key) of their own."""
+
+    def fake_index(self):
+        index = "Package: qemu-system-x86\nVersion: 1:11.1.3+ds-1~bpo13+1\n\n"
+        lzma = __import__("lzma")
+        return lambda url: lzma.compress(index.encode()) if url.endswith(".xz") else b"Version: 13.8\n"
+
+    def test_packages_are_sorted_once_and_checked(self):
+        self.assertEqual(debian_root.extras_of("fio, busybox-static,fio,"), ["busybox-static", "fio"])
+        self.assertEqual(debian_root.extras_of(""), [])
+        with self.assertRaises(SystemExit):
+            debian_root.extras_of("fio;rm -rf")
+
+    def test_the_packages_are_in_the_name_and_the_key(self):
+        self.assertEqual(debian_root.root_name("11.1", []), "debian13-qemu11.1")
+        self.assertEqual(debian_root.root_name("11.1", ["busybox-static", "fio"]), "debian13-qemu11.1+busybox-static+fio")
+        orig = debian_root.fetch
+        debian_root.fetch = self.fake_index()
+        try:
+            plain = debian_root.key_of("11.1")
+            with_fio = debian_root.key_of("11.1", ["busybox-static", "fio"])
+            self.assertEqual(plain[0], with_fio[0])
+            self.assertNotEqual(plain[1], with_fio[1])
+            self.assertEqual(with_fio, debian_root.key_of("11.1", ["busybox-static", "fio"]))
+        finally:
+            debian_root.fetch = orig
+
+    def test_offline_only_a_root_with_those_packages_is_used(self):
+        with tempfile.TemporaryDirectory() as d:
+            roots = Path(d) / "roots"
+            for name in ("debian13-qemu11.1-0123456789abcdef", "debian13-qemu11.1+busybox-static+fio-fedcba9876543210"):
+                (roots / name / "bin").mkdir(parents=True)
+                (roots / name / "bin" / "qemu-system-x86_64").write_text("")
+
+            def offline(url):
+                raise OSError("no network")
+            orig = debian_root.fetch, debian_root.CACHE, sys.argv
+            debian_root.fetch, debian_root.CACHE = offline, Path(d)
+            try:
+                for argv, want in ((["--qemu", "11.1"], "debian13-qemu11.1-0123456789abcdef"),
+                                   (["--qemu", "11.1", "--with", "fio,busybox-static"], "debian13-qemu11.1+busybox-static+fio-fedcba9876543210")):
+                    sys.argv = ["debian-root", *argv]
+                    out = io.StringIO()
+                    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                        self.assertEqual(debian_root.main(), 0)
+                    self.assertEqual(Path(out.getvalue().strip()).parent.parent.name, want)
+                sys.argv = ["debian-root", "--qemu", "11.1", "--with", "fio"]
+                with self.assertRaises(SystemExit) as e, contextlib.redirect_stderr(io.StringIO()):
+                    debian_root.main()
+                self.assertIn("no debian13-qemu11.1+fio root is cached", str(e.exception))
+            finally:
+                debian_root.fetch, debian_root.CACHE, sys.argv = orig
 
 
 class FaultCensusTableTest(unittest.TestCase):

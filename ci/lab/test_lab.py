@@ -413,8 +413,55 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(cmd.count("-device"), 5)
         self.assertIn("nvme-ns,drive=nv0,nsid=1,shared=on,logical_block_size=4096,physical_block_size=4096", cmd)
 
+    def test_the_debian13_userland_scenario(self):
+        sc = lab.SCENARIOS["debian13-userland"]
+        self.assertEqual(sc["userland"], ["fio", "busybox-static"])
+        self.assertEqual({lab.vmm_of(s) for s in sc["runs"]}, {"qemu", "vmm"}, "a stock QEMU column and one of ours")
+        k = lab.knobs_of(self.args("run"), sc)
+        self.assertEqual(k["vmm_qemu"], "11.1")
+        k["tool_specs"], _ = lab.tool_specs(sc["runs"])
+        knobs = lab.host_knobs(sc, k, sc["runs"], 1)
+        # The stock QEMU is the root's (found on its PATH), not /lab/qemu's;
+        # the script checks its version.
+        self.assertEqual((knobs["userland"], knobs["scenario"]), ("11.1", "debian13-userland"))
+        self.assertNotIn("qemu", knobs)
+        k = lab.knobs_of(self.args("run", vmm_qemu="10.0"), sc)
+        k["tool_specs"], _ = lab.tool_specs(sc["runs"])
+        self.assertEqual(lab.host_knobs(sc, k, sc["runs"], 1)["userland"], "10.0")
+        # Any other scenario with --vmm-qemu 11.1: QEMU from /lab/qemu.
+        k = lab.knobs_of(self.args("run", vmm_qemu="11.1"), lab.SCENARIOS["smoke"])
+        k["tool_specs"], _ = lab.tool_specs(lab.SCENARIOS["smoke"]["runs"])
+        knobs = lab.host_knobs(lab.SCENARIOS["smoke"], k, lab.SCENARIOS["smoke"]["runs"], 1)
+        self.assertEqual(knobs["qemu"], "/lab/qemu/qemu-system-x86_64")
+        self.assertNotIn("userland", knobs)
+        cmd = lab.build_image_command({"baseline"}, ["/t/vmm"], userland="/roots/u/bin/qemu-system-x86_64")
+        self.assertEqual(cmd[cmd.index("--userland") + 1], "/roots/u/bin/qemu-system-x86_64")
+        self.assertNotIn("--vmm-qemu", cmd)
+        self.assertEqual(cmd[-2:], ["--bin", "/t/vmm"])
+        self.assertNotIn("--userland", lab.build_image_command({"baseline"}, []))
+
+    def test_the_debian13_userland_has_no_qemu_7_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            orig = lab.CACHE, lab.outer_version
+            lab.CACHE, lab.outer_version = Path(d), lambda b: "QEMU emulator version 7.2"
+            try:
+                with self.assertRaises(lab.LabError) as e:
+                    lab.run_scenario(self.args("run", scenario="debian13-userland", runs=None, vmm_qemu="7.2", log=None, bin=None))
+            finally:
+                lab.CACHE, lab.outer_version = orig
+            self.assertIn("has QEMU 10.0 or 11.1, not 7.2", str(e.exception))
+            self.assertEqual(list((Path(d) / "runs").iterdir()), [], "its run directory is gone")
+
+    def test_without_flag_drops_a_flag_and_its_value(self):
+        lib = Path(__file__).with_name("host-lib.sh")
+        script = f". {lib}; printf '%s\\n' --kernel-stock k --initramfs /lab/guest/initramfs.cpio --vmm v | without_flag --initramfs"
+        for sh in ("sh", "busybox"):
+            cmd = [sh, "sh", "-c", script] if sh == "busybox" else [sh, "-c", script]
+            out = __import__("subprocess").run(cmd, capture_output=True, text=True)
+            self.assertEqual(out.stdout.split(), ["--kernel-stock", "k", "--vmm", "v"], (sh, out))
+
     def test_new_scenarios_have_scripts_and_checks(self):
-        for name in ("multipath", "own-kernel"):
+        for name in ("multipath", "own-kernel", "debian13-userland"):
             sc = lab.SCENARIOS[name]
             self.assertTrue((Path(__file__).with_name("scenarios") / f"{sc['script']}.sh").is_file(), name)
             self.assertTrue(sc["checks"], name)

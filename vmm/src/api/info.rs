@@ -128,6 +128,7 @@ mod tests {
                 group: 7,
                 backend: crate::cli::VfioBackend::Iommufd,
                 backend_why: String::new(),
+                container_fallback: false,
             }],
             pin_guest_ram: false,
             viommu: false,

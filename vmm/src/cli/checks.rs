@@ -20,6 +20,10 @@ pub struct VfioDeviceSpec {
     pub backend: VfioBackend,
     /// Why that one, for the log.
     pub backend_why: String,
+    /// `--vfio-backend auto` chose iommufd and the device's group node is
+    /// there: if iommufd refuses the device at VM setup (e.g. EPERM without
+    /// interrupt remapping), the type1 container is tried instead.
+    pub container_fallback: bool,
 }
 
 /// Check a `--vfio` value: a PCI device with an IOMMU group whose
@@ -61,6 +65,7 @@ pub fn check_vfio_device(
             group,
             backend,
             backend_why,
+            container_fallback: false,
         });
     }
     if !dev.exists() {
@@ -88,6 +93,7 @@ pub fn check_vfio_device(
         group,
         backend,
         backend_why,
+        container_fallback: choice == BackendChoice::Auto && backend == VfioBackend::Iommufd,
     })
 }
 
@@ -222,9 +228,21 @@ mod tests {
         };
         let spec = super::check_vfio_device(&dev, &host, BackendChoice::Auto).unwrap();
         assert_eq!(spec.backend, VfioBackend::Iommufd);
+        assert!(
+            !spec.container_fallback,
+            "no group node: nothing to fall back to"
+        );
         // ... but the container does.
         let err = super::check_vfio_device(&dev, &host, BackendChoice::Container).unwrap_err();
         assert!(matches!(err, ConfigError::NotBoundToVfio { .. }), "{err}");
+        // Both: auto takes iommufd and may fall back to the container at VM
+        // setup; a forced iommufd may not.
+        std::fs::write(dev_vfio.join("7"), b"").unwrap();
+        let spec = super::check_vfio_device(&dev, &host, BackendChoice::Auto).unwrap();
+        assert_eq!(spec.backend, VfioBackend::Iommufd);
+        assert!(spec.container_fallback);
+        let spec = super::check_vfio_device(&dev, &host, BackendChoice::Iommufd).unwrap();
+        assert!(!spec.container_fallback);
     }
 
     #[test]

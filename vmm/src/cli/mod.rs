@@ -406,6 +406,7 @@ mod tests {
             group: 1,
             backend,
             backend_why: "auto: iommufd unavailable (no /dev/iommu)".into(),
+            container_fallback: false,
         };
         let both = [
             spec("0000:00:04.0", VfioBackend::Iommufd),

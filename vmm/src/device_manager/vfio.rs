@@ -61,20 +61,23 @@ impl DeviceManager<'_> {
             "VFIO DMA backend"
         );
         let (device, mapper): (_, Arc<dyn HostIommuMapper>) = match spec.backend {
-            VfioBackend::Container => {
-                let container = open_container(spec, kvm_vfio)?;
-                let device = Arc::new(open_device(spec, &container)?);
-                (device, Arc::new(dma_mapper(container, self.vm)))
-            }
+            VfioBackend::Container => on_container(spec, kvm_vfio, self.vm)?,
             VfioBackend::Iommufd => {
-                let ioas = open_iommufd(spec, kvm_vfio)?;
-                let device = Arc::new(open_cdev(spec, &ioas)?);
-                let mapper: Arc<dyn HostIommuMapper> = if pin_guest_ram {
-                    Arc::new(pinned_ram_mapper(spec, ioas, self.vm)?)
-                } else {
-                    Arc::new(iommufd_mapper(ioas, self.vm))
-                };
-                (device, mapper)
+                match on_iommufd(spec, kvm_vfio.clone(), pin_guest_ram, self.vm) {
+                    Ok(opened) => opened,
+                    // `auto` chose iommufd, the host refused it (seen: EPERM
+                    // from the bind on a host without interrupt remapping,
+                    // where only vfio_iommu_type1.allow_unsafe_interrupts was
+                    // set): the container, as before iommufd existed.
+                    Err(e) if spec.container_fallback && !pin_guest_ram => {
+                        tracing::warn!(
+                            device = %spec.bdf,
+                            "--vfio-backend auto: iommufd refused the device ({e}); using the type1 container"
+                        );
+                        on_container(spec, kvm_vfio, self.vm)?
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         };
         reset_before_use(&device, spec);
@@ -129,6 +132,37 @@ fn vfio_err<E: std::error::Error + Send + Sync + 'static>(
     }
 }
 
+/// The device opened through its group in a new type1 container, and the
+/// mapper that programs the container.
+fn on_container(
+    spec: &VfioDeviceSpec,
+    kvm_vfio: Arc<VfioDeviceFd>,
+    vm: &Vm,
+) -> Result<(Arc<VfioDevice>, Arc<dyn HostIommuMapper>), VmmError> {
+    let container = open_container(spec, kvm_vfio)?;
+    let device = Arc::new(open_device(spec, &container)?);
+    Ok((device, Arc::new(dma_mapper(container, vm))))
+}
+
+/// The device opened through its cdev on a new iommufd IOAS, and the
+/// mapper that programs the IOAS (with `pin_guest_ram`: copies from guest
+/// RAM pinned once).
+fn on_iommufd(
+    spec: &VfioDeviceSpec,
+    kvm_vfio: Arc<VfioDeviceFd>,
+    pin_guest_ram: bool,
+    vm: &Vm,
+) -> Result<(Arc<VfioDevice>, Arc<dyn HostIommuMapper>), VmmError> {
+    let ioas = open_iommufd(spec, kvm_vfio)?;
+    let device = Arc::new(open_cdev(spec, &ioas)?);
+    let mapper: Arc<dyn HostIommuMapper> = if pin_guest_ram {
+        Arc::new(pinned_ram_mapper(spec, ioas, vm)?)
+    } else {
+        Arc::new(iommufd_mapper(ioas, vm))
+    };
+    Ok((device, mapper))
+}
+
 /// A new VFIO container (one per device), known to the VM's KVM-VFIO device.
 fn open_container(
     spec: &VfioDeviceSpec,
@@ -176,7 +210,7 @@ fn open_iommufd(
 fn open_cdev(spec: &VfioDeviceSpec, ioas: &Arc<VfioIommufd>) -> Result<VfioDevice, VmmError> {
     VfioDevice::new(&spec.sysfs, ioas.clone() as Arc<dyn VfioOps>, true).map_err(vfio_err(
         spec,
-        "cannot open the device's VFIO cdev and attach it to the IOAS (is it bound to vfio-pci and not in use? or --vfio-backend container)",
+        "cannot open the device's VFIO cdev and attach it to the IOAS (is it bound to vfio-pci and not in use? EPERM: the host has no interrupt remapping, and iommufd takes such a device only with iommufd.allow_unsafe_interrupts=1, unsafe on a shared host; or --vfio-backend container)",
     ))
 }
 

@@ -47,7 +47,6 @@ if [ $lab = 1 ]; then
 	step "lab lazy-smoke" ci/lab/lab run lazy-smoke --results target/lab-lazy-smoke.json
 	step "lab smp-smoke" ci/lab/lab run smp-smoke --results target/lab-smp-smoke.json
 	step "lab smp-smoke-1qp" ci/lab/lab run smp-smoke-1qp --results target/lab-smp-smoke-1qp.json
-	step "lab poll-smoke" ci/lab/lab run poll-smoke --results target/lab-poll-smoke.json
 	step "lab hostile" ci/lab/lab run hostile --results target/lab-hostile.json
 	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
 	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json

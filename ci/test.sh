@@ -40,6 +40,7 @@ if [ $lab = 1 ]; then
 	mkdir -p target
 	step "lab smoke" ci/lab/lab run smoke --results target/lab-smoke.json
 	step "lab vfio-backend" ci/lab/lab run vfio-backend --results target/lab-vfio-backend.json
+	step "lab iommufd" ci/lab/lab run iommufd --results target/lab-iommufd.json
 	step "lab patched-smoke" ci/lab/lab run patched-smoke --results target/lab-patched-smoke.json
 	step "lab vmm-smoke" ci/lab/lab run vmm-smoke --results target/lab-vmm-smoke.json
 	step "lab vmm-errors" ci/lab/lab run vmm-errors --results target/lab-vmm-errors.json

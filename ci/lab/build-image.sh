@@ -9,15 +9,22 @@
 #   HOST_INITRD=...   its initramfs: cached base + this run's overlay
 #
 #   build-image.sh [--guest-kernels baseline,patched] [--host-kernel debian|labhost-6.1|labhost-6.12]
-#                  [--vmm-qemu WRAPPER] [--bin PATH]...
+#                  [--vmm-qemu WRAPPER] [--userland WRAPPER] [--bin PATH]...
 #
 # --vmm-qemu puts the QEMU of a Debian 13 root (ci/lab/debian-root) into the
 # lab host as /lab/qemu/qemu-system-x86_64, the VMM under test beside ours.
+#
+# --userland puts a whole Debian 13 root (ci/lab/debian-root --with
+# fio,busybox-static) into the lab host as /lab/debian13, for a scenario
+# to chroot into (scenarios/debian13-userland.sh): its fio, busybox, ldd
+# and QEMU, without what no program there needs at run time (docs, man
+# pages, locales, Python, the other QEMU system emulators).
 #
 # --bin copies a program (with its shared libraries) into the lab host's
 # /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
 #   host base   busybox, KVM/VFIO modules, stock QEMU and its firmware
 #   guest base  busybox, fio and its libraries
+#   layers      --vmm-qemu's QEMU, --userland's Debian 13 root (cached per root)
 #   overlay     the inits (host-init; the guest's is benches/bench-tool/guest/init,
 #               with its attacker viommu-hostile, hostile.c beside it),
 #               scenarios, guest kernels, --bin programs (per run)
@@ -35,6 +42,7 @@ while [ $# -gt 0 ]; do
 	--bin) bins+=("$2") && shift 2 ;;
 	--host-kernel) host_kernel_kind=$2 && shift 2 ;;
 	--vmm-qemu) vmm_qemu=$2 && shift 2 ;;
+	--userland) userland=$2 && shift 2 ;;
 	*) die "unknown argument '$1' (see the header of $0)" ;;
 	esac
 done
@@ -146,6 +154,37 @@ WRAP
 	fi
 fi
 
+# ---- userland layer (--userland WRAPPER, a wrapper ci/lab/debian-root
+# --with ... printed): that root as /lab/debian13, with the mount points
+# the scenario binds the lab host's /proc, /sys, /dev, /tmp and /lab/bin,
+# /lab/guest on. Cached per root (its name holds its hash).
+userland_layer=
+if [ -n "${userland:-}" ]; then
+	uroot=$(cd "$(dirname "$userland")/../root" && pwd) || die "--userland $userland: no root beside it (expected ci/lab/debian-root's wrapper)"
+	userland_layer="$LAB_CACHE/images/userland-$(basename "$(dirname "$uroot")")-$(hash_inputs "$0").cpio"
+	if [ ! -f "$userland_layer" ]; then
+		log "building the userland layer from $(dirname "$uroot")"
+		root=$(mktemp -d "$LAB_CACHE/tmp.XXXXXX")
+		u=$root/lab/debian13
+		mkdir -p "$root/lab"
+		cp -a "$uroot" "$u"
+		rm -rf "$u"/usr/share/{doc,man,info,locale,lintian} "$u"/usr/lib/python3* "$u"/usr/bin/python3* \
+			"$u"/usr/bin/qemu-system-i386 "$u"/usr/bin/qemu-system-x86_64-microvm "$u"/var/cache/* "$u"/var/lib/apt/lists/* "$u"/var/log/*
+		mkdir -p "$u"/proc "$u"/sys "$u"/dev "$u"/tmp "$u"/lab/bin "$u"/lab/guest
+		# What the bench tool will use there must run there.
+		for p in fio busybox ldd qemu-system-x86_64; do
+			[ -x "$u/usr/bin/$p" ] || die "the userland root has no /usr/bin/$p (ci/lab/debian-root --with fio,busybox-static)"
+		done
+		chroot "$u" /usr/bin/fio --version >/dev/null && chroot "$u" /usr/bin/ldd /usr/bin/fio >/dev/null &&
+			chroot "$u" /usr/bin/qemu-system-x86_64 --version >/dev/null ||
+			die "fio, ldd or QEMU does not run in the userland root ($u)"
+		cp "$(dirname "$uroot")/PACKAGES" "$root/lab/debian13.packages" 2>/dev/null || true
+		log "userland layer: $(du -sm "$u" | cut -f1) MB"
+		make_cpio "$root" "$userland_layer"
+		rm -rf "$root"
+	fi
+fi
+
 # ---- overlay: small and rebuilt every run.
 # Per run (LAB_RUN_DIR, from the runner), so concurrent runs do not collide.
 run=${LAB_RUN_DIR:-$LAB_CACHE/run}
@@ -182,7 +221,7 @@ if [ -d "$run/host-overlay/stage" ]; then
 	cp -a "$run/host-overlay/stage/." "$run/host-overlay/" && rm -rf "$run/host-overlay/stage"
 fi
 make_cpio "$run/host-overlay" "$run/host-overlay.cpio"
-cat "$host_base" ${qemu_layer:+"$qemu_layer"} "$run/host-overlay.cpio" >"$run/host-initrd.cpio"
+cat "$host_base" ${qemu_layer:+"$qemu_layer"} ${userland_layer:+"$userland_layer"} "$run/host-overlay.cpio" >"$run/host-initrd.cpio"
 rm -rf "$run/host-overlay" "$run/guest-overlay"
 
 echo "HOST_KERNEL=$host_kernel"

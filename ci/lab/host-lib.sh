@@ -45,6 +45,13 @@ bench_args() {
 	return 0
 }
 
+# without_flag FLAG: bench_args' lines (stdin) without FLAG and its value
+# (e.g. --initramfs: the tool then builds its guest image from the host's
+# fio and busybox).
+without_flag() {
+	awk -v f="$1" 'skip { skip = 0; next } $0 == f { skip = 1; next } { print }'
+}
+
 # run_bench: viommu-bench with the flags in /tmp/bench.args (bench_args'
 # output, one flag or value a line, so values may hold spaces), its output
 # on stdout and stderr; its exit status.

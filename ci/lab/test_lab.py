@@ -5,6 +5,7 @@ import importlib.machinery
 import importlib.util
 import io
 import json
+import sys
 import tempfile
 import types
 import unittest
@@ -188,6 +189,19 @@ class CollectorTest(unittest.TestCase):
         self.assertEqual(problems, ["lab host of round 1: the scenario exited 1", "check busy-device: exit 1"])
         _, (problems, _) = judge("vmm-errors", [], [HOST, "@@LAB-DONE@@ rc=0"])
         self.assertEqual(problems, ["the scenario reported no check"])
+
+    def test_the_iommufd_scenario_fails_on_a_host_without_iommufd(self):
+        specs = lab.SCENARIOS["iommufd"]["runs"]
+        cells = [line(cell(lab.tag_of(s), device={"map_requests": 5, "vfio_calls": 5, "polls_found": int("poll" in s)})) for s in specs]
+        skipped = '@@LAB-CHECK@@ {"name":"setup","ok":true,"skipped":true,"detail":"iommufd checks skipped: no /dev/iommu"}'
+        _, (problems, _) = judge("iommufd", specs, [HOST, skipped, *cells, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, ["check setup: skipped: iommufd checks skipped: no /dev/iommu"])
+        ran = '@@LAB-CHECK@@ {"name":"map","ok":true,"detail":"x"}'
+        _, (problems, _) = judge("iommufd", specs, [HOST, ran, *cells, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, [])
+        # vfio-backend on the same host only notes the skip.
+        _, (problems, _) = judge("vfio-backend", [], [HOST, skipped, "@@LAB-DONE@@ rc=0"])
+        self.assertEqual(problems, [])
 
 
 class HostileTest(unittest.TestCase):
@@ -412,8 +426,55 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(cmd.count("-device"), 5)
         self.assertIn("nvme-ns,drive=nv0,nsid=1,shared=on,logical_block_size=4096,physical_block_size=4096", cmd)
 
+    def test_the_debian13_userland_scenario(self):
+        sc = lab.SCENARIOS["debian13-userland"]
+        self.assertEqual(sc["userland"], ["fio", "busybox-static"])
+        self.assertEqual({lab.vmm_of(s) for s in sc["runs"]}, {"qemu", "vmm"}, "a stock QEMU column and one of ours")
+        k = lab.knobs_of(self.args("run"), sc)
+        self.assertEqual(k["vmm_qemu"], "11.1")
+        k["tool_specs"], _ = lab.tool_specs(sc["runs"])
+        knobs = lab.host_knobs(sc, k, sc["runs"], 1)
+        # The stock QEMU is the root's (found on its PATH), not /lab/qemu's;
+        # the script checks its version.
+        self.assertEqual((knobs["userland"], knobs["scenario"]), ("11.1", "debian13-userland"))
+        self.assertNotIn("qemu", knobs)
+        k = lab.knobs_of(self.args("run", vmm_qemu="10.0"), sc)
+        k["tool_specs"], _ = lab.tool_specs(sc["runs"])
+        self.assertEqual(lab.host_knobs(sc, k, sc["runs"], 1)["userland"], "10.0")
+        # Any other scenario with --vmm-qemu 11.1: QEMU from /lab/qemu.
+        k = lab.knobs_of(self.args("run", vmm_qemu="11.1"), lab.SCENARIOS["smoke"])
+        k["tool_specs"], _ = lab.tool_specs(lab.SCENARIOS["smoke"]["runs"])
+        knobs = lab.host_knobs(lab.SCENARIOS["smoke"], k, lab.SCENARIOS["smoke"]["runs"], 1)
+        self.assertEqual(knobs["qemu"], "/lab/qemu/qemu-system-x86_64")
+        self.assertNotIn("userland", knobs)
+        cmd = lab.build_image_command({"baseline"}, ["/t/vmm"], userland="/roots/u/bin/qemu-system-x86_64")
+        self.assertEqual(cmd[cmd.index("--userland") + 1], "/roots/u/bin/qemu-system-x86_64")
+        self.assertNotIn("--vmm-qemu", cmd)
+        self.assertEqual(cmd[-2:], ["--bin", "/t/vmm"])
+        self.assertNotIn("--userland", lab.build_image_command({"baseline"}, []))
+
+    def test_the_debian13_userland_has_no_qemu_7_2(self):
+        with tempfile.TemporaryDirectory() as d:
+            orig = lab.CACHE, lab.outer_version
+            lab.CACHE, lab.outer_version = Path(d), lambda b: "QEMU emulator version 7.2"
+            try:
+                with self.assertRaises(lab.LabError) as e:
+                    lab.run_scenario(self.args("run", scenario="debian13-userland", runs=None, vmm_qemu="7.2", log=None, bin=None))
+            finally:
+                lab.CACHE, lab.outer_version = orig
+            self.assertIn("has QEMU 10.0 or 11.1, not 7.2", str(e.exception))
+            self.assertEqual(list((Path(d) / "runs").iterdir()), [], "its run directory is gone")
+
+    def test_without_flag_drops_a_flag_and_its_value(self):
+        lib = Path(__file__).with_name("host-lib.sh")
+        script = f". {lib}; printf '%s\\n' --kernel-stock k --initramfs /lab/guest/initramfs.cpio --vmm v | without_flag --initramfs"
+        for sh in ("sh", "busybox"):
+            cmd = [sh, "sh", "-c", script] if sh == "busybox" else [sh, "-c", script]
+            out = __import__("subprocess").run(cmd, capture_output=True, text=True)
+            self.assertEqual(out.stdout.split(), ["--kernel-stock", "k", "--vmm", "v"], (sh, out))
+
     def test_new_scenarios_have_scripts_and_checks(self):
-        for name in ("multipath", "own-kernel"):
+        for name in ("multipath", "own-kernel", "debian13-userland"):
             sc = lab.SCENARIOS[name]
             self.assertTrue((Path(__file__).with_name("scenarios") / f"{sc['script']}.sh").is_file(), name)
             self.assertTrue(sc["checks"], name)
@@ -728,6 +789,61 @@ class DebianRootTest(unittest.TestCase):
             self.assertIn("nope is not in", str(e.exception))
         finally:
             debian_root.fetch = orig
+
+
+class DebianRootExtrasTest(unittest.TestCase):
+    """ci/lab/debian-root --with: more packages, a root (and a key) of their own."""
+
+    def fake_index(self):
+        index = "Package: qemu-system-x86\nVersion: 1:11.1.3+ds-1~bpo13+1\n\n"
+        lzma = __import__("lzma")
+        return lambda url: lzma.compress(index.encode()) if url.endswith(".xz") else b"Version: 13.8\n"
+
+    def test_packages_are_sorted_once_and_checked(self):
+        self.assertEqual(debian_root.extras_of("fio, busybox-static,fio,"), ["busybox-static", "fio"])
+        self.assertEqual(debian_root.extras_of(""), [])
+        with self.assertRaises(SystemExit):
+            debian_root.extras_of("fio;rm -rf")
+
+    def test_the_packages_are_in_the_name_and_the_key(self):
+        self.assertEqual(debian_root.root_name("11.1", []), "debian13-qemu11.1")
+        self.assertEqual(debian_root.root_name("11.1", ["busybox-static", "fio"]), "debian13-qemu11.1+busybox-static+fio")
+        orig = debian_root.fetch
+        debian_root.fetch = self.fake_index()
+        try:
+            plain = debian_root.key_of("11.1")
+            with_fio = debian_root.key_of("11.1", ["busybox-static", "fio"])
+            self.assertEqual(plain[0], with_fio[0])
+            self.assertNotEqual(plain[1], with_fio[1])
+            self.assertEqual(with_fio, debian_root.key_of("11.1", ["busybox-static", "fio"]))
+        finally:
+            debian_root.fetch = orig
+
+    def test_offline_only_a_root_with_those_packages_is_used(self):
+        with tempfile.TemporaryDirectory() as d:
+            roots = Path(d) / "roots"
+            for name in ("debian13-qemu11.1-0123456789abcdef", "debian13-qemu11.1+busybox-static+fio-fedcba9876543210"):
+                (roots / name / "bin").mkdir(parents=True)
+                (roots / name / "bin" / "qemu-system-x86_64").write_text("")
+
+            def offline(url):
+                raise OSError("no network")
+            orig = debian_root.fetch, debian_root.CACHE, sys.argv
+            debian_root.fetch, debian_root.CACHE = offline, Path(d)
+            try:
+                for argv, want in ((["--qemu", "11.1"], "debian13-qemu11.1-0123456789abcdef"),
+                                   (["--qemu", "11.1", "--with", "fio,busybox-static"], "debian13-qemu11.1+busybox-static+fio-fedcba9876543210")):
+                    sys.argv = ["debian-root", *argv]
+                    out = io.StringIO()
+                    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                        self.assertEqual(debian_root.main(), 0)
+                    self.assertEqual(Path(out.getvalue().strip()).parent.parent.name, want)
+                sys.argv = ["debian-root", "--qemu", "11.1", "--with", "fio"]
+                with self.assertRaises(SystemExit) as e, contextlib.redirect_stderr(io.StringIO()):
+                    debian_root.main()
+                self.assertIn("no debian13-qemu11.1+fio root is cached", str(e.exception))
+            finally:
+                debian_root.fetch, debian_root.CACHE, sys.argv = orig
 
 
 class FaultCensusTableTest(unittest.TestCase):

@@ -4,7 +4,6 @@
 //! Exit codes: 0 guest powered off (or API shutdown), 3 guest reset
 //! (reboot), 4 triple fault, 1 VMM error, 2 bad command line.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -45,7 +44,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::from(1);
     }
-    let cfg = match args.validate(Path::new("/dev/vfio")) {
+    let cfg = match args.validate(&cli::HostDevices::default()) {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("vmm: {}", chain(&e));

@@ -161,12 +161,15 @@ impl Policy {
 // ---- the lists --------------------------------------------------------------
 
 /// ioctl request numbers (the second argument), from the kernel's uapi
-/// headers: KVM's `_IO*(KVMIO = 0xae, nr, type)` and VFIO's
-/// `_IO(VFIO_TYPE = ';', VFIO_BASE = 100 + n)`.
+/// headers: KVM's `_IO*(KVMIO = 0xae, nr, type)`, VFIO's
+/// `_IO(VFIO_TYPE = ';', VFIO_BASE = 100 + n)` and iommufd's
+/// `_IO(IOMMUFD_TYPE = ';', IOMMUFD_CMD_BASE = 0x80 + n)`.
 mod ioctl {
     const KVMIO: u32 = 0xae;
     const VFIO_TYPE: u32 = b';' as u32;
     const VFIO_BASE: u32 = 100;
+    const IOMMUFD_TYPE: u32 = b';' as u32;
+    const IOMMUFD_CMD_BASE: u32 = 0x80;
     vmm_sys_util::ioctl_io_nr!(KVM_RUN, KVMIO, 0x80);
     vmm_sys_util::ioctl_iow_nr!(KVM_IRQ_LINE, KVMIO, 0x61, kvm_bindings::kvm_irq_level);
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_bindings::kvm_regs);
@@ -198,6 +201,11 @@ mod ioctl {
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_GET_INFO, VFIO_TYPE, VFIO_BASE + 12);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_MAP_DMA, VFIO_TYPE, VFIO_BASE + 13);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_UNMAP_DMA, VFIO_TYPE, VFIO_BASE + 14);
+    vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_DETACH_IOMMUFD_PT, VFIO_TYPE, VFIO_BASE + 20);
+    vmm_sys_util::ioctl_io_nr!(IOMMU_DESTROY, IOMMUFD_TYPE, IOMMUFD_CMD_BASE);
+    vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_COPY, IOMMUFD_TYPE, IOMMUFD_CMD_BASE + 3);
+    vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_MAP, IOMMUFD_TYPE, IOMMUFD_CMD_BASE + 5);
+    vmm_sys_util::ioctl_io_nr!(IOMMU_IOAS_UNMAP, IOMMUFD_TYPE, IOMMUFD_CMD_BASE + 6);
 }
 
 /// Syscalls every thread makes, with why.
@@ -475,6 +483,15 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "a guest UNMAP, DETACH, FLUSH or reset (and unmap-all)",
             ),
             (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
+            (IOMMU_IOAS_MAP(), "a guest MAP (--vfio-backend iommufd)"),
+            (
+                IOMMU_IOAS_COPY(),
+                "a guest MAP with --pin-guest-ram (iommufd)",
+            ),
+            (
+                IOMMU_IOAS_UNMAP(),
+                "a guest UNMAP, DETACH, FLUSH or reset, and unmap-all (iommufd)",
+            ),
         ],
         ThreadKind::Api => vec![(libc::FIONBIO, "non-blocking mode of a connection")],
         ThreadKind::Serial => vec![(
@@ -511,6 +528,18 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             (
                 VFIO_GROUP_UNSET_CONTAINER(),
                 "a VFIO group leaving its container as it closes",
+            ),
+            (
+                IOMMU_IOAS_UNMAP(),
+                "removing every DMA mapping of an iommufd IOAS (unmap-all)",
+            ),
+            (
+                VFIO_DEVICE_DETACH_IOMMUFD_PT(),
+                "a VFIO cdev leaving its IOAS as it closes (iommufd)",
+            ),
+            (
+                IOMMU_DESTROY(),
+                "destroying the IOAS once its device is gone (iommufd)",
             ),
         ],
     };

@@ -46,6 +46,14 @@ pub struct BootInfo {
     /// (its own sysfs, else the host's `lab.lbs`, else 512; absent: not reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lbs: Option<u64>,
+    /// The guest's fio (`fio --version`, e.g. `fio-3.39`): the host's
+    /// when the tool built the image (absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fio: Option<String>,
+    /// The guest's busybox (its banner's version, e.g. `v1.37.0 (Debian
+    /// 1:1.37.0-6+b9)`; absent: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busybox: Option<String>,
 }
 
 /// One fio run's result, as the guest reports it (fio terse v3 fields).
@@ -430,6 +438,59 @@ mod tests {
         assert!(!is_count_phase("randread-4k"));
         assert_eq!(run_phase_name("randread", "4k", 1), "randread-4k");
         assert_eq!(run_phase_name("read", "64k", 4), "read-64k-j4");
+    }
+
+    #[test]
+    fn the_guest_reports_its_fio_and_busybox() {
+        // The image's programs as the guest init asks them, faked on PATH.
+        let d = tempfile::tempdir().unwrap();
+        let fake = |name: &str, body: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        fake("fio", r#"[ "$1" = --version ] && echo fio-3.39"#);
+        fake(
+            "busybox",
+            "echo 'BusyBox v1.37.0 (Debian 1:1.37.0-6+b9) multi-call binary.'; echo 'Usage: busybox'",
+        );
+        let start = INIT_SCRIPT
+            .find("tool_versions() {")
+            .expect("tool_versions in guest/init");
+        let end = INIT_SCRIPT[start..]
+            .find("\n# end of tool_versions")
+            .expect("end marker")
+            + start;
+        let script = format!("{}\ntool_versions\n", &INIT_SCRIPT[start..end]);
+        let path = format!(
+            "{}:{}",
+            d.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let o = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let fields = String::from_utf8(o.stdout).unwrap();
+        assert_eq!(
+            fields,
+            r#""fio":"fio-3.39","busybox":"v1.37.0 (Debian 1:1.37.0-6+b9)""#
+        );
+        // ... into the boot record the cell keeps.
+        let line = format!(
+            r#"@@LAB-GUEST@@ {{"event":"boot",{fields},"kernel":"6.1.0","nvme":true,"iommu_groups":"DMA:1","cmdline":"x"}}"#
+        );
+        match parse_line(&line).unwrap() {
+            Some(Marker::Boot(b)) => {
+                assert_eq!(b.fio.as_deref(), Some("fio-3.39"));
+                assert_eq!(b.busybox.as_deref(), Some("v1.37.0 (Debian 1:1.37.0-6+b9)"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(INIT_SCRIPT.contains(r#"emit "{\"event\":\"boot\",$(tool_versions),"#));
     }
 
     /// The guest init's `min_bs` and `mixed_bsrange` functions, run by sh.

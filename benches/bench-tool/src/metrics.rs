@@ -60,6 +60,16 @@ pub struct DeviceCounters {
     /// (`viommu_backend_bytes_unmapped_total`; our VMM only).
     #[serde(default)]
     pub bytes_unmapped: u64,
+    /// Nanoseconds the device thread polled its request queue
+    /// (`viommu_requestq_poll_ns_total`, `--viommu-poll-us`; our VMM only):
+    /// host CPU spent waiting for requests instead of sleeping.
+    #[serde(default)]
+    pub poll_ns: u64,
+    /// Looks at the request queue while polling that found requests
+    /// (`viommu_requestq_polls_found_total`): each a notification the guest
+    /// did not make and a wake-up the device thread did not need.
+    #[serde(default)]
+    pub polls_found: u64,
 }
 
 impl DeviceCounters {
@@ -79,6 +89,8 @@ impl DeviceCounters {
             vfio_ns: self.vfio_ns.saturating_sub(earlier.vfio_ns),
             bytes_mapped: self.bytes_mapped.saturating_sub(earlier.bytes_mapped),
             bytes_unmapped: self.bytes_unmapped.saturating_sub(earlier.bytes_unmapped),
+            poll_ns: self.poll_ns.saturating_sub(earlier.poll_ns),
+            polls_found: self.polls_found.saturating_sub(earlier.polls_found),
         }
     }
 
@@ -223,6 +235,8 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         vfio_ns: n("viommu_backend_map_ns_total") + n("viommu_backend_unmap_ns_total"),
         bytes_mapped: n("viommu_backend_bytes_mapped_total"),
         bytes_unmapped: n("viommu_backend_bytes_unmapped_total"),
+        poll_ns: n("viommu_requestq_poll_ns_total"),
+        polls_found: n("viommu_requestq_polls_found_total"),
     })
 }
 
@@ -332,6 +346,15 @@ mod tests {
         assert_eq!(c.vfio_ns, 500_000_000);
         assert_eq!((c.bytes_mapped, c.bytes_unmapped), (1 << 30, 3 << 28));
         assert_eq!(c.requests(), 30240 + 26877 + 1245);
+        assert_eq!((c.poll_ns, c.polls_found), (0, 0));
+        // The device thread's polling (the request queue's gauges, served
+        // beside the device's counters).
+        let polled = parse_prometheus(&format!(
+            "{text}viommu_requestq_poll_ns_total 7000\nviommu_requestq_polls_found_total 12\n"
+        ))
+        .unwrap();
+        assert_eq!((polled.poll_ns, polled.polls_found), (7000, 12));
+        assert_eq!(polled.since(&c).polls_found, 12);
         // No virtio-iommu: the VMM serves an empty text.
         assert_eq!(parse_prometheus("").unwrap(), DeviceCounters::default());
         assert!(parse_prometheus("garbage").is_err());

@@ -2,7 +2,8 @@
 //!
 //! The virtio-iommu device model never touches VFIO or any other host
 //! interface directly: it calls a [`DmaMapper`]. Backends implement it for a
-//! VFIO container (passthrough devices), for a software address space
+//! VFIO type1 container or an iommufd IO address space (passthrough
+//! devices; one [`VfioMapper`] over either, see [`iommufd`]), for a software address space
 //! (emulated devices translate through it) and as a recording wrapper that
 //! counts calls for metrics and benchmarks.
 //!
@@ -13,6 +14,7 @@
 
 mod fanout;
 pub mod interval;
+pub mod iommufd;
 mod mapping;
 pub mod recording;
 pub mod soft;
@@ -20,10 +22,11 @@ pub mod vfio;
 
 pub use fanout::{elapsed_ns, HostBackend, MapperSet};
 pub use interval::IntervalMap;
+pub use iommufd::{IommufdMapper, PinnedRamIoas, PinnedRamMapper};
 pub use mapping::{adjacent_runs, Mapping, Run};
 pub use recording::{DmaCall, DmaOp, FaultPlan, LoggedCall, RecordingMapper};
 pub use soft::{SoftAddressSpace, TranslateError};
-pub use vfio::{ContainerOps, VfioMapper};
+pub use vfio::{ContainerOps, HostIommuMapper, VfioMapper};
 
 /// The smallest page size, 4 KiB, as a `page_size_mask`.
 pub const PAGE_SIZE_4K_MASK: u64 = !0xfff;

@@ -56,9 +56,11 @@ use crate::{
     check_aligned, checked_last, DmaError, DmaMapper, DmaPerm, Mapping, PAGE_SIZE_4K_MASK,
 };
 
-/// The host calls [`VfioMapper`] needs from a VFIO type1 container.
+/// The host calls [`VfioMapper`] needs from a VFIO type1 container, or
+/// from an iommufd IO address space.
 ///
-/// Implemented for `vfio_ioctls::VfioContainer`; tests use a fake.
+/// Implemented for `vfio_ioctls::VfioContainer` and (in
+/// [`crate::iommufd`]) `vfio_ioctls::VfioIommufd`; tests use a fake.
 pub trait ContainerOps: Send + Sync {
     /// `VFIO_IOMMU_MAP_DMA`: map `size` bytes of this process's memory at
     /// `vaddr` to `iova`, granting exactly `perm` (which grants something).
@@ -412,7 +414,7 @@ impl<C: ContainerOps, M: GuestMemoryBackend> VfioMapper<C, M> {
         let page_size_mask = match container.iova_pgsizes() {
             Ok(mask) => mask,
             Err(e) => {
-                tracing::warn!("VFIO_IOMMU_GET_INFO failed ({e}); assuming 4 KiB IOMMU pages");
+                tracing::warn!("host IOMMU page sizes unknown ({e}); assuming 4 KiB IOMMU pages");
                 PAGE_SIZE_4K_MASK
             }
         };
@@ -709,6 +711,25 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> DmaMapper for VfioMap
             );
             strays.push((m.iova, m.size));
         }
+    }
+}
+
+/// What the VMM asks of a passed-through device's mapper, whichever host
+/// interface (VFIO container or iommufd IOAS) programs it.
+pub trait HostIommuMapper: DmaMapper {
+    /// The IOVA ranges the host IOMMU can map, inclusive.
+    fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>>;
+    /// How many more mappings the host accepts, where it has a limit.
+    fn dma_avail(&self) -> io::Result<u32>;
+}
+
+impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> HostIommuMapper for VfioMapper<C, M> {
+    fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>> {
+        VfioMapper::iova_ranges(self)
+    }
+
+    fn dma_avail(&self) -> io::Result<u32> {
+        VfioMapper::dma_avail(self)
     }
 }
 

@@ -38,6 +38,8 @@ struct VfioInfo<'a> {
     host: &'a str,
     guest: String,
     iommu_group: u32,
+    /// The host DMA backend: "container" or "iommufd".
+    backend: &'static str,
 }
 
 /// What the control plane answers from: `cfg` described, the virtio-iommu's
@@ -75,6 +77,7 @@ pub fn state(
                 host: &spec.bdf,
                 guest: b.to_string(),
                 iommu_group: spec.group,
+                backend: spec.backend.name(),
             })
             .collect(),
     };
@@ -123,7 +126,11 @@ mod tests {
                 sysfs: "/sys/bus/pci/devices/0000:01:00.0".into(),
                 bdf: "0000:01:00.0".into(),
                 group: 7,
+                backend: crate::cli::VfioBackend::Iommufd,
+                backend_why: String::new(),
+                container_fallback: false,
             }],
+            pin_guest_ram: false,
             viommu: false,
             api_socket: None,
             lazy_unmap: true,
@@ -140,6 +147,7 @@ mod tests {
         assert_eq!(s.info["vfio"][0]["host"], "0000:01:00.0");
         assert_eq!(s.info["vfio"][0]["guest"], "0000:00:01.0");
         assert_eq!(s.info["vfio"][0]["iommu_group"], 7);
+        assert_eq!(s.info["vfio"][0]["backend"], "iommufd");
         // Without a virtio-iommu nothing of it is offered or counted.
         assert_eq!(s.info["lazy_unmap"], false);
         assert!(s.info["pool_hint"].is_null());

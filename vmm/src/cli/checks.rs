@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::backend::{choose, BackendChoice, HostDevices, VfioBackend};
 use super::ConfigError;
 
 /// A validated VFIO device to pass through.
@@ -15,11 +16,27 @@ pub struct VfioDeviceSpec {
     pub bdf: String,
     /// Its IOMMU group number.
     pub group: u32,
+    /// The host interface its DMA goes through (`--vfio-backend`).
+    pub backend: VfioBackend,
+    /// Why that one, for the log.
+    pub backend_why: String,
+    /// `--vfio-backend auto` chose iommufd and the device's group node is
+    /// there: if iommufd refuses the device at VM setup (e.g. EPERM without
+    /// interrupt remapping), the type1 container is tried instead.
+    pub container_fallback: bool,
 }
 
 /// Check a `--vfio` value: a PCI device with an IOMMU group whose
-/// `/dev/vfio/N` exists (`dev_vfio` is `/dev/vfio` outside tests).
-pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec, ConfigError> {
+/// `/dev/vfio/N` exists (`host` is `/dev/vfio` and `/dev/iommu` outside
+/// tests), and the backend `choice` gives it. On the iommufd backend the
+/// group node may be missing (a kernel without `CONFIG_VFIO_GROUP`): the
+/// device is opened through its cdev.
+pub fn check_vfio_device(
+    path: &Path,
+    host: &HostDevices,
+    choice: BackendChoice,
+) -> Result<VfioDeviceSpec, ConfigError> {
+    let dev_vfio = host.vfio.as_path();
     let not_pci = || ConfigError::NotPciDevice {
         path: path.to_path_buf(),
     };
@@ -39,7 +56,18 @@ pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec,
         .ok_or_else(|| ConfigError::NoIommuGroup {
             path: path.to_path_buf(),
         })?;
+    let (backend, backend_why) = choose(choice, &canon, path, host)?;
     let dev = dev_vfio.join(group.to_string());
+    if !dev.exists() && backend == VfioBackend::Iommufd {
+        return Ok(VfioDeviceSpec {
+            sysfs: canon,
+            bdf,
+            group,
+            backend,
+            backend_why,
+            container_fallback: false,
+        });
+    }
     if !dev.exists() {
         return Err(ConfigError::NotBoundToVfio {
             path: path.to_path_buf(),
@@ -63,6 +91,9 @@ pub fn check_vfio_device(path: &Path, dev_vfio: &Path) -> Result<VfioDeviceSpec,
         sysfs: canon,
         bdf,
         group,
+        backend,
+        backend_why,
+        container_fallback: choice == BackendChoice::Auto && backend == VfioBackend::Iommufd,
     })
 }
 
@@ -147,6 +178,12 @@ mod tests {
         std::fs::create_dir_all(&groups).unwrap();
         let dev_vfio = d.join("dev-vfio");
         std::fs::create_dir_all(&dev_vfio).unwrap();
+        let host = HostDevices {
+            vfio: dev_vfio.clone(),
+            iommu: d.join("no-iommu"),
+        };
+        let check_vfio_device =
+            |p: &Path, _: &Path| check_vfio_device(p, &host, BackendChoice::Auto);
 
         assert!(matches!(
             check_vfio_device(&d.join("nope"), &dev_vfio),
@@ -171,6 +208,41 @@ mod tests {
         let spec = check_vfio_device(&dev, &dev_vfio).unwrap();
         assert_eq!(spec.bdf, "0000:00:04.0");
         assert_eq!(spec.group, 7);
+        assert_eq!(spec.backend, VfioBackend::Container, "no /dev/iommu here");
+        assert!(
+            spec.backend_why.contains("CONFIG_IOMMUFD"),
+            "{}",
+            spec.backend_why
+        );
+
+        // With iommufd (its node, the device's cdev) the group node is not
+        // needed: a kernel without CONFIG_VFIO_GROUP has none.
+        std::fs::remove_file(dev_vfio.join("7")).unwrap();
+        std::fs::write(d.join("iommu"), b"").unwrap();
+        std::fs::create_dir_all(dev.join("vfio-dev/vfio0")).unwrap();
+        std::fs::create_dir_all(dev_vfio.join("devices")).unwrap();
+        std::fs::write(dev_vfio.join("devices/vfio0"), b"").unwrap();
+        let host = HostDevices {
+            vfio: dev_vfio.clone(),
+            iommu: d.join("iommu"),
+        };
+        let spec = super::check_vfio_device(&dev, &host, BackendChoice::Auto).unwrap();
+        assert_eq!(spec.backend, VfioBackend::Iommufd);
+        assert!(
+            !spec.container_fallback,
+            "no group node: nothing to fall back to"
+        );
+        // ... but the container does.
+        let err = super::check_vfio_device(&dev, &host, BackendChoice::Container).unwrap_err();
+        assert!(matches!(err, ConfigError::NotBoundToVfio { .. }), "{err}");
+        // Both: auto takes iommufd and may fall back to the container at VM
+        // setup; a forced iommufd may not.
+        std::fs::write(dev_vfio.join("7"), b"").unwrap();
+        let spec = super::check_vfio_device(&dev, &host, BackendChoice::Auto).unwrap();
+        assert_eq!(spec.backend, VfioBackend::Iommufd);
+        assert!(spec.container_fallback);
+        let spec = super::check_vfio_device(&dev, &host, BackendChoice::Iommufd).unwrap();
+        assert!(!spec.container_fallback);
     }
 
     #[test]

@@ -102,6 +102,20 @@ pub enum ConfigError {
         /// The largest value accepted.
         limit: u128,
     },
+    /// `--pin-guest-ram` without the iommufd backend.
+    #[error("--pin-guest-ram: needs every --vfio device on the iommufd backend, but {why}; drop --pin-guest-ram or use --vfio-backend iommufd on a host with it")]
+    PinNeedsIommufd {
+        /// Which device does not, and why.
+        why: String,
+    },
+    /// `--vfio-backend iommufd` on a host or device without it.
+    #[error("--vfio {}: --vfio-backend iommufd: {missing}; or pass --vfio-backend container", path.display())]
+    IommufdUnavailable {
+        /// The `--vfio` value.
+        path: PathBuf,
+        /// What the host lacks, and the fix.
+        missing: String,
+    },
     /// The group's node cannot be opened for lack of permission.
     #[error("--vfio {}: cannot open {}: permission denied (run as root, or give this user read-write access to it)", path.display(), dev.display())]
     VfioDenied {

@@ -5,14 +5,16 @@
 //! parsers are in `parse.rs`, the checks of files and `--vfio` devices on
 //! the host in `checks.rs`.
 
+mod backend;
 mod checks;
 mod error;
 mod parse;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use backend::{BackendChoice, HostDevices, VfioBackend};
 pub use checks::{check_vfio_device, VfioDeviceSpec};
 pub use error::ConfigError;
 pub use parse::{parse_range, parse_size};
@@ -51,6 +53,20 @@ pub struct Cli {
     /// /sys/bus/pci/devices/DDDD:BB:DD.F, bound to vfio-pci. Repeatable.
     #[arg(long, value_name = "SYSFS_PATH")]
     pub vfio: Vec<PathBuf>,
+    /// How the --vfio devices' DMA is mapped on the host: `iommufd`
+    /// (/dev/iommu and the device's VFIO cdev; needs a host kernel with
+    /// CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV), `container` (the VFIO
+    /// type1 container, /dev/vfio/vfio), or `auto`: iommufd where the host
+    /// has it, else the container.
+    #[arg(long, value_name = "BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
+    pub vfio_backend: BackendChoice,
+    /// With the iommufd backend: pin all guest RAM once at startup (a
+    /// second IO address space) and serve each guest MAP as a copy from it
+    /// (IOMMU_IOAS_COPY), so no MAP pins pages. The price: all guest RAM
+    /// stays pinned, and counted against RLIMIT_MEMLOCK, for the VM's
+    /// life. Off by default.
+    #[arg(long)]
+    pub pin_guest_ram: bool,
     /// Serve the control plane (HTTP: GET /metrics, GET /api/v1/vm.info,
     /// PUT /api/v1/vm.shutdown) on this Unix socket.
     #[arg(long, value_name = "PATH")]
@@ -116,6 +132,26 @@ pub struct Cli {
     pub seccomp_selftest: Option<crate::seccomp::ThreadKind>,
 }
 
+/// `--pin-guest-ram` needs `--vfio` devices, all on the iommufd backend.
+fn check_pin_guest_ram(vfio: &[VfioDeviceSpec]) -> Result<(), ConfigError> {
+    if vfio.is_empty() {
+        return Err(ConfigError::PinNeedsIommufd {
+            why: "no --vfio device to map for".into(),
+        });
+    }
+    match vfio.iter().find(|d| d.backend != VfioBackend::Iommufd) {
+        Some(d) => Err(ConfigError::PinNeedsIommufd {
+            why: format!(
+                "{} uses the {} backend ({})",
+                d.bdf,
+                d.backend.name(),
+                d.backend_why
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Default of `--pool-threshold`.
 pub const DEFAULT_POOL_THRESHOLD: u64 = 64 << 10;
 /// Default of `--pool-max`.
@@ -138,6 +174,9 @@ pub struct VmConfig {
     pub cpus: u8,
     /// Devices to pass through.
     pub vfio: Vec<VfioDeviceSpec>,
+    /// Serve their iommufd maps as copies from guest RAM pinned once
+    /// (`--pin-guest-ram`).
+    pub pin_guest_ram: bool,
     /// Put them behind a virtio-iommu.
     pub viommu: bool,
     /// Control plane socket.
@@ -162,7 +201,7 @@ pub struct VmConfig {
 
 impl Cli {
     /// Check every flag; the first problem found is returned.
-    pub fn validate(self, dev_vfio: &Path) -> Result<VmConfig, ConfigError> {
+    pub fn validate(self, host: &HostDevices) -> Result<VmConfig, ConfigError> {
         check_file("kernel", &self.kernel, "a Linux bzImage")?;
         if let Some(initrd) = &self.initrd {
             check_file("initrd", initrd, "an initramfs (cpio archive)")?;
@@ -187,8 +226,11 @@ impl Cli {
         let vfio = self
             .vfio
             .iter()
-            .map(|p| check_vfio_device(p, dev_vfio))
+            .map(|p| check_vfio_device(p, host, self.vfio_backend))
             .collect::<Result<Vec<_>, _>>()?;
+        if self.pin_guest_ram {
+            check_pin_guest_ram(&vfio)?;
+        }
         Ok(VmConfig {
             kernel: self.kernel,
             initrd: self.initrd,
@@ -197,6 +239,7 @@ impl Cli {
             hugepages: self.hugepages,
             cpus: self.cpus,
             vfio,
+            pin_guest_ram: self.pin_guest_ram,
             viommu: self.viommu,
             api_socket: self.api_socket,
             lazy_unmap: !self.no_lazy_unmap,
@@ -289,7 +332,11 @@ mod tests {
             let ks = k.to_str().unwrap();
             let mut all = vec!["vmm", "--kernel", ks];
             all.extend_from_slice(args);
-            Cli::try_parse_from(all).unwrap().validate(&dir)
+            let host = HostDevices {
+                vfio: dir.clone(),
+                iommu: dir.join("iommu"),
+            };
+            Cli::try_parse_from(all).unwrap().validate(&host)
         };
         (d, v)
     }
@@ -320,12 +367,21 @@ mod tests {
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--cpus", "0"]).is_err());
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--cpus", "255"]).is_err());
         assert!(Cli::try_parse_from(["vmm", "--initrd", "i"]).is_err());
+        assert_eq!(cli.vfio_backend, BackendChoice::Auto, "the default");
+        let pick = |v: &str| {
+            Cli::try_parse_from(["vmm", "--kernel", "k", "--vfio-backend", v])
+                .map(|c| c.vfio_backend)
+        };
+        assert_eq!(pick("iommufd").unwrap(), BackendChoice::Iommufd);
+        assert_eq!(pick("container").unwrap(), BackendChoice::Container);
+        assert_eq!(pick("auto").unwrap(), BackendChoice::Auto);
+        assert!(pick("type1").is_err());
     }
 
     #[test]
     fn missing_kernel_names_the_flag_and_path() {
         let cli = Cli::try_parse_from(["vmm", "--kernel", "/nonexistent/bzImage"]).unwrap();
-        let err = cli.validate(Path::new("/dev/vfio")).unwrap_err();
+        let err = cli.validate(&HostDevices::default()).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.starts_with("--kernel /nonexistent/bzImage: cannot open"),
@@ -333,6 +389,35 @@ mod tests {
         );
         assert!(msg.contains("bzImage"), "{msg}");
         assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn pin_guest_ram_needs_iommufd_devices() {
+        let (_, v) = validator("pin");
+        let msg = v(&["--pin-guest-ram"]).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "--pin-guest-ram: needs every --vfio device on the iommufd backend, but no --vfio device to map for; drop --pin-guest-ram or use --vfio-backend iommufd on a host with it"
+        );
+        assert!(!v(&[]).unwrap().pin_guest_ram, "off by default");
+        let spec = |bdf: &str, backend| VfioDeviceSpec {
+            sysfs: PathBuf::from("/sys/bus/pci/devices").join(bdf),
+            bdf: bdf.into(),
+            group: 1,
+            backend,
+            backend_why: "auto: iommufd unavailable (no /dev/iommu)".into(),
+            container_fallback: false,
+        };
+        let both = [
+            spec("0000:00:04.0", VfioBackend::Iommufd),
+            spec("0000:00:05.0", VfioBackend::Container),
+        ];
+        let msg = check_pin_guest_ram(&both).unwrap_err().to_string();
+        assert!(
+            msg.contains("but 0000:00:05.0 uses the container backend (auto: iommufd unavailable (no /dev/iommu))"),
+            "{msg}"
+        );
+        assert!(check_pin_guest_ram(&both[..1]).is_ok());
     }
 
     #[test]

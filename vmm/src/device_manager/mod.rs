@@ -22,7 +22,7 @@ mod virtio;
 
 use std::sync::{Arc, Mutex};
 
-use dma_mapper::VfioMapper;
+use dma_mapper::HostIommuMapper;
 use vfio_ioctls::{VfioDevice, VfioDeviceFd};
 use vm_superio::I8042Device;
 
@@ -42,11 +42,11 @@ use crate::pci::{Bdf, PciConfigIo, PciEcam, PciRoot};
 use crate::vm::{KvmMsiRouter, KvmMsiSender, Vm};
 
 /// A passed-through device as DMA sees it: its guest BDF and the mapper
-/// that programs its VFIO container (the virtio-iommu counts the host
-/// calls it makes through it).
+/// that programs its VFIO container or iommufd IOAS (the virtio-iommu
+/// counts the host calls it makes through it).
 struct Endpoint {
     bdf: Bdf,
-    mapper: Arc<VfioMapper>,
+    mapper: Arc<dyn HostIommuMapper>,
 }
 
 /// The VM's devices, from creation to ordered release.
@@ -89,7 +89,7 @@ impl<'a> DeviceManager<'a> {
     pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
         let mut dm = DeviceManager::new(vm, cfg.seccomp)?;
         dm.add_platform_devices(exit)?;
-        dm.add_vfio_devices(&cfg.vfio)?;
+        dm.add_vfio_devices(&cfg.vfio, cfg.pin_guest_ram)?;
         if cfg.viommu {
             dm.add_viommu(cfg)?;
         } else {

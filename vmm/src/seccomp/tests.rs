@@ -51,6 +51,12 @@ fn ioctl_numbers_match_the_kernel_headers() {
     assert_eq!(ioctl::VFIO_DEVICE_SET_IRQS(), 0x3b6e);
     assert_eq!(ioctl::VFIO_IOMMU_MAP_DMA(), 0x3b71);
     assert_eq!(ioctl::VFIO_IOMMU_UNMAP_DMA(), 0x3b72);
+    // include/uapi/linux/iommufd.h and vfio.h (6.x).
+    assert_eq!(ioctl::IOMMU_DESTROY(), 0x3b80);
+    assert_eq!(ioctl::IOMMU_IOAS_COPY(), 0x3b83);
+    assert_eq!(ioctl::IOMMU_IOAS_MAP(), 0x3b85);
+    assert_eq!(ioctl::IOMMU_IOAS_UNMAP(), 0x3b86);
+    assert_eq!(ioctl::VFIO_DEVICE_DETACH_IOMMUFD_PT(), 0x3b78);
 }
 
 #[test]
@@ -292,6 +298,9 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
                 ioctl::KVM_SET_USER_MEMORY_REGION(),
                 ioctl::KVM_SET_DEVICE_ATTR(),
                 ioctl::VFIO_GROUP_UNSET_CONTAINER(),
+                ioctl::IOMMU_IOAS_UNMAP(),
+                ioctl::VFIO_DEVICE_DETACH_IOMMUFD_PT(),
+                ioctl::IOMMU_DESTROY(),
             ] {
                 assert_eq!(libc::ioctl(-1, req as _, 0), -1);
             }

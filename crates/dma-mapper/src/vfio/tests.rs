@@ -38,6 +38,10 @@ struct FakeState {
     /// Report this many bytes for the next unmap instead of the truth.
     lie_unmapped: Option<u64>,
     pgsizes: Option<u64>,
+    /// iommufd's `IOMMU_IOAS_UNMAP` answers instead of type1's: `ENOENT`
+    /// for a bisecting range (type1: `EINVAL`) and for a range with
+    /// nothing mapped (type1: success, 0 bytes).
+    iommufd_rules: bool,
 }
 
 #[derive(Default)]
@@ -99,9 +103,17 @@ impl ContainerOps for FakeContainer {
             .iter()
             .any(|(i, (s, _, _))| *i < end && iova < i + s && (*i < iova || i + s > end));
         if bisects {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            let errno = if st.iommufd_rules {
+                libc::ENOENT
+            } else {
+                libc::EINVAL
+            };
+            return Err(io::Error::from_raw_os_error(errno));
         }
         let inside: Vec<u64> = st.maps.range(iova..end).map(|(i, _)| *i).collect();
+        if inside.is_empty() && st.iommufd_rules {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
         let mut n = 0;
         for i in inside {
             n += st.maps.remove(&i).unwrap().0;
@@ -590,4 +602,112 @@ fn iova_ranges_from_the_capability_chain() {
         m.iova_ranges().unwrap_err().kind(),
         io::ErrorKind::Unsupported
     );
+}
+
+/// What one guest-visible step gave: `Ok`, or the error's kind (and errno
+/// of a host error), to compare backends by.
+fn outcome(r: Result<(), DmaError>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(DmaError::Host { op, source, .. }) => {
+            format!("host {op} {:?}", source.kind())
+        }
+        Err(e) => format!("{e:?}").split([' ', '{']).next().unwrap().into(),
+    }
+}
+
+/// The same guest sequence on type1's and on iommufd's unmap rules: the
+/// same answers, the same host calls, the same host state after each step.
+#[test]
+fn iommufd_rules_give_the_guest_the_same_answers_as_type1() {
+    let type1 = mapper(FakeContainer::default());
+    let iommufd = {
+        let fake = FakeContainer::default();
+        fake.state().iommufd_rules = true;
+        mapper(fake)
+    };
+    type Step = fn(&VfioMapper<FakeContainer>) -> Result<(), DmaError>;
+    let steps: &[(&str, Step)] = &[
+        ("map 4 pages", |m| {
+            m.map(0x100_000, 0, 4 * PAGE, DmaPerm::RW)
+        }),
+        ("map read-only", |m| {
+            m.map(0x108_000, 0x8000, PAGE, DmaPerm::RO)
+        }),
+        ("map no access", |m| {
+            m.map(0x10a_000, 0x8000, PAGE, DmaPerm::NONE)
+        }),
+        ("overlapping map", |m| {
+            m.map(0x101_000, 0, PAGE, DmaPerm::RW)
+        }),
+        ("bisecting unmap", |m| m.unmap(0x101_000, PAGE)),
+        ("unmap over two mappings and holes", |m| {
+            m.unmap(0x100_000, 0x10_000)
+        }),
+        ("unmap of nothing", |m| m.unmap(0x100_000, 0x10_000)),
+        ("map across two regions", |m| {
+            m.map(0x200_000, 0xf000, 2 * PAGE, DmaPerm::RW)
+        }),
+        ("unmap inside it", |m| m.unmap(0x201_000, PAGE)),
+        ("unmap it whole", |m| m.unmap(0x200_000, 2 * PAGE)),
+        ("map outside guest memory", |m| {
+            m.map(0x300_000, 0x20_000, PAGE, DmaPerm::RW)
+        }),
+        ("map again", |m| m.map(0x300_000, 0, 2 * PAGE, DmaPerm::WO)),
+        ("unaligned unmap", |m| m.unmap(0x300_800, PAGE)),
+        ("unmap all", |m| m.unmap_all().map(|_| ())),
+        ("unmap all of nothing", |m| {
+            VfioMapper::unmap_all(m).map(|_| ())
+        }),
+    ];
+    for (what, step) in steps {
+        let (a, b) = (outcome(step(&type1)), outcome(step(&iommufd)));
+        assert_eq!(a, b, "{what}");
+        assert_eq!(type1.mappings().len(), iommufd.mappings().len(), "{what}");
+        assert_eq!(
+            type1.container().host_maps(),
+            iommufd.container().host_maps(),
+            "{what}"
+        );
+    }
+    // The same calls, but for the host addresses of the two memories.
+    let calls = |m: &VfioMapper<FakeContainer>| -> Vec<Call> {
+        m.container()
+            .calls()
+            .into_iter()
+            .map(|c| match c {
+                Call::Map {
+                    iova, size, perm, ..
+                } => Call::Map {
+                    iova,
+                    size,
+                    vaddr: 0,
+                    perm,
+                },
+                other => other,
+            })
+            .collect()
+    };
+    assert_eq!(calls(&type1), calls(&iommufd));
+}
+
+/// Where the host and the table disagree, iommufd answers `ENOENT` where
+/// type1 answers `EINVAL`: a host error either way, the table unchanged.
+#[test]
+fn iommufd_enoent_on_a_disagreement_is_a_host_error_table_unchanged() {
+    let fake = FakeContainer::default();
+    fake.state().iommufd_rules = true;
+    let m = mapper(fake);
+    m.map(0x200_000, 0, 2 * PAGE, DmaPerm::RW).unwrap();
+    // The host mapping was changed behind the table's back.
+    m.container()
+        .state()
+        .maps
+        .insert(0x1ff_000, (2 * PAGE, 0, DmaPerm::RW));
+    let err = m.unmap(0x200_000, 2 * PAGE).unwrap_err();
+    assert!(
+        matches!(&err, DmaError::Host { source, .. } if source.raw_os_error() == Some(libc::ENOENT)),
+        "{err:?}"
+    );
+    assert_eq!(m.mapping_count(), 1);
 }

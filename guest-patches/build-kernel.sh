@@ -16,7 +16,12 @@
 # The source (SRC: --src, else $LINUX_SRC_X_Y such as LINUX_SRC_6_12, else
 # $LINUX_SRC):
 #   debian (or unset)  Debian's linux-source-X.Y package,
-#                      /usr/src/linux-source-X.Y.tar.xz (the default, CI's)
+#                      /usr/src/linux-source-X.Y.tar.xz (the default, CI's);
+#                      for a series whose package is in another suite (its
+#                      README's "Debian suite:" line; 7.2: trixie-backports)
+#                      the tarball fetch-debian-source.sh X.Y put in
+#                      $VIOMMU_LAB_CACHE/debian/linux-source-X.Y/ when
+#                      /usr/src has none
 #   a directory        a kernel tree (a git clone, an extracted tarball); it is
 #                      copied, never modified
 #   a tarball          linux-X.Y.N.tar.xz from kernel.org (.tar.gz, .tar.bz2,
@@ -203,22 +208,36 @@ what="$src_from$src"
 case "$src" in
 '' | debian)
 	src_kind=debian
-	if [ ! -r "$deb_tarball" ]; then
+	# A series whose package comes from another suite (its README's "Debian
+	# suite:" line, 7.2: trixie-backports): fetch-debian-source.sh puts
+	# the package's tarball and version in the cache, /usr/src stays as is.
+	deb_suite=$(sed -n 's/^Debian suite: *\([a-z0-9-]*\).*/\1/p' "$here/README.md" 2>/dev/null | head -n 1 || true)
+	fetched=$cache/debian/$pkg
+	if [ -n "$deb_suite" ]; then
+		get="guest-patches/fetch-debian-source.sh $ver (fetches $pkg from $deb_suite into $fetched, installs nothing)"
+	else
+		get="apt-get install $pkg"
+	fi
+	if [ ! -r "$deb_tarball" ] && [ -r "$fetched/$pkg.tar.xz" ] && [ -s "$fetched/version" ]; then
+		src=$fetched/$pkg.tar.xz
+		srcver=$(cat "$fetched/version")
+	elif [ -r "$deb_tarball" ]; then
+		src=$deb_tarball
+		# A copy of the tarball without its package: then as any tarball.
+		srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || {
+			src_kind=tarball
+			what="$src (no $pkg package installed)"
+		}
+	else
 		case " $(os_ids | head -n 1) " in
 		" debian ")
-			die "$deb_tarball missing: apt-get install $pkg, or build from another source: LINUX_SRC=/path/to/linux-$ver.N.tar.xz (kernel.org) or a kernel tree (guest-patches/README.md)"
+			die "$deb_tarball missing: $get, or build from another source: LINUX_SRC=/path/to/linux-$ver.N.tar.xz (kernel.org) or a kernel tree (guest-patches/README.md)"
 			;;
 		*)
 			die "Debian's $pkg (the default source, $deb_tarball) is not here: set LINUX_SRC=/path/to/linux-$ver.N.tar.xz (https://cdn.kernel.org/pub/linux/kernel/v${ver%%.*}.x/) or LINUX_SRC=/path/to/a/kernel/tree, or pass --src (guest-patches/README.md)"
 			;;
 		esac
 	fi
-	src=$deb_tarball
-	# A copy of the tarball without its package: then as any tarball.
-	srcver=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null) || {
-		src_kind=tarball
-		what="$src (no $pkg package installed)"
-	}
 	;;
 *)
 	if [ -d "$src" ]; then

@@ -16,7 +16,7 @@ verbose=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export VIOMMU_LAB_CACHE=$tmp/cache NO_CCACHE=1
-unset LINUX_SRC LINUX_SRC_6_1 LINUX_SRC_6_12 LINUX_SOURCE_DEB JOBS
+unset LINUX_SRC LINUX_SRC_6_1 LINUX_SRC_6_12 LINUX_SRC_7_2 LINUX_SOURCE_DEB JOBS
 export VIOMMU_OS_RELEASE=$tmp/os-release.debian
 
 pass=0 fail=0
@@ -176,7 +176,7 @@ fails "a tarball without a kernel" "LINUX_SRC=$tmp/nokernel.tar.xz is not a kern
 fails "a 6.1 tree for the 6.12 series" "is linux 6.1.90 (its Makefile)" "builds v6.12.y" \
 	"build it with guest-patches/linux-6.1/build.sh" -- 6.12 --src "$t61" patched
 fake_tree "$tmp/src/linux-6.8.3" 6 8 3
-fails "a version with no series" "is linux 6.8.3" "builds v6.12.y" "(kernel.org linux-6.12.N.tar.xz); there is no series for 6.8 (series: 6.1 6.12)" -- \
+fails "a version with no series" "is linux 6.8.3" "builds v6.12.y" "(kernel.org linux-6.12.N.tar.xz); there is no series for 6.8 (series: 6.1 6.12 7.2)" -- \
 	6.12 --src "$tmp/src/linux-6.8.3"
 fails "a 6.12 tarball for the 6.1 series" "is linux 6.12.5" "builds v6.1.y" -- \
 	LINUX_SRC="$tmp/src/linux-6.12.5.tar.xz" 6.1 patched
@@ -196,6 +196,13 @@ succeeds "a tree's version from its Makefile" "version: linux 6.12.5" "not built
 	6.12 --src "$t612" patched --dry-run
 succeeds "each series names its base" "series: v6.12.y, made against 6.12." -- 6.12 --src "$t612" patched --dry-run
 succeeds "each series names its base (6.1)" "series: v6.1.y, made against 6.1." -- 6.1 --src "$t61" patched --dry-run
+t72=$tmp/src/linux-7.2.3
+fake_tree "$t72" 7 2 3
+succeeds "each series names its base (7.2)" "series: v7.2.y, made against 7.2." -- 7.2 --src "$t72" patched --dry-run
+fails "a 7.2 tree for the 6.12 series" "is linux 7.2.3 (its Makefile)" "builds v6.12.y" \
+	"build it with guest-patches/linux-7.2/build.sh" -- 6.12 --src "$t72"
+succeeds "LINUX_SRC_7_2 for 7.2" "source: LINUX_SRC_7_2=$t72" -- \
+	LINUX_SRC="$t612" LINUX_SRC_7_2="$t72" 7.2 --dry-run
 fake_tree "$tmp/src/rc" 6 12 0 -rc3
 succeeds "EXTRAVERSION" "version: linux 6.12.0-rc3" -- 6.12 --src "$tmp/src/rc" --dry-run
 k1=$(key 6.12 --src "$t612" patched)
@@ -268,6 +275,35 @@ fails "no Debian package on Fedora" "Debian's linux-source-6.12 (the default sou
 	VIOMMU_OS_RELEASE="$tmp/os-release.fedora" LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 6.12 patched
 fails "no Debian package on Ubuntu" "is not here: set LINUX_SRC=" -- \
 	VIOMMU_OS_RELEASE="$tmp/os-release.ubuntu" LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 6.12
+
+# Debian's package from another suite (7.2: trixie-backports), which
+# fetch-debian-source.sh puts in the cache: taken when /usr/src has none.
+fetched=$VIOMMU_LAB_CACHE/debian/linux-source-7.2
+mkdir -p "$tmp/usr-src/linux-source-7.2" "$fetched"
+fake_tree "$tmp/usr-src/linux-source-7.2" 7 2 12
+(cd "$tmp/usr-src" && tar cJf "$fetched/linux-source-7.2.tar.xz" linux-source-7.2)
+fails "7.2 without the fetched package" "$tmp/nope.tar.xz missing: guest-patches/fetch-debian-source.sh 7.2 (fetches linux-source-7.2 from trixie-backports" -- \
+	LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 7.2 patched
+echo 7.2.12-1~bpo13+1 >"$fetched/version"
+succeeds "Debian's package fetched from another suite" "source: Debian's linux-source-7.2 7.2.12-1~bpo13+1" "version: linux 7.2.12" -- \
+	LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 7.2 patched --dry-run
+kf1=$(key LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 7.2 patched)
+echo 7.2.12-1~bpo13+2 >"$fetched/version"
+kf2=$(key LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 7.2 patched)
+[ -n "$kf1" ] && [ "$kf1" != "$kf2" ] && ok "a fetched package's key follows its version" ||
+	bad "fetched package keys '$kf1' '$kf2'"
+fails "no fetched package for 6.12: apt-get install" "$tmp/nope.tar.xz missing: apt-get install linux-source-6.12," -- \
+	LINUX_SOURCE_DEB="$tmp/nope.tar.xz" 6.12
+# fetch-debian-source.sh: a series without a suite of its own needs no
+# fetch (no apt run, no network); a bad version is refused.
+if out=$(env PATH="$bin" VIOMMU_LAB_CACHE="$tmp/cache" bash "$top/fetch-debian-source.sh" 6.12 2>&1) &&
+	[[ $out == *"apt-get install linux-source-6.12"* ]]; then ok "fetch-debian-source.sh 6.12: the machine's own suites"; else bad "fetch-debian-source.sh 6.12" "$out"; fi
+if ! out=$(env PATH="$bin" bash "$top/fetch-debian-source.sh" 6.8 2>&1) && [[ $out == *"no series directory"* ]]; then
+	ok "fetch-debian-source.sh: no series"
+else bad "fetch-debian-source.sh 6.8" "$out"; fi
+if ! out=$(env PATH="$bin" bash "$top/fetch-debian-source.sh" 2>&1) && [[ $out == *"usage:"* ]]; then
+	ok "fetch-debian-source.sh: usage"
+else bad "fetch-debian-source.sh without a version" "$out"; fi
 
 # ---- build tools, named with this distribution's install command
 

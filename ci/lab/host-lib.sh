@@ -73,3 +73,17 @@ run_bench() {
 guest_crash() {
 	grep -m1 -o 'PANIC: double fault\|Kernel panic[^@]*\|BUG: [^@]*' "$1" | cut -c1-80 | tr '"\\' "''"
 }
+
+# json_text TEXT: TEXT made safe inside a JSON string of a marker line:
+# quotes, backslashes and every control character (newlines, the guest
+# console's carriage returns) become spaces, cut to 300 characters.
+json_text() {
+	printf '%s' "$1" | tr '"\\\000-\037\177' ' ' | cut -c1-300
+}
+
+# lab_check NAME OK DETAIL: print a check's @@LAB-CHECK@@ line (OK is true or
+# false); returns 0 when OK is true.
+lab_check() {
+	printf '@@LAB-CHECK@@ {"name":"%s","ok":%s,"detail":"%s"}\n' "$1" "$2" "$(json_text "$3")"
+	[ "$2" = true ]
+}

@@ -84,6 +84,17 @@ class CollectorTest(unittest.TestCase):
         self.assertTrue(col.feed("[viommu-bench] cell 1/6 round 1/1 ours: randread-4k (ETA 3 min)"))
         self.assertFalse(col.feed("[   12.0] nvme nvme0: 2/0/0 default/read/poll queues"))
 
+    def test_unreadable_marker_is_a_failed_check_not_a_crash(self):
+        # CI at b42d6c2: a check line with a raw carriage return and quotes
+        # in its detail ended the whole run in a traceback.
+        col = lab.Collector()
+        self.assertTrue(col.feed('@@LAB-CHECK@@ {"name":"power-off","ok":false,"detail":"VMM said: @@LAB-GUEST@@ { event : boot }\r "}'))
+        self.assertTrue(col.feed('@@LAB-CHECK@@ {"name":"reset","ok":true,"detail":"a "quoted" word"}'))
+        self.assertTrue(col.feed('@@LAB-CHECK@@ {"name":"sigterm","ok":true,"detail":"x"}\r'))
+        self.assertEqual([(c["name"], c["ok"]) for c in col.checks],
+                         [("power-off", False), ("unreadable-check-marker", False), ("sigterm", True)])
+        self.assertIn("quoted", col.checks[1]["detail"])
+
     def test_failed_cell_and_fio_error_fail(self):
         bad = cell("ours", status={"status": "failed", "reason": "fio verify-4k exited 1: verify failed", "verify_failed": True})
         bad["phases"]["verify-4k"]["fio"]["error"] = 84
@@ -472,6 +483,23 @@ class SettingsTest(unittest.TestCase):
             cmd = [sh, "sh", "-c", script] if sh == "busybox" else [sh, "-c", script]
             out = __import__("subprocess").run(cmd, capture_output=True, text=True)
             self.assertEqual(out.stdout.split(), ["--kernel-stock", "k", "--vmm", "v"], (sh, out))
+
+    def test_lab_check_prints_json_whatever_the_detail(self):
+        # A guest's boot record with its carriage return and quotes in a
+        # check's detail broke CI's vmm-exits once (the runner's json.loads).
+        lib = Path(__file__).with_name("host-lib.sh")
+        detail = '@@LAB-GUEST@@ {"event":"boot","busybox":"v1.35.0"}\r\n\ttab \\ back'
+        script = f'. {lib}; lab_check power-off false "$D"; echo "rc=$?"; lab_check ok true x'
+        for sh in ("sh", "busybox"):
+            cmd = [sh, "sh", "-c", script] if sh == "busybox" else [sh, "-c", script]
+            out = __import__("subprocess").run(cmd, capture_output=True, text=True, env={"D": detail, "PATH": "/usr/bin:/bin"})
+            lines = out.stdout.splitlines()
+            self.assertEqual(len(lines), 3, (sh, out))
+            first = json.loads(lines[0].split("@@LAB-CHECK@@ ", 1)[1])
+            self.assertEqual((first["name"], first["ok"]), ("power-off", False))
+            self.assertNotRegex(first["detail"], r'[\x00-\x1f"\\]')
+            self.assertEqual(lines[1], "rc=1")
+            self.assertTrue(json.loads(lines[2].split(" ", 1)[1])["ok"])
 
     def test_new_scenarios_have_scripts_and_checks(self):
         for name in ("multipath", "own-kernel", "debian13-userland"):

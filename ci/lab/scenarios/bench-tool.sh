@@ -2,10 +2,7 @@
 # without --destroy-data, binds the NVMe to vfio-pci from the driver it is
 # on, runs (one round, lab.runs), and gives the drive back to that driver.
 
-check() { # NAME OK DETAIL
-	printf '@@LAB-CHECK@@ {"name":"%s","ok":%s,"detail":"%s"}\n' "$1" "$2" "$(printf '%s' "$3" | tr '\n"\\' "   " | cut -c1-300)"
-	[ "$2" = true ]
-}
+check() { lab_check "$@"; } # NAME OK DETAIL (host-lib.sh)
 driver() { basename "$(readlink "/sys/bus/pci/devices/$BDF/driver" 2>/dev/null)" 2>/dev/null; }
 status=0
 

@@ -12,10 +12,7 @@
 # busybox say the root's versions, and the stock column's QEMU is the
 # root's (lab.userland=VERSION: 11.1 or 10.0).
 
-check() { # NAME OK DETAIL
-	printf '@@LAB-CHECK@@ {"name":"%s","ok":%s,"detail":"%s"}\n' "$1" "$2" "$(printf '%s' "$3" | tr '\n"\\' "   " | cut -c1-300)"
-	[ "$2" = true ]
-}
+check() { lab_check "$@"; } # NAME OK DETAIL (host-lib.sh)
 yes_no() { if eval "$1"; then echo true; else echo false; fi; }
 # in_root /PATH ARGS...: a program of the root. Always by its absolute path:
 # the lab host's busybox runs its own applets for bare names it knows

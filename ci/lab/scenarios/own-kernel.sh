@@ -6,10 +6,7 @@
 # stale file, and boot it; a kernel whose embedded config builds the NVMe
 # driver as a module is refused before the drive leaves nvme.
 
-check() { # NAME OK DETAIL
-	printf '@@LAB-CHECK@@ {"name":"%s","ok":%s,"detail":"%s"}\n' "$1" "$2" "$(printf '%s' "$3" | tr '\n"\\' "   " | cut -c1-300)"
-	[ "$2" = true ]
-}
+check() { lab_check "$@"; } # NAME OK DETAIL (host-lib.sh)
 driver() { basename "$(readlink "/sys/bus/pci/devices/$BDF/driver" 2>/dev/null)" 2>/dev/null; }
 yes_no() { if eval "$1"; then echo true; else echo false; fi; }
 # bench_args with --kernel-stock KERNEL and without --no-bind

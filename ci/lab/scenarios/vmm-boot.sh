@@ -6,6 +6,4 @@ out=$(timeout "$(lab_arg guest_timeout 600)" vmm --kernel /lab/guest/baseline.bz
 rc=$?
 ok=false
 printf '%s\n' "$out" | grep -q '"event":"boot"' && printf '%s\n' "$out" | grep -q 'LAB-GUEST-DONE@@ rc=0' && [ $rc -eq 0 ] && ok=true
-printf '@@LAB-CHECK@@ {"name":"vmm-boot","ok":%s,"detail":"VMM exit %s; %s"}\n' "$ok" "$rc" \
-	"$(printf '%s\n' "$out" | grep -o 'event":"boot[^}]*' | head -n 1 | tr '"\\' "''")"
-[ $ok = true ]
+lab_check vmm-boot "$ok" "VMM exit $rc; $(printf '%s\n' "$out" | grep -o 'event":"boot[^}]*' | head -n 1)"

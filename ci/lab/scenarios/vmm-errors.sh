@@ -12,9 +12,7 @@ expect_one_line() {
 	n=$(printf '%s\n' "$out" | grep -v "^For more information, try '--help'.$" | grep -c .)
 	ok=false
 	[ "$rc" -eq 2 ] && [ "$n" -eq 1 ] && printf '%s\n' "$out" | grep -qF -- "$want" && ok=true
-	printf '@@LAB-CHECK@@ {"name":"%s","ok":%s,"detail":"exit %s, %s line(s): %s"}\n' \
-		"$name" "$ok" "$rc" "$n" "$(printf '%s' "$out" | head -n 3 | tr '\n"\\' '   ')"
-	[ $ok = true ]
+	lab_check "$name" "$ok" "exit $rc, $n line(s): $(printf '%s' "$out" | head -n 3)"
 }
 
 dev=/sys/bus/pci/devices/$BDF
@@ -28,9 +26,7 @@ out=$(vmm --kernel /init --seccomp-selftest device </dev/null 2>&1)
 rc=$?
 ok=false
 [ "$rc" -eq 159 ] && printf '%s\n' "$out" | grep -q "seccomp: thread viommu made a denied system call" && ok=true
-printf '@@LAB-CHECK@@ {"name":"seccomp-denied-call","ok":%s,"detail":"exit %s: %s"}\n' \
-	"$ok" "$rc" "$(printf '%s' "$out" | head -n 2 | tr '\n"\\' '   ')"
-[ $ok = true ] || status=1
+lab_check seccomp-denied-call "$ok" "exit $rc: $(printf '%s' "$out" | head -n 2)" || status=1
 expect_one_line bad-memory "--memory" vmm --kernel /init --memory 12Q || status=1
 expect_one_line missing-kernel "--kernel" vmm --kernel /no/such/bzImage || status=1
 expect_one_line not-a-pci-device "--vfio /tmp" vmm --kernel /init --vfio /tmp || status=1

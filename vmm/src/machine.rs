@@ -79,6 +79,8 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     let known = Known {
         vfio_devices: machine.devices().vfio_fds(),
         api_dir: None,
+        vcpu_serves_iommu: cfg.viommu
+            && cfg.viommu_kicks == crate::devices::viommu::KickServing::Vcpu,
     };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();

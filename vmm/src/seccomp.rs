@@ -120,6 +120,9 @@ pub struct Known {
     /// The API socket's directory: the only one the main thread may
     /// unlink in (the socket, at exit).
     pub api_dir: Option<RawFd>,
+    /// vCPUs serve virtio-iommu requests (`--viommu-kicks vcpu`): they
+    /// get the device thread's DMA map/unmap ioctls.
+    pub vcpu_serves_iommu: bool,
 }
 
 /// Whether threads get filters (`--seccomp`).
@@ -440,6 +443,29 @@ fn kick_signal() -> u64 {
     u64::try_from(libc::SIGRTMIN()).unwrap_or(u64::MAX)
 }
 
+/// The ioctls that serve virtio-iommu requests: the device thread's, and
+/// the vCPUs' too with `--viommu-kicks vcpu` ([`Known::vcpu_serves_iommu`]).
+fn dma_ioctls() -> Vec<(u64, &'static str)> {
+    use ioctl::*;
+    vec![
+        (VFIO_IOMMU_MAP_DMA(), "a guest MAP"),
+        (
+            VFIO_IOMMU_UNMAP_DMA(),
+            "a guest UNMAP, DETACH, FLUSH or reset (and unmap-all)",
+        ),
+        (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
+        (IOMMU_IOAS_MAP(), "a guest MAP (--vfio-backend iommufd)"),
+        (
+            IOMMU_IOAS_COPY(),
+            "a guest MAP with --pin-guest-ram (iommufd)",
+        ),
+        (
+            IOMMU_IOAS_UNMAP(),
+            "a guest UNMAP, DETACH, FLUSH or reset, and unmap-all (iommufd)",
+        ),
+    ]
+}
+
 /// The ioctls of one kind of thread, with why. Any other ioctl is denied.
 fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
     use ioctl::*;
@@ -476,23 +502,7 @@ fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "VFIO MSI-X enabled or disabled by the guest",
             ),
         ],
-        ThreadKind::Device => vec![
-            (VFIO_IOMMU_MAP_DMA(), "a guest MAP"),
-            (
-                VFIO_IOMMU_UNMAP_DMA(),
-                "a guest UNMAP, DETACH, FLUSH or reset (and unmap-all)",
-            ),
-            (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
-            (IOMMU_IOAS_MAP(), "a guest MAP (--vfio-backend iommufd)"),
-            (
-                IOMMU_IOAS_COPY(),
-                "a guest MAP with --pin-guest-ram (iommufd)",
-            ),
-            (
-                IOMMU_IOAS_UNMAP(),
-                "a guest UNMAP, DETACH, FLUSH or reset, and unmap-all (iommufd)",
-            ),
-        ],
+        ThreadKind::Device => dma_ioctls(),
         ThreadKind::Api => vec![(libc::FIONBIO, "non-blocking mode of a connection")],
         ThreadKind::Serial => vec![(
             KVM_IRQ_LINE(),
@@ -557,7 +567,11 @@ pub fn build(kind: ThreadKind, known: &Known) -> Result<Filter, SeccompError> {
     for (nr, _why) in COMMON.iter().chain(extra(kind)) {
         rules.insert(*nr, Vec::new());
     }
-    let ioctl_rules = ioctls(kind)
+    let mut allowed = ioctls(kind);
+    if kind == ThreadKind::Vcpu && known.vcpu_serves_iommu {
+        allowed.extend(dma_ioctls());
+    }
+    let ioctl_rules = allowed
         .into_iter()
         .map(|(req, _why)| {
             SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)

@@ -70,6 +70,11 @@ pub struct DeviceCounters {
     /// did not make and a wake-up the device thread did not need.
     #[serde(default)]
     pub polls_found: u64,
+    /// Request-queue notifications served on the vCPU that made them
+    /// (`viommu_requestq_vcpu_kicks_total`, `--viommu-kicks vcpu`; our VMM
+    /// only): each a wake-up of the device thread that did not happen.
+    #[serde(default)]
+    pub vcpu_kicks: u64,
 }
 
 impl DeviceCounters {
@@ -91,6 +96,7 @@ impl DeviceCounters {
             bytes_unmapped: self.bytes_unmapped.saturating_sub(earlier.bytes_unmapped),
             poll_ns: self.poll_ns.saturating_sub(earlier.poll_ns),
             polls_found: self.polls_found.saturating_sub(earlier.polls_found),
+            vcpu_kicks: self.vcpu_kicks.saturating_sub(earlier.vcpu_kicks),
         }
     }
 
@@ -237,6 +243,7 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         bytes_unmapped: n("viommu_backend_bytes_unmapped_total"),
         poll_ns: n("viommu_requestq_poll_ns_total"),
         polls_found: n("viommu_requestq_polls_found_total"),
+        vcpu_kicks: n("viommu_requestq_vcpu_kicks_total"),
     })
 }
 
@@ -350,11 +357,12 @@ mod tests {
         // The device thread's polling (the request queue's gauges, served
         // beside the device's counters).
         let polled = parse_prometheus(&format!(
-            "{text}viommu_requestq_poll_ns_total 7000\nviommu_requestq_polls_found_total 12\n"
+            "{text}viommu_requestq_poll_ns_total 7000\nviommu_requestq_polls_found_total 12\nviommu_requestq_vcpu_kicks_total 5\n"
         ))
         .unwrap();
         assert_eq!((polled.poll_ns, polled.polls_found), (7000, 12));
         assert_eq!(polled.since(&c).polls_found, 12);
+        assert_eq!((c.vcpu_kicks, polled.since(&c).vcpu_kicks), (0, 5));
         // No virtio-iommu: the VMM serves an empty text.
         assert_eq!(parse_prometheus("").unwrap(), DeviceCounters::default());
         assert!(parse_prometheus("garbage").is_err());

@@ -23,6 +23,9 @@ struct VmInfo<'a> {
     /// The bound of the request queue's poll window, in microseconds
     /// (`--viommu-poll-us`; 0: no polling).
     viommu_poll_us: Option<u128>,
+    /// Who serves request-queue notifications (`--viommu-kicks`): "thread"
+    /// or "vcpu".
+    viommu_kicks: Option<&'static str>,
     pool_hint: Option<PoolHintInfo>,
     vfio: Vec<VfioInfo<'a>>,
 }
@@ -62,6 +65,10 @@ pub fn state(
         viommu: cfg.viommu,
         lazy_unmap: cfg.viommu && cfg.lazy_unmap,
         viommu_poll_us: cfg.viommu.then_some(cfg.viommu_poll.as_micros()),
+        viommu_kicks: cfg.viommu.then_some(match cfg.viommu_kicks {
+            crate::devices::viommu::KickServing::Thread => "thread",
+            crate::devices::viommu::KickServing::Vcpu => "vcpu",
+        }),
         pool_hint: cfg
             .pool_hint
             .filter(|_| cfg.viommu)
@@ -138,6 +145,7 @@ mod tests {
             reserve_iova: Vec::new(),
             host_pci_reserve: true,
             viommu_poll: std::time::Duration::from_micros(20),
+            viommu_kicks: Default::default(),
             seccomp: Default::default(),
             user: None,
         };

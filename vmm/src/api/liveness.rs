@@ -213,6 +213,20 @@ impl Liveness {
                 "How long the device thread polls the request queue after serving it, now (adapted to the gaps between requests, up to --viommu-poll-us; 0: not polling).",
                 Some(r.poll_window_ns),
             );
+            metric(
+                &mut out,
+                "viommu_requestq_vcpu_kicks_total",
+                "counter",
+                "Request queue notifications served on the vCPU that made them, the device thread idle (--viommu-kicks vcpu).",
+                Some(r.vcpu_kicks),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_vcpu_deferred_total",
+                "counter",
+                "Request queue notifications a vCPU left to the device thread, busy or with a command waiting (--viommu-kicks vcpu).",
+                Some(r.vcpu_deferred),
+            );
         }
         out
     }

@@ -105,6 +105,16 @@ pub struct Cli {
     /// 1000. Needs --viommu. [default: 0, off until measured]
     #[arg(long, value_name = "MICROSECONDS")]
     pub viommu_poll_us: Option<u64>,
+    /// Who serves the guest's notifications of the virtio-iommu request
+    /// queue: `thread`, the device thread woken through an ioeventfd (the
+    /// vCPU goes back to the guest at once); or `vcpu`, the vCPU that made
+    /// the notification, when the device thread is idle (the notify write
+    /// comes out to the VMM, and that vCPU makes the VFIO calls: no
+    /// wake-up of another thread per request; a guest that waits for each
+    /// request, as a stock Linux guest does for every map, waits no
+    /// longer). Needs --viommu. [default: thread, until measured]
+    #[arg(long, value_enum, value_name = "WHO")]
+    pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// For debugging only: do not reserve the host's PCI windows and the
     /// passed-through devices' BARs in the guest's IOVA space. A guest IOVA
     /// equal to a host MMIO address can then be taken for peer-to-peer
@@ -193,6 +203,8 @@ pub struct VmConfig {
     /// The bound of the virtio-iommu's request-queue poll window
     /// (`--viommu-poll-us`; zero: no polling).
     pub viommu_poll: std::time::Duration,
+    /// Who serves request-queue notifications (`--viommu-kicks`).
+    pub viommu_kicks: crate::devices::viommu::KickServing,
     /// Whether threads get seccomp filters.
     pub seccomp: crate::seccomp::Policy,
     /// Who to run as after the setup (`--user`).
@@ -247,6 +259,7 @@ impl Cli {
             reserve_iova: self.reserve_iova,
             host_pci_reserve: !self.no_host_pci_reserve,
             viommu_poll,
+            viommu_kicks: self.viommu_kicks.unwrap_or_default(),
             seccomp: crate::seccomp::Policy {
                 enabled: self.seccomp,
             },
@@ -265,6 +278,7 @@ impl Cli {
                 ("reserve-iova", !self.reserve_iova.is_empty()),
                 ("no-host-pci-reserve", self.no_host_pci_reserve),
                 ("viommu-poll-us", self.viommu_poll_us.is_some()),
+                ("viommu-kicks", self.viommu_kicks.is_some()),
             ];
             if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
                 return Err(ConfigError::NeedsViommu { flag });

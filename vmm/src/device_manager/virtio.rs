@@ -11,7 +11,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use super::{DeviceManager, Endpoint};
 use crate::acpi::ViotConfig;
 use crate::cli::VmConfig;
-use crate::devices::viommu::{Model, ViommuDevice};
+use crate::devices::viommu::{KickServing, Model, ViommuDevice};
 use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use crate::devices::virtio::VirtioDevice;
 use crate::error::{io_err, kvm_err, VmmError};
@@ -29,8 +29,9 @@ impl DeviceManager<'_> {
             model.add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
         }
         let filter = self.seccomp.filter(crate::seccomp::ThreadKind::Device)?;
-        let (device, thread) = ViommuDevice::spawn(model, filter, cfg.viommu_poll)
-            .map_err(io_err("cannot start the virtio-iommu device thread"))?;
+        let (device, thread) =
+            ViommuDevice::spawn(model, filter, cfg.viommu_poll, cfg.viommu_kicks)
+                .map_err(io_err("cannot start the virtio-iommu device thread"))?;
         self.viommu_thread = Some(thread);
         let counters = device.counters();
         self.viommu_status = Some(device.status());
@@ -38,7 +39,12 @@ impl DeviceManager<'_> {
             .kick_eventfds()
             .map_err(io_err("cannot copy the virtio-iommu kick eventfds"))?;
         let (bdf, bar, notify) = self.add_virtio_pci(Box::new(device))?;
-        for (evt, addr) in kicks.iter().zip(notify) {
+        for (q, (evt, addr)) in kicks.iter().zip(notify).enumerate() {
+            if q == 0 && cfg.viommu_kicks == KickServing::Vcpu {
+                // The notify write leaves KVM for the vCPU thread, which
+                // serves it (see `KickServing::Vcpu`).
+                continue;
+            }
             self.vm
                 .fd()
                 .register_ioevent(evt, &IoEventAddress::Mmio(addr), NoDatamatch)

@@ -2,9 +2,9 @@
 //! served by a thread of its own.
 //!
 //! # Threads and locks
-//! The model ([`VirtioIommu`]) belongs to the device thread (`viommu`) and
-//! to no one else: no vCPU ever waits for it, so no vCPU waits for a VFIO
-//! call.
+//! The model ([`VirtioIommu`]) belongs to the device thread (`viommu`):
+//! by default no vCPU ever waits for it, so no vCPU waits for a VFIO call
+//! (for `--viommu-kicks vcpu`, see below).
 //! - A kick is an ioeventfd per queue (`KVM_IOEVENTFD` on the queue's
 //!   notify address, registered by the device manager): KVM signals the
 //!   eventfd and resumes the guest without leaving the kernel. A notify
@@ -51,6 +51,15 @@
 //!   in progress). A reset does not wait: the transport keeps showing the
 //!   old device status until the thread has destroyed the domains (their
 //!   host unmaps included), and the driver waits for status 0.
+//! - With [`KickServing::Vcpu`] (`--viommu-kicks vcpu`) the model sits
+//!   behind a mutex the thread holds for each wake-up; the request
+//!   queue has no ioeventfd, and its notify write, on the vCPU that made
+//!   it, serves the queue there when the lock is free and no command
+//!   waits ([`ViommuDevice::serve_on_this_vcpu`]): one drain, no polling,
+//!   the rest to the thread through its eventfd. Otherwise (and for the
+//!   event queue) the kick goes to the thread as above. This gives up
+//!   "no vCPU waits for a VFIO call" for the vCPU that asked for the
+//!   call, which (a stock guest's sync) waits for its reply anyway.
 //! - Config-space reads are served from a snapshot the thread refreshes
 //!   after a config write; features are fixed at creation.
 //! - The used-ring interrupt is raised from the device thread by writing
@@ -68,7 +77,7 @@
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -181,6 +190,12 @@ pub struct ThreadStatus {
     polls_preempted: AtomicU64,
     /// The poll window now, in nanoseconds.
     poll_window_ns: AtomicU64,
+    /// Request-queue notifications served on the vCPU that made them
+    /// ([`KickServing::Vcpu`]).
+    vcpu_kicks: AtomicU64,
+    /// Notifications a vCPU left to the thread (busy, or a command
+    /// waiting) with [`KickServing::Vcpu`].
+    vcpu_deferred: AtomicU64,
 }
 
 /// A reading of [`ThreadStatus`].
@@ -211,6 +226,10 @@ pub struct StatusReading {
     pub polls_preempted: u64,
     /// The poll window now, in nanoseconds.
     pub poll_window_ns: u64,
+    /// Request-queue notifications served on the vCPU that made them.
+    pub vcpu_kicks: u64,
+    /// Notifications a vCPU left to the thread.
+    pub vcpu_deferred: u64,
 }
 
 impl ThreadStatus {
@@ -227,6 +246,8 @@ impl ThreadStatus {
             polls_timed_out: AtomicU64::new(0),
             polls_preempted: AtomicU64::new(0),
             poll_window_ns: AtomicU64::new(0),
+            vcpu_kicks: AtomicU64::new(0),
+            vcpu_deferred: AtomicU64::new(0),
         }
     }
 
@@ -283,6 +304,8 @@ impl ThreadStatus {
             polls_timed_out: self.polls_timed_out.load(Ordering::Relaxed),
             polls_preempted: self.polls_preempted.load(Ordering::Relaxed),
             poll_window_ns: self.poll_window_ns.load(Ordering::Relaxed),
+            vcpu_kicks: self.vcpu_kicks.load(Ordering::Relaxed),
+            vcpu_deferred: self.vcpu_deferred.load(Ordering::Relaxed),
         }
     }
 }
@@ -310,6 +333,11 @@ pub struct ViommuDevice {
     kicks: [EventFd; 2],
     wake: EventFd,
     commands: SyncSender<Command>,
+    /// The model, when request-queue kicks are served on the vCPU that
+    /// made them while the thread is idle ([`KickServing::Vcpu`]); the
+    /// thread holds the only strong reference, so the model goes when
+    /// the thread stops.
+    on_vcpu: Option<Weak<Mutex<Core>>>,
 }
 
 /// The device thread, to stop and join (the device manager does before
@@ -354,14 +382,15 @@ impl Drop for DeviceThread {
 impl ViommuDevice {
     /// Start the device thread on `model` (its endpoints added), polling
     /// the request queue for up to `poll_max` after serving it
-    /// ([`DEFAULT_POLL_MAX`]; zero: never). The thread installs `seccomp`
-    /// first, if given.
+    /// ([`DEFAULT_POLL_MAX`]; zero: never), request-queue kicks served as
+    /// `serving` says. The thread installs `seccomp` first, if given.
     pub fn spawn(
         model: Model,
         seccomp: Option<crate::seccomp::Filter>,
         poll_max: Duration,
+        serving: KickServing,
     ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
-        Self::spawn_polling(model, seccomp, PollWindow::new(poll_max))
+        Self::spawn_polling(model, seccomp, PollWindow::new(poll_max), serving)
     }
 
     /// [`spawn`](Self::spawn) with this poll window.
@@ -369,6 +398,7 @@ impl ViommuDevice {
         model: Model,
         seccomp: Option<crate::seccomp::Filter>,
         window: PollWindow,
+        serving: KickServing,
     ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
         let shared = Arc::new(Shared {
             config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
@@ -388,16 +418,21 @@ impl ViommuDevice {
             .status
             .poll_window_ns
             .store(nanos(window.current()), Ordering::Relaxed);
-        let worker = Worker {
+        let features = model.device_features();
+        let core = Arc::new(Mutex::new(Core {
             model,
+            shared: shared.clone(),
+            request_kick: kicks[0].try_clone()?,
+            window,
+            last_taken: None,
+        }));
+        let worker = Worker {
+            core: core.clone(),
             kicks: [kicks[0].try_clone()?, kicks[1].try_clone()?],
             wake: wake.try_clone()?,
             commands: rx,
             shared: shared.clone(),
-            window,
-            last_taken: None,
         };
-        let features = worker.model.device_features();
         let handle = crate::seccomp::spawn("viommu", seccomp, move || worker.run())?;
         Ok((
             ViommuDevice {
@@ -407,6 +442,7 @@ impl ViommuDevice {
                 kicks,
                 wake: wake.try_clone()?,
                 commands: tx.clone(),
+                on_vcpu: (serving == KickServing::Vcpu).then(|| Arc::downgrade(&core)),
             },
             DeviceThread {
                 shared,
@@ -453,6 +489,39 @@ impl ViommuDevice {
         // wake-up, which the second read sees in progress or over.
         self.shared.queued.load(Ordering::Acquire) == 0
             && self.shared.status.serving_since.load(Ordering::Acquire) == 0
+    }
+
+    /// With [`KickServing::Vcpu`]: serves a request-queue notification on
+    /// this thread (the vCPU that wrote the notify register) if the device
+    /// thread is idle and no command waits for it; whether it did. The
+    /// drain is the thread's, without polling: a queue size of requests
+    /// at most, the rest left to the thread through its kick eventfd.
+    /// A command queued before this looks is applied by the thread first
+    /// (this leaves the kick to it); one queued after is ordered after
+    /// this kick anyway.
+    fn serve_on_this_vcpu(&self) -> bool {
+        let Some(core) = self.on_vcpu.as_ref().and_then(Weak::upgrade) else {
+            return false;
+        };
+        let status = &self.shared.status;
+        if self.shared.queued.load(Ordering::Acquire) != 0
+            || self.shared.reset_pending.load(Ordering::Acquire)
+        {
+            status.vcpu_deferred.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        // Busy (or poisoned by a panic on another thread): the thread's.
+        let Ok(mut core) = core.try_lock() else {
+            status.vcpu_deferred.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        status.begin();
+        status.vcpu_kicks.fetch_add(1, Ordering::Relaxed);
+        if core.drain(Notifications::On).0 == Drained::More {
+            core.rekick();
+        }
+        status.end(core.model.request_queue_next_avail());
+        true
     }
 
     /// Queues a command without waiting (this is a vCPU).
@@ -571,6 +640,9 @@ impl VirtioDevice for ViommuDevice {
     }
 
     fn queue_notify(&mut self, queue: u16) {
+        if queue == 0 && self.serve_on_this_vcpu() {
+            return;
+        }
         if let Some(k) = self.kicks.get(usize::from(queue)) {
             if let Err(e) = k.write(1) {
                 tracing::error!(queue, "cannot kick the virtio-iommu device thread: {e}");
@@ -597,16 +669,41 @@ impl VirtioDevice for ViommuDevice {
 
 /// The device thread's state.
 struct Worker {
-    model: Model,
+    core: Arc<Mutex<Core>>,
     kicks: [EventFd; 2],
     wake: EventFd,
     commands: Receiver<Command>,
     shared: Arc<Shared>,
+}
+
+/// The model and what serving it needs, locked by whoever serves: the
+/// device thread for a whole wake-up, or (with [`KickServing::Vcpu`]) the
+/// vCPU whose notify write found the thread idle.
+struct Core {
+    model: Model,
+    shared: Arc<Shared>,
+    /// The request queue's kick eventfd, for kicking it from here.
+    request_kick: EventFd,
     /// How long to poll the request queue after serving it.
     window: PollWindow,
     /// When a drain last took requests (since the activation): the gap to
     /// the next one adapts the window.
     last_taken: Option<Instant>,
+}
+
+/// Who serves a notification of the request queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum KickServing {
+    /// The device thread, woken by the queue's ioeventfd (KVM signals it
+    /// without leaving the kernel).
+    #[default]
+    Thread,
+    /// The vCPU that wrote the notify register, when the device thread is
+    /// idle and no command waits for it; otherwise the device thread, as
+    /// with `thread`. The notify write leaves KVM for the VMM (no
+    /// ioeventfd on the request queue), and the vCPU makes the VFIO calls
+    /// itself: no wake-up of another thread on another core per request.
+    Vcpu,
 }
 
 /// How a poll of the request queue ended.
@@ -644,7 +741,7 @@ fn pause() {
 }
 
 impl Worker {
-    fn run(mut self) {
+    fn run(self) {
         let mut fds = [&self.wake, &self.kicks[0], &self.kicks[1]].map(|e| libc::pollfd {
             fd: e.as_raw_fd(),
             events: libc::POLLIN,
@@ -664,28 +761,34 @@ impl Worker {
             }
             let status = self.shared.status.clone();
             status.wakeups.fetch_add(1, Ordering::Relaxed);
+            // Held for the whole wake-up: a vCPU that kicks meanwhile
+            // leaves its kick to this thread.
+            let mut core = self.core.lock().unwrap_or_else(|e| e.into_inner());
             status.begin();
             // Commands first: a reset or activation ordered before a kick
             // is applied before the kick is served.
             let _ = self.wake.read();
             while let Ok(c) = self.commands.try_recv() {
                 self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                if !self.command(c) {
+                if !core.command(c) {
+                    status.end(None);
                     return;
                 }
             }
             // Nonblocking: EAGAIN when the queue was not kicked.
             if self.kicks[0].read().is_ok() {
                 status.kicks.fetch_add(1, Ordering::Relaxed);
-                self.serve_requests();
+                core.serve_requests();
             }
             if self.kicks[1].read().is_ok() {
-                self.serve_events();
+                core.serve_events();
             }
-            status.end(self.model.request_queue_next_avail());
+            status.end(core.model.request_queue_next_avail());
         }
     }
+}
 
+impl Core {
     /// Apply one command; false on [`Command::Stop`].
     fn command(&mut self, c: Command) -> bool {
         match c {
@@ -733,7 +836,7 @@ impl Worker {
     /// the device is behind, and notifications may be suppressed), served
     /// after the commands that came meanwhile.
     fn rekick(&self) {
-        if let Err(e) = self.kicks[0].write(1) {
+        if let Err(e) = self.request_kick.write(1) {
             tracing::error!("cannot re-kick the virtio-iommu request queue: {e}");
         }
     }

@@ -31,6 +31,7 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
         let known = Known {
             vfio_devices: vec![7, 8],
             api_dir: Some(9),
+            vcpu_serves_iommu: false,
         };
         for (nr, args, why) in conditional(k, &known) {
             assert!(!args.is_empty(), "{k:?} {nr}: {why}");
@@ -268,6 +269,7 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
     let known = Known {
         vfio_devices: vec![],
         api_dir: Some(DIR_FD),
+        vcpu_serves_iommu: false,
     };
     let main = |f: fn()| in_filtered_child_with(ThreadKind::Main, &known, f);
     let allowed = main(|| {
@@ -385,6 +387,7 @@ fn no_thread_can_reach_another_process_of_its_uid() {
     let known = Known {
         vfio_devices: vec![7],
         api_dir: Some(9),
+        vcpu_serves_iommu: false,
     };
     for k in KINDS {
         let allowed: Vec<libc::c_long> = COMMON
@@ -434,6 +437,7 @@ fn vcpus_read_and_write_only_the_passed_through_devices() {
     let known = Known {
         vfio_devices: vec![DEVICE_FD],
         api_dir: None,
+        vcpu_serves_iommu: false,
     };
     let vcpu = |f: fn()| in_filtered_child_with(ThreadKind::Vcpu, &known, f);
     let device = vcpu(|| {
@@ -470,4 +474,33 @@ fn vcpus_read_and_write_only_the_passed_through_devices() {
         libc::close(OTHER_FD);
     }
     std::fs::remove_file(&d).unwrap();
+}
+
+#[test]
+fn vcpus_make_dma_calls_only_when_they_serve_the_iommu() {
+    // On a descriptor that is not a container: the call fails (EBADF)
+    // once the filter lets it through; trapped, the child exits 159.
+    fn map_dma() {
+        // SAFETY: an ioctl on a closed descriptor number, no memory passed.
+        unsafe { libc::ioctl(-1, ioctl::VFIO_IOMMU_MAP_DMA() as _, 0usize) };
+    }
+    let serving = Known {
+        vcpu_serves_iommu: true,
+        ..Known::default()
+    };
+    assert_eq!(
+        in_filtered_child_with(ThreadKind::Vcpu, &Known::default(), map_dma),
+        DENIED_EXIT_CODE,
+        "a vCPU of --viommu-kicks thread"
+    );
+    assert_eq!(
+        in_filtered_child_with(ThreadKind::Vcpu, &serving, map_dma),
+        0,
+        "a vCPU of --viommu-kicks vcpu"
+    );
+    assert_eq!(
+        in_filtered_child_with(ThreadKind::Serial, &serving, map_dma),
+        DENIED_EXIT_CODE,
+        "only vCPUs"
+    );
 }

@@ -131,11 +131,15 @@ fn minute_window() -> PollWindow {
 }
 
 fn rig_with(window: PollWindow) -> Rig {
+    rig_serving(window, KickServing::Thread)
+}
+
+fn rig_serving(window: PollWindow, serving: KickServing) -> Rig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     let mapper = Arc::new(GateMapper::default());
     model.add_endpoint(EP, mapper.clone()).unwrap();
-    let (dev, thread) = ViommuDevice::spawn_polling(model, None, window).unwrap();
+    let (dev, thread) = ViommuDevice::spawn_polling(model, None, window, serving).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -210,6 +214,82 @@ fn kick_drains_on_the_device_thread_and_raises_the_interrupt() {
         .unwrap();
     r.dev.queue_notify(0);
     until("the unmap", || r.mapper.inner.mappings().is_empty());
+}
+
+/// `--viommu-kicks vcpu`: a notify write served on the calling thread
+/// (the vCPU) while the device thread waits: done when the call returns,
+/// without a wake-up of the thread.
+#[test]
+fn a_vcpu_kick_is_served_on_the_vcpu_while_the_thread_waits() {
+    let mut r = rig_serving(PollWindow::new(Duration::ZERO), KickServing::Vcpu);
+    until("the thread waits", || r.dev.commands_applied());
+    let woke = r.dev.status().read().wakeups;
+    for q in [
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ] {
+        r.reqq.push(&r.mem, &q, 4).unwrap();
+    }
+    r.dev.queue_notify(0);
+    assert_eq!(r.statuses(), vec![Some(0), Some(0)], "served in the call");
+    assert_eq!(r.irq.count.load(Ordering::Relaxed), 1);
+    assert_eq!(r.mapper.inner.mappings().len(), 1);
+    let s = r.dev.status().read();
+    assert_eq!((s.vcpu_kicks, s.vcpu_deferred, s.kicks), (1, 0, 0), "{s:?}");
+    assert_eq!(s.wakeups, woke, "the thread slept through it");
+    assert_eq!(s.serving_ms, 0, "not serving after the call");
+    // The counters snapshot is the same one the thread keeps.
+    let c = *r.dev.counters().lock().unwrap();
+    assert_eq!((c.requests.attach, c.requests.map), (1, 1));
+    // The event queue's notifications still go to the thread.
+    r.dev.queue_notify(1);
+    until("the thread's wake-up", || {
+        r.dev.status().read().wakeups > woke
+    });
+}
+
+/// `--viommu-kicks vcpu`: while the device thread serves (here: stuck in
+/// a host map), a notify write returns at once and leaves the requests to
+/// the thread; so does one with a command waiting for the thread.
+#[test]
+fn a_vcpu_kick_while_the_thread_is_busy_is_left_to_the_thread() {
+    let mut r = rig_serving(PollWindow::new(Duration::ZERO), KickServing::Vcpu);
+    r.mapper.close();
+    r.kick(&[
+        req::attach(1, EP, 0),
+        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+    ]);
+    r.mapper.wait_for_waiter();
+    r.reqq
+        .push(
+            &r.mem,
+            &req::map(1, 0x20_0000, 0x20_ffff, DATA_BASE, req::RW),
+            4,
+        )
+        .unwrap();
+    r.dev.queue_notify(0);
+    assert_eq!(r.dev.status().read().vcpu_deferred, 1);
+    // A command now waits behind the map: the vCPU leaves the kick too.
+    r.dev.write_config(BYPASS, &[1]);
+    r.dev.queue_notify(0);
+    let s = r.dev.status().read();
+    assert_eq!((s.vcpu_kicks, s.vcpu_deferred), (0, 2), "{s:?}");
+    r.mapper.open();
+    until("both maps", || r.mapper.inner.mappings().len() == 2);
+    until("the thread waits", || r.dev.commands_applied());
+    assert_eq!(r.statuses(), vec![Some(0); 3], "every request served");
+    assert_eq!(bypass(&r.dev), 1);
+}
+
+#[test]
+fn stop_releases_the_model_a_vcpu_could_serve() {
+    let mut r = rig_serving(PollWindow::new(Duration::ZERO), KickServing::Vcpu);
+    r.thread.take().unwrap().stop();
+    assert_eq!(Arc::strong_count(&r.mapper), 1, "the model is gone");
+    // A notify write after the stop: nothing served, nothing blocks.
+    r.reqq.push(&r.mem, &req::attach(1, EP, 0), 4).unwrap();
+    r.dev.queue_notify(0);
+    assert!(r.statuses().is_empty());
 }
 
 #[test]
@@ -406,7 +486,7 @@ fn busy_rig(
     ));
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, guest.clone()).unwrap();
-    let (mut dev, thread) = ViommuDevice::spawn(model, None, poll).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn(model, None, poll, KickServing::Thread).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -500,6 +580,31 @@ struct LinuxDriver {
     next_iova: u64,
 }
 
+/// How a driver's notification reaches the device: KVM's ioeventfd
+/// (`--viommu-kicks thread`), or a notify write the transport hands to the
+/// device on the vCPU (`--viommu-kicks vcpu`).
+trait Notify {
+    fn notify(&self);
+}
+
+impl Notify for EventFd {
+    fn notify(&self) {
+        self.write(1).unwrap();
+    }
+}
+
+impl Notify for Mutex<ViommuDevice> {
+    fn notify(&self) {
+        self.lock().unwrap().queue_notify(0);
+    }
+}
+
+impl<T: Notify> Notify for Arc<T> {
+    fn notify(&self) {
+        (**self).notify();
+    }
+}
+
 impl LinuxDriver {
     fn add(&mut self, mem: &GuestMemoryMmap, r: &[u8]) {
         self.d.push(mem, r, 4).expect("room in the queue");
@@ -508,7 +613,7 @@ impl LinuxDriver {
     }
 
     /// virtqueue_kick_prepare() + virtqueue_notify().
-    fn kick(&mut self, mem: &GuestMemoryMmap, notify: &EventFd) -> bool {
+    fn kick(&mut self, mem: &GuestMemoryMmap, notify: &impl Notify) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
         let new = self.d.avail_idx();
         let old = new.wrapping_sub(self.num_added);
@@ -521,14 +626,14 @@ impl LinuxDriver {
             self.d.used_flags(mem) & VRING_USED_F_NO_NOTIFY as u16 == 0
         };
         if need {
-            notify.write(1).unwrap();
+            notify.notify();
         }
         need
     }
 
     /// __viommu_sync_req(): nothing in flight, nothing to do; else kick and
     /// spin until every request is used.
-    fn sync(&mut self, mem: &GuestMemoryMmap, notify: &EventFd, status: &ThreadStatus) {
+    fn sync(&mut self, mem: &GuestMemoryMmap, notify: &impl Notify, status: &ThreadStatus) {
         if self.in_flight == 0 {
             return;
         }
@@ -550,10 +655,14 @@ struct LinuxRig {
 }
 
 fn linux_rig(event_idx: bool, window: PollWindow) -> LinuxRig {
+    linux_rig_serving(event_idx, window, KickServing::Thread)
+}
+
+fn linux_rig_serving(event_idx: bool, window: PollWindow, serving: KickServing) -> LinuxRig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, Arc::new(FakeMapper::new())).unwrap();
-    let (mut dev, thread) = ViommuDevice::spawn_polling(model, None, window).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn_polling(model, None, window, serving).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -654,16 +763,71 @@ fn the_same_with_the_default_poll_window() {
 }
 
 /// Two CPUs share the driver (its request lock) and pause up to `jitter`
-/// (spinning) before each operation.
+/// (spinning) before each operation; their notifications reach the
+/// device through its kick eventfd.
 fn linux_driver_on_two_cpus(event_idx: bool, window: PollWindow, jitter: Duration) {
-    let polling = !window.max().is_zero();
     let r = linux_rig(event_idx, window);
-    let (mem, status, notify, driver) = (&r.mem, &r.status, &r.notify, &r.driver);
+    let notify = Arc::new(r.notify.try_clone().unwrap());
+    let polling = !window.max().is_zero();
+    two_cpus_drive(&r.mem, &r.status, &r.driver, notify, jitter);
+    let s = r.status.read();
+    if polling {
+        // The first request was followed by a poll, however short.
+        assert!(s.poll_ns > 0, "{s:?}");
+    } else {
+        assert_eq!(
+            (
+                s.poll_ns,
+                s.polls_found,
+                s.polls_timed_out,
+                s.poll_window_ns
+            ),
+            (0, 0, 0, 0)
+        );
+    }
+    r.thread.stop();
+}
+
+/// With `--viommu-kicks vcpu`: the same two CPUs, each notification a
+/// notify write the transport hands to the device on the CPU that made
+/// it (served there when the thread is idle, left to the thread when it
+/// is busy, both of which a run of 1500 operations a CPU meets).
+#[test]
+fn a_linux_driver_on_two_cpus_served_on_its_vcpus_never_waits_either() {
+    for event_idx in [true, false] {
+        let r = linux_rig_serving(
+            event_idx,
+            PollWindow::new(Duration::ZERO),
+            KickServing::Vcpu,
+        );
+        let transport = Arc::new(Mutex::new(r.dev));
+        two_cpus_drive(
+            &r.mem,
+            &r.status,
+            &r.driver,
+            transport,
+            Duration::from_micros(20),
+        );
+        let s = r.status.read();
+        assert!(s.vcpu_kicks > 0, "served on a vCPU: {s:?}");
+        r.thread.stop();
+    }
+}
+
+/// The two CPUs of [`linux_driver_on_two_cpus`], notifying through
+/// `notify`; returns once every request they made was used.
+fn two_cpus_drive<N: Notify + Clone + Send + 'static>(
+    mem: &GuestMemoryMmap,
+    status: &Arc<ThreadStatus>,
+    driver: &Arc<Mutex<LinuxDriver>>,
+    notify: N,
+    jitter: Duration,
+) {
     let ops = 1500;
     let cpus: Vec<_> = (0..2u64)
         .map(|cpu| {
             let (driver, mem, status) = (driver.clone(), mem.clone(), status.clone());
-            let notify = notify.try_clone().unwrap();
+            let notify = notify.clone();
             std::thread::spawn(move || {
                 // xorshift: each CPU its own reproducible op sequence.
                 let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (cpu + 1);
@@ -704,23 +868,7 @@ fn linux_driver_on_two_cpus(event_idx: bool, window: PollWindow, jitter: Duratio
     for c in cpus {
         c.join().unwrap();
     }
-    driver.lock().unwrap().sync(mem, notify, status);
-    let s = status.read();
-    if polling {
-        // The first request was followed by a poll, however short.
-        assert!(s.poll_ns > 0, "{s:?}");
-    } else {
-        assert_eq!(
-            (
-                s.poll_ns,
-                s.polls_found,
-                s.polls_timed_out,
-                s.poll_window_ns
-            ),
-            (0, 0, 0, 0)
-        );
-    }
-    r.thread.stop();
+    driver.lock().unwrap().sync(mem, &notify, status);
 }
 
 /// While the thread polls, the driver is asked not to notify, and the

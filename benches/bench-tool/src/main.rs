@@ -225,6 +225,7 @@ async fn run(mut cfg: Config) -> u8 {
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,
         count_runtime: a.count_runtime,
+        breakdown: a.breakdown,
     };
     let cmdline = plan::guest_cmdline(&cfg, facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
@@ -363,6 +364,19 @@ async fn run(mut cfg: Config) -> u8 {
         None
     };
 
+    // --breakdown: the host's tracefs, checked (and mounted) before the
+    // drive is bound; each breakdown phase makes and removes its instance.
+    let breakdown = if a.breakdown {
+        let s = viommu_bench::host_trace::Settings::new(a.count_runtime);
+        if let Err(e) = s.check() {
+            eprintln!("viommu-bench: {e}");
+            return 2;
+        }
+        Some(s)
+    } else {
+        None
+    };
+
     if let Some((list, cpus)) = &pin {
         if let Err(e) = viommu_bench::host::pin_to(cpus) {
             eprintln!("viommu-bench: --pin: pinning to CPUs {list}: {e}; drop --pin");
@@ -392,6 +406,7 @@ async fn run(mut cfg: Config) -> u8 {
         log_dir: &out.join("logs"),
         cancel: cancel.clone(),
         kvm_exits: kvm_exits.as_ref(),
+        breakdown: breakdown.as_ref(),
     };
     let mut results = Vec::new();
     let mut interrupted = *cancel.borrow();

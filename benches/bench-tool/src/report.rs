@@ -1174,6 +1174,7 @@ pub(crate) mod tests {
                 device: dev,
                 kvm_exits: None,
                 host_cpu: None,
+                breakdown: None,
             },
         );
         CellResult {

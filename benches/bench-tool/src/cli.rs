@@ -614,7 +614,10 @@ mod tests {
         let e = parse(&["--breakdown", "--count-runtime", "0"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--count-runtime") && e.contains("--breakdown"), "{e}");
+        assert!(
+            e.contains("--count-runtime") && e.contains("--breakdown"),
+            "{e}"
+        );
         assert!(parse(&["--count-runtime", "0"]).is_ok());
     }
 

@@ -428,13 +428,38 @@ mod tests {
         }
         // Stock QEMU counts first, then breaks down; its trace stays off
         // in the breakdown runs (the runner turns it on only in count-*).
-        let q = launch(&builtin("qemu+stock").unwrap(), &on, "c", Path::new("/run"), "x");
-        assert!(q.args.last().unwrap().ends_with("lab.count=3 lab.breakdown=3"));
-        let none = launch(&builtin("no-viommu").unwrap(), &on, "c", Path::new("/run"), "x");
+        let q = launch(
+            &builtin("qemu+stock").unwrap(),
+            &on,
+            "c",
+            Path::new("/run"),
+            "x",
+        );
+        assert!(q
+            .args
+            .last()
+            .unwrap()
+            .ends_with("lab.count=3 lab.breakdown=3"));
+        let none = launch(
+            &builtin("no-viommu").unwrap(),
+            &on,
+            "c",
+            Path::new("/run"),
+            "x",
+        );
         assert!(!none.breakdown && !none.console_input());
         assert!(!none.display().contains("lab.breakdown"));
-        let ours = launch(&builtin("ours+stock").unwrap(), &inputs(), "c", Path::new("/run"), "x");
-        assert!(!ours.breakdown && !ours.console_input(), "off without --breakdown");
+        let ours = launch(
+            &builtin("ours+stock").unwrap(),
+            &inputs(),
+            "c",
+            Path::new("/run"),
+            "x",
+        );
+        assert!(
+            !ours.breakdown && !ours.console_input(),
+            "off without --breakdown"
+        );
     }
 
     #[test]

@@ -73,9 +73,21 @@ pub enum HostTraceError {
 
 /// The events recorded: (group/event, required, the kernel option).
 const EVENTS: [(&str, bool, &str); 7] = [
-    ("sched/sched_switch", true, "CONFIG_FTRACE (scheduler tracepoints)"),
-    ("sched/sched_waking", false, "CONFIG_FTRACE (scheduler tracepoints)"),
-    ("sched/sched_wakeup", true, "CONFIG_FTRACE (scheduler tracepoints)"),
+    (
+        "sched/sched_switch",
+        true,
+        "CONFIG_FTRACE (scheduler tracepoints)",
+    ),
+    (
+        "sched/sched_waking",
+        false,
+        "CONFIG_FTRACE (scheduler tracepoints)",
+    ),
+    (
+        "sched/sched_wakeup",
+        true,
+        "CONFIG_FTRACE (scheduler tracepoints)",
+    ),
     ("raw_syscalls/sys_enter", true, "CONFIG_FTRACE_SYSCALLS"),
     ("raw_syscalls/sys_exit", true, "CONFIG_FTRACE_SYSCALLS"),
     ("kvm/kvm_fast_mmio", false, "KVM loaded"),
@@ -96,6 +108,9 @@ const MIN_CPU_KB: u64 = 256;
 /// See [`BUFFER_KB`].
 const MAX_CPU_KB: u64 = 16 * 1024;
 
+/// Where tracefs is mounted (and is mounted when it is not).
+const DEFAULT_TRACEFS: &str = "/sys/kernel/tracing";
+
 /// Where and when to record.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -115,7 +130,7 @@ impl Settings {
     pub fn new(runtime: u32) -> Self {
         let ms = u64::from(runtime) * 1000;
         Settings {
-            tracefs: PathBuf::from("/sys/kernel/tracing"),
+            tracefs: PathBuf::from(DEFAULT_TRACEFS),
             proc: PathBuf::from("/proc"),
             delay: Duration::from_millis(ms / 4),
             window: Duration::from_millis(ms / 2),
@@ -126,7 +141,7 @@ impl Settings {
     /// events the recording needs are there.
     pub fn check(&self) -> Result<(), HostTraceError> {
         let events = self.tracefs.join("events");
-        if !events.is_dir() {
+        if !events.is_dir() && self.tracefs == Path::new(DEFAULT_TRACEFS) {
             let _ = std::process::Command::new("mount")
                 .args(["-t", "tracefs", "tracefs"])
                 .arg(&self.tracefs)
@@ -251,7 +266,10 @@ impl Recorder {
         let cpus = std::fs::read_dir(dir.join("per_cpu"))
             .map(|d| d.flatten().count())
             .unwrap_or(1);
-        write(&dir.join("buffer_size_kb"), &cpu_buffer_kb(cpus).to_string())?;
+        write(
+            &dir.join("buffer_size_kb"),
+            &cpu_buffer_kb(cpus).to_string(),
+        )?;
         write(&dir.join("options/overwrite"), "0")?;
         if let Err(e) = write(&dir.join("options/event-fork"), "1") {
             debug!("{e}");
@@ -351,8 +369,9 @@ impl Recorder {
                 else {
                     continue;
                 };
-                let (o, d) =
-                    parse_cpu_stats(&std::fs::read_to_string(e.path().join("stats")).unwrap_or_default());
+                let (o, d) = parse_cpu_stats(
+                    &std::fs::read_to_string(e.path().join("stats")).unwrap_or_default(),
+                );
                 overrun += o;
                 dropped += d;
                 if d > 0 || o > 0 {
@@ -407,5 +426,188 @@ impl Drop for Recorder {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake tracefs instance as the kernel makes it (the files the
+    /// recorder writes), the kprobe group's directory as the kernel adds it
+    /// once the kprobes are defined, and a fake /proc with a VMM of two
+    /// threads.
+    fn fake(d: &Path) -> (Settings, PathBuf) {
+        let inst = d.join("tracefs/instances/x");
+        let group = format!("events/viommu_bench_{}", std::process::id());
+        let mut files = vec![
+            "tracing_on".to_string(),
+            "buffer_size_kb".into(),
+            "options/overwrite".into(),
+            "options/event-fork".into(),
+            "set_event_pid".into(),
+            "trace_marker".into(),
+            "events/enable".into(),
+            format!("{group}/enable"),
+            "per_cpu/cpu0/stats".into(),
+            "per_cpu/cpu1/stats".into(),
+        ];
+        for (ev, _, _) in EVENTS.iter().filter(|(e, _, _)| !e.starts_with("kvm/")) {
+            files.push(format!("events/{ev}/enable"));
+            files.push(format!("events/{ev}/filter"));
+        }
+        for f in files {
+            let p = inst.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "").unwrap();
+        }
+        std::fs::write(d.join("tracefs/kprobe_events"), "").unwrap();
+        for (tid, comm) in [(4242, "vmm"), (4250, "viommu")] {
+            let t = d.join(format!("proc/4242/task/{tid}"));
+            std::fs::create_dir_all(&t).unwrap();
+            std::fs::write(t.join("comm"), format!("{comm}\n")).unwrap();
+        }
+        let s = Settings {
+            tracefs: d.join("tracefs"),
+            proc: d.join("proc"),
+            ..Settings::new(4)
+        };
+        (s, inst)
+    }
+
+    #[test]
+    fn the_instance_records_the_vmm_only_and_is_cleaned_up() {
+        let d = tempfile::tempdir().unwrap();
+        let (s, inst) = fake(d.path());
+        assert_eq!(
+            (s.delay, s.window),
+            (Duration::from_secs(1), Duration::from_secs(2))
+        );
+        let read = |f: &str| std::fs::read_to_string(inst.join(f)).unwrap();
+        let mut r = Recorder::in_dir(&s, &inst, 4242).unwrap();
+        assert_eq!(read("set_event_pid"), "4242 4250");
+        assert_eq!(read("buffer_size_kb"), "16384", "32 MiB over 2 CPUs");
+        assert_eq!(
+            read("options/overwrite"),
+            "0",
+            "a full buffer drops, counted"
+        );
+        assert_eq!(read("tracing_on"), "0", "not before the window");
+        assert_eq!(
+            read("events/raw_syscalls/sys_enter/filter"),
+            format!("id == {}", breakdown::IOCTL_NR)
+        );
+        assert_eq!(read("events/sched/sched_switch/enable"), "1");
+        let defs = std::fs::read_to_string(s.tracefs.join("kprobe_events")).unwrap();
+        let group = format!("viommu_bench_{}", std::process::id());
+        assert!(
+            defs.contains(&format!("p:{group}/vb_pin_remote pin_user_pages_remote\n")),
+            "{defs}"
+        );
+        assert!(
+            defs.contains(&format!("r:{group}/vb_pin_fast_ret pin_user_pages_fast\n")),
+            "{defs}"
+        );
+        r.start().unwrap();
+        assert_eq!(read("tracing_on"), "1");
+        std::fs::write(
+            inst.join("trace"),
+            "# entries-in-buffer/entries-written: 4/4   #P:2
+       CPU 0/KVM-4242    [000] d..5.   10.000001: sched_waking: comm=viommu pid=4250 prio=120 target_cpu=001
+          <idle>-0       [001] d..2.   10.000004: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=viommu next_pid=4250 next_prio=120
+          viommu-4250    [001] .....   10.000005: sys_enter: NR 16 (9, 3b71, 0, 0, 0, 0)
+          viommu-4250    [001] .....   10.000015: sys_exit: NR 16 = 0
+          viommu-4250    [001] d..2.   10.000020: sched_switch: prev_comm=viommu prev_pid=4250 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+",
+        )
+        .unwrap();
+        std::fs::write(
+            inst.join("per_cpu/cpu0/stats"),
+            "entries: 2\noverrun: 0\ndropped events: 0\n",
+        )
+        .unwrap();
+        r.stop().unwrap();
+        assert_eq!(read("tracing_on"), "0");
+        assert!(read("trace_marker").ends_with(&format!("{}\n", breakdown::MARK_END)));
+        let b = r.collect(Serving::Named("viommu".into()), None).unwrap();
+        assert_eq!(b.server_tid, Some(4250));
+        assert_eq!(b.pins_missing, None);
+        assert!(!b.cut && b.missing_events() == 0);
+        let sv = b.server().unwrap();
+        assert_eq!(
+            (sv.wakeups_timed, sv.wake_latency_ns, sv.run_ns),
+            (1, 3_000, 16_000)
+        );
+        assert_eq!(Serving::DmaCaller.pick(&b.analysis).unwrap().tid, 4250);
+        drop(r);
+        assert_eq!(read("events/enable"), "0");
+        assert_eq!(read("set_event_pid"), "");
+        let defs = std::fs::read_to_string(s.tracefs.join("kprobe_events")).unwrap();
+        assert!(
+            defs.contains(&format!("-:{group}/vb_pin_remote_ret\n")),
+            "{defs}"
+        );
+        assert!(inst.is_dir(), "not made by it: left");
+    }
+
+    #[test]
+    fn dropped_events_cut_the_window_and_are_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let (s, inst) = fake(d.path());
+        std::fs::remove_file(s.tracefs.join("kprobe_events")).unwrap();
+        let r = Recorder::in_dir(&s, &inst, 4242).unwrap();
+        assert!(r
+            .pins_missing
+            .as_deref()
+            .unwrap()
+            .contains("CONFIG_KPROBE_EVENTS"));
+        std::fs::write(
+            inst.join("trace"),
+            "          viommu-4250    [001] .....   10.000005: sys_enter: NR 16 (9, 3b71, 0, 0, 0, 0)
+          viommu-4250    [001] .....   10.000015: sys_exit: NR 16 = 0
+       CPU 0/KVM-4242    [000] d..5.   10.000030: sched_waking: comm=viommu pid=4250 prio=120 target_cpu=001
+",
+        )
+        .unwrap();
+        std::fs::write(
+            inst.join("per_cpu/cpu1/stats"),
+            "entries: 2\noverrun: 0\ndropped events: 77\n",
+        )
+        .unwrap();
+        let b = r.collect(Serving::Named("viommu".into()), None).unwrap();
+        assert!(b.cut);
+        assert_eq!(b.dropped_events, 77);
+        assert_eq!(b.analysis.end_ns, 10_000_015_000, "CPU 1's last event");
+        assert_eq!(
+            b.server().unwrap().wakeups,
+            0,
+            "the waking after the cut is left out"
+        );
+    }
+
+    #[test]
+    fn what_is_missing_is_named_with_its_fix() {
+        let d = tempfile::tempdir().unwrap();
+        let (s, inst) = fake(d.path());
+        std::fs::remove_dir_all(inst.join("events/raw_syscalls")).unwrap();
+        let e = Recorder::in_dir(&s, &inst, 4242).unwrap_err().to_string();
+        assert!(
+            e.contains("raw_syscalls/sys_enter") && e.contains("CONFIG_FTRACE_SYSCALLS"),
+            "{e}"
+        );
+        let e = Recorder::in_dir(&s, &inst, 1).unwrap_err().to_string();
+        assert!(e.contains("proc/1/task"), "{e}");
+        let empty = Settings {
+            tracefs: d.path().join("nothing"),
+            ..s
+        };
+        let e = empty.check().unwrap_err().to_string();
+        assert!(e.contains("mount -t tracefs"), "{e}");
+        assert_eq!(cpu_buffer_kb(1), 16 * 1024);
+        assert_eq!(cpu_buffer_kb(256), 256);
+        assert_eq!(
+            parse_cpu_stats("entries: 5\noverrun: 3\ncommit overrun: 0\ndropped events: 9\n"),
+            (3, 9)
+        );
     }
 }

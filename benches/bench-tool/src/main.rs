@@ -117,6 +117,7 @@ fn preflight(cfg: &Config) -> Outcome {
         guest_memory: cfg.memory_mib << 20,
         path_env: std::env::var_os("PATH"),
         kvm_exits: a.kvm_exits,
+        breakdown: a.breakdown,
         block_sizes: cfg.bs.iter().map(|b| (b.label.clone(), b.bytes)).collect(),
     }
     .run()
@@ -277,6 +278,15 @@ async fn run(mut cfg: Config) -> u8 {
     } else {
         String::new()
     };
+    let count_note = if a.breakdown {
+        format!(
+            "{count_note}; with --breakdown every vIOMMU VM then runs each again for {} s, untimed, while the host's tracefs records its VMM's threads ({} more each)",
+            a.count_runtime,
+            human_duration(plan::breakdown_pass(&cfg))
+        )
+    } else {
+        count_note
+    };
     let what = format!(
         "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s{count_note}); about {} in all; results in {}{pinning}",
         cells.len(),
@@ -323,6 +333,17 @@ async fn run(mut cfg: Config) -> u8 {
                 phases
                     .iter()
                     .map(|p| viommu_bench::guest::count_phase_name(&p.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if a.breakdown {
+            println!(
+                "untimed breakdown phases of every vIOMMU VM ({} s each, the host's tracefs recording its VMM's threads over the middle half; nothing is traced in the measured ones): {}",
+                a.count_runtime,
+                phases
+                    .iter()
+                    .map(|p| viommu_bench::guest::breakdown_phase_name(&p.name))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -597,6 +618,7 @@ fn settings(
         ("runtime_s", a.runtime.to_string()),
         ("ramp_s", a.ramp.to_string()),
         ("count_runtime_s", a.count_runtime.to_string()),
+        ("breakdown", a.breakdown.to_string()),
         ("rounds", a.rounds.to_string()),
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),

@@ -24,9 +24,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
+use crate::breakdown::Serving;
 use crate::columns::Launch;
 use crate::footprint::Footprint;
-use crate::breakdown::Serving;
 use crate::guest::{is_breakdown_phase, is_count_phase, parse_line, Marker};
 use crate::metrics::{CounterSource, DeviceCounters};
 use crate::results::{CellResult, CellStatus, Counting, PhaseResult};
@@ -1150,6 +1150,47 @@ fi
         assert!(std::fs::read_to_string(&r.log)
             .unwrap()
             .contains("ack=skip"));
+    }
+
+    #[tokio::test]
+    async fn a_breakdown_that_cannot_record_is_skipped_and_said() {
+        let d = tempfile::tempdir().unwrap();
+        let body = format!(
+            r#"{}echo '@@LAB-PHASE@@ begin breakdown-randread-4k'
+read -r ack
+echo "ack=$ack"
+echo '@@LAB-PHASE@@ end breakdown-randread-4k'
+echo '@@LAB-GUEST-DONE@@ rc=0'
+"#,
+            GOOD.replace("echo '@@LAB-GUEST-DONE@@ rc=0'\n", "")
+        );
+        let mut l = script_launch(d.path(), &body);
+        l.breakdown = true;
+        // A tracefs without instances: nothing can be recorded.
+        let s = crate::host_trace::Settings {
+            tracefs: d.path().join("no-tracefs"),
+            ..crate::host_trace::Settings::new(2)
+        };
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let (_tx, rx) = watch::channel(false);
+        let mut c = ctx(d.path(), rx, 15);
+        c.breakdown = Some(&s);
+        let r = run_cell(&l, "ours", 0, &mut c, &p).await.unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        let log = std::fs::read_to_string(&r.log).unwrap();
+        assert!(log.contains("ack=skip"), "{log}");
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w
+                    .starts_with("breakdown-randread-4k: not recorded: --breakdown: cannot write")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(r
+            .phases
+            .get("breakdown-randread-4k")
+            .is_none_or(|p| p.breakdown.is_none()));
     }
 
     #[tokio::test]

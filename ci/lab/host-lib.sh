@@ -10,10 +10,11 @@ wait_for() {
 	done
 }
 
-# lab_arg NAME DEFAULT: value of lab.NAME= on the lab host's command line.
+# lab_arg NAME DEFAULT: value of lab.NAME= on the lab host's command line
+# (LAB_CMDLINE: another file to read it from, for the runner's tests).
 lab_arg() {
 	v=$2
-	for a in $(cat /proc/cmdline); do
+	for a in $(cat "${LAB_CMDLINE:-/proc/cmdline}"); do
 		case "$a" in "lab.$1="*) v=${a#*=} ;; esac
 	done
 	echo "$v"
@@ -36,6 +37,7 @@ bench_args() {
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache
 	[ "$(lab_arg kvm_exits 0)" = 1 ] && echo --kvm-exits
+	[ "$(lab_arg breakdown 0)" = 1 ] && echo --breakdown
 	[ "$(lab_arg retry_hung 0)" = 1 ] && echo --retry-hung
 	printf '%s\n' --idle-ms "$(lab_arg idle_ms 0)"
 	# The lab's emulated 1 GiB drive has no fast path for unwritten

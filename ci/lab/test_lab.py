@@ -464,6 +464,61 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(cmd[-2:], ["--bin", "/t/vmm"])
         self.assertNotIn("--userland", lab.build_image_command({"baseline"}, []))
 
+    def bench_args_of(self, knobs: dict) -> list[str]:
+        """host-lib.sh's bench_args for a lab host booted with KNOBS (as
+        boot_host puts them on its command line), one flag or value a line."""
+        lib = Path(__file__).with_name("host-lib.sh")
+        with tempfile.TemporaryDirectory() as d:
+            cmdline = Path(d) / "cmdline"
+            cmdline.write_text("console=ttyS0 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items()) + "\n")
+            out = __import__("subprocess").run(["busybox", "sh", "-c", f". {lib}; BDF=0000:00:01.0; bench_args"], capture_output=True,
+                                               text=True, env={"LAB_CMDLINE": str(cmdline), "PATH": "/usr/bin:/bin"})
+        self.assertEqual(out.returncode, 0, out)
+        return out.stdout.splitlines()
+
+    def test_breakdown_reaches_the_bench_tool(self):
+        sc = lab.SCENARIOS["breakdown"]
+        k = lab.knobs_of(self.args("run"), sc)
+        k["tool_specs"], kernels = lab.tool_specs(sc["runs"])
+        k.update(kernels)
+        knobs = lab.host_knobs(sc, k, sc["runs"], 1)
+        self.assertEqual(knobs["breakdown"], "1")
+        args = self.bench_args_of(knobs)
+        self.assertIn("--breakdown", args)
+        self.assertEqual(args[args.index("--numjobs") + 1], "1,2")
+        self.assertEqual(args[args.index("--bs") + 1], "4k,128k")
+        self.assertEqual(args[args.index("--guest-cpus") + 1], "2")
+        self.assertEqual(args[args.index("--kernel-stock") + 1], "/lab/guest/baseline-6.12.bzImage")
+        # Stock 6.12 behind stock QEMU and behind ours, and ours + patched strict.
+        cols = args[args.index("--columns") + 1].split(",")
+        self.assertEqual([c.split(":")[:4] for c in cols], [["qemu+stock", "qemu", "viommu", "baseline"],
+                                                            ["ours+stock", "vmm", "viommu", "baseline"],
+                                                            ["ours+patched-strict", "vmm", "viommu", "patched"]])
+        # The demo's stack: our 6.12 lab host behind virtio-iommu, QEMU 11.1.
+        self.assertEqual((k["host_iommu"], k["host_kernel"], k["vmm_qemu"], k["outer_qemu"], k["rounds"]),
+                         ("virtio", "6.12", "11.1", "11.1", 1))
+        # The flag on any scenario; off by default.
+        smoke = lab.SCENARIOS["smoke"]
+        for flag, want in ((True, True), (False, False)):
+            k = lab.knobs_of(self.args("run", breakdown=flag), smoke)
+            k["tool_specs"], kernels = lab.tool_specs(smoke["runs"])
+            k.update(kernels)
+            knobs = lab.host_knobs(smoke, k, smoke["runs"], 1)
+            self.assertEqual(knobs["breakdown"], "1" if want else "0")
+            self.assertEqual("--breakdown" in self.bench_args_of(knobs), want)
+        # The scenario fails a vIOMMU guest that recorded no breakdown.
+        ok = {"column": "ours+stock", "round": 0, "status": {"status": "ok"}, "warnings": [],
+              "phases": {"breakdown-randread-4k": {"breakdown": {"server_tid": 7}}}}
+        bad = {"column": "qemu+stock", "round": 0, "status": {"status": "ok"}, "phases": {},
+               "warnings": ["breakdown-randread-4k: not recorded: --breakdown: no trace event raw_syscalls/sys_enter"]}
+        self.assertEqual(lab.breakdown_problems([ok, bad], sc["runs"]),
+                         ["qemu+stock round 1: no breakdown with a request-serving thread (breakdown-randread-4k: not recorded: "
+                          "--breakdown: no trace event raw_syscalls/sys_enter)"])
+        # The lab host's own 6.12 kernel has what --breakdown records.
+        frag = Path(__file__).with_name("host-config-fragment-6.12").read_text()
+        for opt in ("CONFIG_FTRACE_SYSCALLS=y", "CONFIG_KPROBE_EVENTS=y"):
+            self.assertIn(opt, frag)
+
     def test_the_debian13_userland_has_no_qemu_7_2(self):
         with tempfile.TemporaryDirectory() as d:
             orig = lab.CACHE, lab.outer_version

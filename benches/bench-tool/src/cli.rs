@@ -170,6 +170,19 @@ pub struct Args {
     /// CONFIG_HIST_TRIGGERS); the table gains "KVM exits per I/O".
     #[arg(long)]
     pub kvm_exits: bool,
+    /// Where a virtio-iommu request's time goes in the VMM, for every
+    /// column behind a virtio-iommu (ours and stock QEMU alike): after the
+    /// timed runs each such guest runs every fio job again, untimed, for
+    /// --count-runtime seconds (phase breakdown-RUN), and the host's
+    /// tracefs records only the VMM's threads over the middle half of it:
+    /// the request-serving thread's wake-ups and wake-up latency, run time,
+    /// ioctl time by VFIO/iommufd command, page pinning (where the host has
+    /// kprobe events) and the guest's MMIO write exits. Needs root,
+    /// tracefs, the scheduler and syscall tracepoints (CONFIG_FTRACE,
+    /// CONFIG_FTRACE_SYSCALLS); the table gains "where a request's time
+    /// goes". No timed run is traced.
+    #[arg(long)]
+    pub breakdown: bool,
     /// Start nothing: read cells (a results.json, or `@@LAB-CELL@@` / JSON
     /// lines of cells) and write the table, results.json and chart for the
     /// columns, block sizes, jobs and rounds given, as a run would. Given
@@ -433,6 +446,13 @@ impl Args {
                 numjobs.push(n);
             }
         }
+        if self.breakdown && self.count_runtime < 2 {
+            return Err(bad(
+                "--count-runtime",
+                self.count_runtime,
+                "--breakdown runs each fio job again for --count-runtime seconds and records the middle half: give at least 2 (e.g. --count-runtime 4), or drop --breakdown",
+            ));
+        }
         if numjobs.is_empty() {
             return Err(bad(
                 "--numjobs",
@@ -585,6 +605,20 @@ mod tests {
         Args::try_parse_from(argv)
             .expect("clap accepts it")
             .validate()
+    }
+
+    #[test]
+    fn breakdown_needs_a_run_to_record() {
+        let c = parse(&["--breakdown"]).unwrap();
+        assert!(c.args.breakdown);
+        let e = parse(&["--breakdown", "--count-runtime", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--count-runtime") && e.contains("--breakdown"),
+            "{e}"
+        );
+        assert!(parse(&["--count-runtime", "0"]).is_ok());
     }
 
     #[test]

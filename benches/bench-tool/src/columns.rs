@@ -205,6 +205,10 @@ pub struct LaunchInputs {
     /// Seconds of each untimed counting run of stock QEMU's columns behind
     /// a virtio-iommu (`--count-runtime`; 0: none, and no tracing at all).
     pub count_runtime: u32,
+    /// `--breakdown`: every column behind a virtio-iommu also runs each
+    /// fio job again, untimed, for `count_runtime` seconds, while the
+    /// host's tracefs records its VMM's threads.
+    pub breakdown: bool,
 }
 
 /// A ready-to-run VMM command.
@@ -230,6 +234,18 @@ pub struct Launch {
     /// is settled by the run: see [`crate::trace::QemuTrace::counting`]).
     #[serde(default)]
     pub counting: Counting,
+    /// Its guest runs the untimed breakdown runs (`lab.breakdown`), each
+    /// started by a `go` on its console (`--breakdown`).
+    #[serde(default)]
+    pub breakdown: bool,
+}
+
+impl Launch {
+    /// Whether its guest waits for answers on its console (the VMM's
+    /// stdin): untimed counting or breakdown runs.
+    pub fn console_input(&self) -> bool {
+        self.qmp.is_some() || self.breakdown
+    }
 }
 
 impl Launch {
@@ -361,6 +377,11 @@ pub fn launch(
             inp.vmm.clone()
         }
     };
+    // The breakdown runs come last in the guest, after any counting runs.
+    let breakdown = inp.breakdown && col.iommu == Iommu::Viommu && inp.count_runtime > 0;
+    if breakdown {
+        full_cmdline.push_str(&format!(" lab.breakdown={}", inp.count_runtime));
+    }
     args.push(full_cmdline);
     Launch {
         program,
@@ -370,6 +391,7 @@ pub fn launch(
         api_socket,
         kernel: Some(kernel.clone()),
         counting,
+        breakdown,
     }
 }
 
@@ -388,7 +410,56 @@ mod tests {
             cpus: 2,
             memory_mib: 1024,
             count_runtime: 3,
+            breakdown: false,
         }
+    }
+
+    #[test]
+    fn breakdown_runs_are_asked_of_every_viommu_guest() {
+        let on = LaunchInputs {
+            breakdown: true,
+            ..inputs()
+        };
+        for name in ["qemu+stock", "ours+stock", "ours+patched-lazy"] {
+            let l = launch(&builtin(name).unwrap(), &on, "c", Path::new("/run"), "x");
+            assert!(l.breakdown && l.console_input(), "{name}");
+            let cmdline = l.args.last().unwrap();
+            assert!(cmdline.contains(" lab.breakdown=3"), "{cmdline}");
+        }
+        // Stock QEMU counts first, then breaks down; its trace stays off
+        // in the breakdown runs (the runner turns it on only in count-*).
+        let q = launch(
+            &builtin("qemu+stock").unwrap(),
+            &on,
+            "c",
+            Path::new("/run"),
+            "x",
+        );
+        assert!(q
+            .args
+            .last()
+            .unwrap()
+            .ends_with("lab.count=3 lab.breakdown=3"));
+        let none = launch(
+            &builtin("no-viommu").unwrap(),
+            &on,
+            "c",
+            Path::new("/run"),
+            "x",
+        );
+        assert!(!none.breakdown && !none.console_input());
+        assert!(!none.display().contains("lab.breakdown"));
+        let ours = launch(
+            &builtin("ours+stock").unwrap(),
+            &inputs(),
+            "c",
+            Path::new("/run"),
+            "x",
+        );
+        assert!(
+            !ours.breakdown && !ours.console_input(),
+            "off without --breakdown"
+        );
     }
 
     #[test]

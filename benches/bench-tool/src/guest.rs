@@ -269,10 +269,37 @@ pub enum PhaseKind {
         /// The measured run's name.
         run: String,
     },
+    /// `breakdown-RUN`: the untimed breakdown run of the measured run
+    /// `RUN` (the same fio job, with the host's tracefs recording the
+    /// VMM's threads: `--breakdown`).
+    Breakdown {
+        /// The measured run's name.
+        run: String,
+    },
 }
 
 /// The prefix of the counting phases' names.
 const COUNT_PREFIX: &str = "count-";
+
+/// The prefix of the breakdown phases' names (`--breakdown`).
+const BREAKDOWN_PREFIX: &str = "breakdown-";
+
+/// Whether `name` is an untimed breakdown phase (`breakdown-RUN`): the
+/// same fio job again, with the host's tracefs recording the VMM's threads.
+pub fn is_breakdown_phase(name: &str) -> bool {
+    name.starts_with(BREAKDOWN_PREFIX)
+}
+
+/// The breakdown phase of the measured run `run`.
+pub fn breakdown_phase_name(run: &str) -> String {
+    format!("{BREAKDOWN_PREFIX}{run}")
+}
+
+/// Whether `name` is an untimed phase (counting or breakdown), which runs
+/// after the timed ones and only on the host's `go`.
+pub fn is_untimed_phase(name: &str) -> bool {
+    is_count_phase(name) || is_breakdown_phase(name)
+}
 
 /// Whether `name` is an untimed counting phase (`count-RUN`).
 pub fn is_count_phase(name: &str) -> bool {
@@ -292,6 +319,12 @@ pub fn phase_kind(name: &str) -> Option<PhaseKind> {
     if let Some(run) = name.strip_prefix(COUNT_PREFIX) {
         return match phase_kind(run)? {
             PhaseKind::Run { .. } => Some(PhaseKind::Count { run: run.into() }),
+            _ => None,
+        };
+    }
+    if let Some(run) = name.strip_prefix(BREAKDOWN_PREFIX) {
+        return match phase_kind(run)? {
+            PhaseKind::Run { .. } => Some(PhaseKind::Breakdown { run: run.into() }),
             _ => None,
         };
     }
@@ -436,6 +469,15 @@ mod tests {
         assert_eq!(count_phase_name("read-64k"), "count-read-64k");
         assert!(is_count_phase(&count_phase_name("read-64k")));
         assert!(!is_count_phase("randread-4k"));
+        assert_eq!(
+            phase_kind("breakdown-randread-128k-j2"),
+            Some(PhaseKind::Breakdown {
+                run: "randread-128k-j2".into()
+            })
+        );
+        assert_eq!(phase_kind("breakdown-verify-4k"), None);
+        assert!(is_untimed_phase(&breakdown_phase_name("read-4k")));
+        assert!(is_untimed_phase("count-read-4k") && !is_untimed_phase("read-4k"));
         assert_eq!(run_phase_name("randread", "4k", 1), "randread-4k");
         assert_eq!(run_phase_name("read", "64k", 4), "read-64k-j4");
     }

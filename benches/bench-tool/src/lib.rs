@@ -7,9 +7,12 @@
 //! initramfs) → [`bind`] (vfio-pci, restored on exit) → [`runner`] (one VM
 //! per cell of [`plan`], watched by [`guest`] markers, counted by
 //! [`metrics`] and, for stock QEMU in untimed counting phases, [`trace`]
-//! over [`qmp`]) → [`report`] ([`stats`]) → [`chart`].
+//! over [`qmp`]; with `--breakdown`, untimed breakdown phases recorded by
+//! [`host_trace`] and read by [`breakdown`]) → [`report`] ([`stats`]) →
+//! [`chart`].
 
 pub mod bind;
+pub mod breakdown;
 pub mod chart;
 pub mod checks;
 pub mod cli;
@@ -20,6 +23,7 @@ pub mod guest;
 pub mod guest_time;
 pub mod headline;
 pub mod host;
+pub mod host_trace;
 pub mod ikconfig;
 pub mod image;
 pub mod kvm_exits;

@@ -117,6 +117,7 @@ fn preflight(cfg: &Config) -> Outcome {
         guest_memory: cfg.memory_mib << 20,
         path_env: std::env::var_os("PATH"),
         kvm_exits: a.kvm_exits,
+        breakdown: a.breakdown,
         block_sizes: cfg.bs.iter().map(|b| (b.label.clone(), b.bytes)).collect(),
     }
     .run()
@@ -225,6 +226,7 @@ async fn run(mut cfg: Config) -> u8 {
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,
         count_runtime: a.count_runtime,
+        breakdown: a.breakdown,
     };
     let cmdline = plan::guest_cmdline(&cfg, facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
@@ -276,6 +278,15 @@ async fn run(mut cfg: Config) -> u8 {
     } else {
         String::new()
     };
+    let count_note = if a.breakdown {
+        format!(
+            "{count_note}; with --breakdown every vIOMMU VM then runs each again for {} s, untimed, while the host's tracefs records its VMM's threads ({} more each)",
+            a.count_runtime,
+            human_duration(plan::breakdown_pass(&cfg))
+        )
+    } else {
+        count_note
+    };
     let what = format!(
         "viommu-bench will: {binding}; DESTROY the data on {drive} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s{count_note}); about {} in all; results in {}{pinning}",
         cells.len(),
@@ -326,6 +337,17 @@ async fn run(mut cfg: Config) -> u8 {
                     .join(", ")
             );
         }
+        if a.breakdown {
+            println!(
+                "untimed breakdown phases of every vIOMMU VM ({} s each, the host's tracefs recording its VMM's threads over the middle half; nothing is traced in the measured ones): {}",
+                a.count_runtime,
+                phases
+                    .iter()
+                    .map(|p| viommu_bench::guest::breakdown_phase_name(&p.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if !pre.problems.is_empty() {
             println!(
                 "\n{} prerequisite(s) missing (see above): a real run would stop here.",
@@ -363,6 +385,19 @@ async fn run(mut cfg: Config) -> u8 {
         None
     };
 
+    // --breakdown: the host's tracefs, checked (and mounted) before the
+    // drive is bound; each breakdown phase makes and removes its instance.
+    let breakdown = if a.breakdown {
+        let s = viommu_bench::host_trace::Settings::new(a.count_runtime);
+        if let Err(e) = s.check() {
+            eprintln!("viommu-bench: {e}");
+            return 2;
+        }
+        Some(s)
+    } else {
+        None
+    };
+
     if let Some((list, cpus)) = &pin {
         if let Err(e) = viommu_bench::host::pin_to(cpus) {
             eprintln!("viommu-bench: --pin: pinning to CPUs {list}: {e}; drop --pin");
@@ -392,6 +427,7 @@ async fn run(mut cfg: Config) -> u8 {
         log_dir: &out.join("logs"),
         cancel: cancel.clone(),
         kvm_exits: kvm_exits.as_ref(),
+        breakdown: breakdown.as_ref(),
     };
     let mut results = Vec::new();
     let mut interrupted = *cancel.borrow();
@@ -582,6 +618,7 @@ fn settings(
         ("runtime_s", a.runtime.to_string()),
         ("ramp_s", a.ramp.to_string()),
         ("count_runtime_s", a.count_runtime.to_string()),
+        ("breakdown", a.breakdown.to_string()),
         ("rounds", a.rounds.to_string()),
         ("guest_cpus", a.guest_cpus.to_string()),
         ("guest_memory_mib", cfg.memory_mib.to_string()),

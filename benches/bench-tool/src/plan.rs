@@ -197,14 +197,31 @@ pub fn count_pass(cfg: &Config) -> Duration {
     Duration::from_secs(phases(cfg).len() as u64 * (cfg.args.count_runtime as u64 + 2))
 }
 
-/// A rough duration of `cells`: each one's estimate, and the counting
-/// runs of those whose column has them.
+/// How much longer a cell of a column behind a virtio-iommu takes with
+/// `--breakdown`: one untimed run per measured run, `--count-runtime`
+/// seconds and 3 s more each (the guest's gaps, the tracefs instance made,
+/// read and removed); nothing without it.
+pub fn breakdown_pass(cfg: &Config) -> Duration {
+    if !cfg.args.breakdown || cfg.args.count_runtime == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_secs(phases(cfg).len() as u64 * (cfg.args.count_runtime as u64 + 3))
+}
+
+/// A rough duration of `cells`: each one's estimate, and the counting and
+/// breakdown runs of those whose column has them.
 pub fn estimate_cells(cfg: &Config, cells: &[Cell]) -> Duration {
     let counting = cells
         .iter()
         .filter(|c| cfg.columns[c.column].counts_in_pass())
         .count() as u32;
-    estimate_cell(cfg) * cells.len() as u32 + count_pass(cfg) * counting
+    let viommu = cells
+        .iter()
+        .filter(|c| cfg.columns[c.column].iommu == crate::columns::Iommu::Viommu)
+        .count() as u32;
+    estimate_cell(cfg) * cells.len() as u32
+        + count_pass(cfg) * counting
+        + breakdown_pass(cfg) * viommu
 }
 
 /// The bound on one cell, whatever the progress: four times the estimate
@@ -213,7 +230,8 @@ pub fn cell_bound(cfg: &Config) -> Duration {
     if let Some(s) = cfg.args.cell_timeout {
         return Duration::from_secs(s);
     }
-    (estimate_cell(cfg) + count_pass(cfg)) * 4 + Duration::from_secs(cfg.args.stall_seconds)
+    (estimate_cell(cfg) + count_pass(cfg) + breakdown_pass(cfg)) * 4
+        + Duration::from_secs(cfg.args.stall_seconds)
 }
 
 #[cfg(test)]
@@ -266,6 +284,19 @@ mod tests {
         assert_eq!(
             cell_bound(&none).as_secs(),
             (base(&none) + 5) * 4 + none.args.stall_seconds
+        );
+        // --breakdown: every vIOMMU column (5 of 6) one more untimed run
+        // per measured run, 3 s + 3 s.
+        let brk = cfg(&["--precondition", "none", "--breakdown"]);
+        assert_eq!(breakdown_pass(&brk), Duration::from_secs(6));
+        assert_eq!(breakdown_pass(&none), Duration::ZERO);
+        assert_eq!(
+            estimate_cells(&brk, &cells).as_secs(),
+            6 * base(&brk) + 2 * 5 + 5 * 6
+        );
+        assert_eq!(
+            cell_bound(&brk).as_secs(),
+            (base(&brk) + 5 + 6) * 4 + brk.args.stall_seconds
         );
         let off = cfg(&["--precondition", "none", "--count-runtime", "0"]);
         assert_eq!(count_pass(&off), Duration::ZERO);

@@ -92,6 +92,9 @@ pub struct Checks {
     pub path_env: Option<OsString>,
     /// --kvm-exits (needs root and ftrace hist triggers on the KVM events).
     pub kvm_exits: bool,
+    /// --breakdown (needs root, tracefs instances, the scheduler and
+    /// syscall tracepoints).
+    pub breakdown: bool,
     /// The measured block sizes (label, bytes): each a multiple of the
     /// namespaces' logical block size, or O_DIRECT fails.
     pub block_sizes: Vec<(String, u64)>,
@@ -329,6 +332,9 @@ impl Checks {
             p.push(x);
         }
         self.check_device(&mut out);
+        if self.breakdown {
+            self.check_breakdown(&mut out.problems);
+        }
         if self.kvm_exits {
             self.check_kvm_exits(&mut out.problems);
         }
@@ -731,6 +737,50 @@ impl Checks {
         }
     }
 
+    /// What `--breakdown` needs: root, tracefs with instances, the
+    /// scheduler's and the system calls' trace events. An unmounted
+    /// tracefs is mounted later, then checked again.
+    fn check_breakdown(&self, p: &mut Vec<Problem>) {
+        let r = &self.root;
+        if self.euid() != Some(0) {
+            p.push(problem(
+                "--breakdown: not running as root",
+                "run it with sudo (tracefs instances are root's), or drop --breakdown",
+            ));
+        }
+        let t = "/sys/kernel/tracing";
+        if !r.exists(t) {
+            p.push(problem(
+                "--breakdown: this kernel has no tracefs (/sys/kernel/tracing)",
+                "boot a kernel with CONFIG_FTRACE and CONFIG_FTRACE_SYSCALLS (Debian's, Ubuntu's and Fedora's have both), or drop --breakdown",
+            ));
+            return;
+        }
+        if !r.exists(format!("{t}/events")) {
+            return; // not mounted yet: the tool mounts it
+        }
+        for (ev, config) in [
+            (
+                "sched/sched_switch",
+                "CONFIG_FTRACE (the scheduler's tracepoints)",
+            ),
+            ("raw_syscalls/sys_enter", "CONFIG_FTRACE_SYSCALLS"),
+        ] {
+            if !r.exists(format!("{t}/events/{ev}")) {
+                p.push(problem(
+                    format!("--breakdown: no trace event {ev} in {t}/events"),
+                    format!("boot a kernel with {config}, or drop --breakdown"),
+                ));
+            }
+        }
+        if !r.exists(format!("{t}/instances")) {
+            p.push(problem(
+                format!("--breakdown: no {t}/instances (tracefs instances)"),
+                "boot a kernel whose tracefs has instances (Linux 3.x on), or drop --breakdown",
+            ));
+        }
+    }
+
     /// Effective uid from /proc/self/status.
     fn euid(&self) -> Option<u32> {
         let s = self.root.read_trim("/proc/self/status").ok()?;
@@ -940,6 +990,7 @@ mod tests {
                 guest_memory: 1 << 30,
                 path_env: Some(self.p("bin").into_os_string()),
                 kvm_exits: false,
+                breakdown: false,
                 block_sizes: vec![("4k".into(), 4096), ("128k".into(), 128 << 10)],
             }
         }
@@ -1333,6 +1384,44 @@ mod tests {
         f.file("dev/vfio/7", "");
         let line = f.only_problem(&c);
         assert!(line.contains("--kvm-exits: not running as root"), "{line}");
+    }
+
+    #[test]
+    fn breakdown_needs_are_checked_before_binding() {
+        let f = Fake::healthy();
+        let mut c = f.checks();
+        c.breakdown = true;
+        assert!(f
+            .only_problem(&c)
+            .contains("--breakdown: this kernel has no tracefs"));
+        f.mkdir("sys/kernel/tracing");
+        assert!(
+            c.run().problems.is_empty(),
+            "not mounted yet: mounted at run time"
+        );
+        f.mkdir("sys/kernel/tracing/events/sched/sched_switch");
+        f.mkdir("sys/kernel/tracing/instances");
+        let line = f.only_problem(&c);
+        assert!(
+            line.contains("raw_syscalls/sys_enter") && line.contains("CONFIG_FTRACE_SYSCALLS"),
+            "{line}"
+        );
+        f.mkdir("sys/kernel/tracing/events/raw_syscalls/sys_enter");
+        assert!(c.run().problems.is_empty());
+        f.rm("sys/kernel/tracing/instances");
+        assert!(f.only_problem(&c).contains("instances"));
+        f.mkdir("sys/kernel/tracing/instances");
+        f.file(
+            "proc/self/status",
+            "Uid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\n",
+        );
+        let probs: Vec<String> = c.run().problems.iter().map(|p| p.to_string()).collect();
+        assert!(
+            probs
+                .iter()
+                .any(|p| p.contains("--breakdown: not running as root")),
+            "{probs:?}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::columns::{Column, Iommu};
 use crate::cpu_time::{self, CpuRow};
-use crate::guest::{count_phase_name, is_count_phase, FioRecord};
+use crate::guest::{count_phase_name, is_untimed_phase, FioRecord};
 use crate::guest_time::{self, GuestTimeRow};
 use crate::headline;
 use crate::metrics::DeviceCounters;
@@ -248,6 +248,9 @@ pub struct Summary {
     /// KVM exits per I/O (`--kvm-exits` runs only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exits: Vec<ExitRow>,
+    /// Where a request's time goes in the VMM (`--breakdown` runs only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breakdown: Vec<crate::breakdown::BreakdownRow>,
     /// Each column against the baseline by which ran first on its host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order: Vec<crate::order::OrderRow>,
@@ -304,7 +307,7 @@ pub(crate) fn ios_of(f: &crate::guest::FioRecord, ph: &Phase) -> f64 {
 /// its timed phases were over.
 fn hung_counting(cell: &CellResult) -> bool {
     matches!(&cell.status, CellStatus::Hung { phase, .. }
-        if is_count_phase(phase.strip_prefix("after ").unwrap_or(phase)))
+        if is_untimed_phase(phase.strip_prefix("after ").unwrap_or(phase)))
 }
 
 /// Whether `cell` measured `phase` usably: not hung (but in an untimed
@@ -588,7 +591,16 @@ pub fn summarize(
                 why_not.join("; ")
             ));
         }
-        let hung_counting = mine.iter().filter(|c| hung_counting(c)).count();
+        let in_breakdown = |c: &&&CellResult| matches!(&c.status, CellStatus::Hung { phase, .. } if crate::guest::is_breakdown_phase(phase.strip_prefix("after ").unwrap_or(phase)));
+        let hung_breakdown = mine.iter().filter(in_breakdown).count();
+        if hung_breakdown > 0 {
+            findings.push(format!(
+                "{}: the guest hung in its untimed breakdown run (the host's tracefs on) in {hung_breakdown} of {} VM(s) and was killed; their timed phases count",
+                col.tag,
+                mine.len()
+            ));
+        }
+        let hung_counting = mine.iter().filter(|c| hung_counting(c)).count() - hung_breakdown;
         if hung_counting > 0 {
             findings.push(format!(
                 "{}: the guest hung in its untimed counting run (QEMU's trace on) in {hung_counting} of {} VM(s) and was killed; their timed phases count",
@@ -641,6 +653,7 @@ pub fn summarize(
         guest_time: crate::guest_time::rows(columns, phases, cells),
         cpu: crate::cpu_time::rows(columns, phases, cells),
         exits,
+        breakdown: crate::breakdown::rows(columns, phases, cells),
         order: crate::order::rows(columns, phases, cells, baseline),
         paired: paired::rows(columns, phases, cells, baseline),
         lead: None,
@@ -1003,6 +1016,11 @@ pub fn render_text(s: &Summary) -> String {
     for (ph, head, body) in exit_tables(s) {
         out += &text_table(&format!("KVM exits per I/O: {ph}"), head, body);
     }
+    out += &text_table(
+        "where a request's time goes (--breakdown: untimed pass, host tracefs, medians)",
+        heads(&crate::breakdown::HEADER),
+        s.breakdown.iter().map(crate::breakdown::cells),
+    );
     out += &format!("\n{}\n", notes(s));
     out
 }
@@ -1093,6 +1111,11 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let or: Vec<Vec<String>> = s.order.iter().map(order::cells).collect();
         out += &format!("\n{}:\n\n{}", order::note(&s.baseline), md_table(&oh, &or));
     }
+    if !s.breakdown.is_empty() {
+        let bh = crate::breakdown::HEADER.map(String::from).to_vec();
+        let br: Vec<Vec<String>> = s.breakdown.iter().map(crate::breakdown::cells).collect();
+        out += &format!("\n{}:\n\n{}", crate::breakdown::NOTE, md_table(&bh, &br));
+    }
     let exit_tables = exit_tables(s);
     if !exit_tables.is_empty() {
         out += &format!("\n{EXITS_NOTE}:\n");
@@ -1174,6 +1197,7 @@ pub(crate) mod tests {
                 device: dev,
                 kvm_exits: None,
                 host_cpu: None,
+                breakdown: None,
             },
         );
         CellResult {

@@ -89,6 +89,10 @@ pub struct PhaseResult {
     /// The host's CPU time from the phase's begin to its end marker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cpu: Option<crate::cpu_time::CpuTimes>,
+    /// An untimed breakdown phase's record of the VMM's threads
+    /// (`--breakdown`, phases `breakdown-RUN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<crate::breakdown::Breakdown>,
 }
 
 /// Where a guest ran: which boot of which host, and in what order.

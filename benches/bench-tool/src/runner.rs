@@ -8,7 +8,11 @@
 //! marker its trace events go on over QMP and the guest, waiting on its
 //! console, is told `go` (or `skip` when they could not be turned on); at
 //! the end marker they go off and the trace file's gain is the phase's
-//! count (see [`crate::trace`]).
+//! count (see [`crate::trace`]). With `--breakdown` every guest behind a
+//! virtio-iommu then runs untimed breakdown phases (`breakdown-PHASE`): at
+//! the begin marker a tracefs instance is set up for the VMM's threads,
+//! the guest is told `go`, and the host records the middle of the run
+//! (see [`crate::host_trace`]); stock QEMU's trace stays off in them.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -20,9 +24,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
+use crate::breakdown::Serving;
 use crate::columns::Launch;
 use crate::footprint::Footprint;
-use crate::guest::{is_count_phase, parse_line, Marker};
+use crate::guest::{is_breakdown_phase, is_count_phase, parse_line, Marker};
 use crate::metrics::{CounterSource, DeviceCounters};
 use crate::results::{CellResult, CellStatus, Counting, PhaseResult};
 use crate::units::human_duration;
@@ -133,6 +138,8 @@ pub struct CellCtx<'a> {
     pub cancel: watch::Receiver<bool>,
     /// KVM exit counting per phase (`--kvm-exits`).
     pub kvm_exits: Option<&'a crate::kvm_exits::KvmExits>,
+    /// The host's recording of the breakdown phases (`--breakdown`).
+    pub breakdown: Option<&'a crate::host_trace::Settings>,
 }
 
 fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
@@ -180,6 +187,10 @@ struct Cell {
     /// The guest's serial console input (stock QEMU's stdin, when it
     /// counts): the answer to a counting phase's begin marker.
     console: Option<tokio::process::ChildStdin>,
+    /// The VMM's process id (its threads are what a breakdown records).
+    vmm_pid: Option<u32>,
+    /// How its request-serving thread is found in a breakdown.
+    serving: Option<Serving>,
 }
 
 /// Run `launch` as the cell `column` round `round`.
@@ -207,7 +218,7 @@ pub async fn run_cell(
     progress.line(column, round, "booting", Duration::ZERO);
     debug!("{}", launch.display());
     // A counting guest waits for its answers on the console: QEMU's stdin.
-    let stdin = if launch.qmp.is_some() {
+    let stdin = if launch.console_input() {
         Stdio::piped()
     } else {
         Stdio::null()
@@ -244,6 +255,13 @@ pub async fn run_cell(
     let mut st = Cell {
         phase: "boot".into(),
         console: child.stdin.take(),
+        vmm_pid: pid,
+        // Ours: its device thread; stock QEMU: found in the trace.
+        serving: Some(if launch.api_socket.is_some() {
+            Serving::Named("viommu".into())
+        } else {
+            Serving::DmaCaller
+        }),
         ..Default::default()
     };
     let mut last_progress = Instant::now();
@@ -293,7 +311,7 @@ pub async fn run_cell(
                         if st.boot.is_none() && st.boot_stall.is_none() {
                             st.boot_stall = crate::checks::stall_in(&line);
                         }
-                        if on_line(&line, &mut st, &mut src, ctx.kvm_exits, (column, round, progress, start)).await {
+                        if on_line(&line, &mut st, &mut src, (ctx.kvm_exits, ctx.breakdown), (column, round, progress, start)).await {
                             last_progress = Instant::now();
                         }
                         if st.guest_rc.is_some() && done_at.is_none() {
@@ -445,7 +463,10 @@ async fn on_line(
     line: &str,
     st: &mut Cell,
     src: &mut CounterSource,
-    kvm: Option<&crate::kvm_exits::KvmExits>,
+    (kvm, brk): (
+        Option<&crate::kvm_exits::KvmExits>,
+        Option<&crate::host_trace::Settings>,
+    ),
     (column, round, progress, start): (&str, u32, &Progress, Instant),
 ) -> bool {
     let m = match parse_line(line) {
@@ -457,6 +478,19 @@ async fn on_line(
         }
     };
     match m {
+        Marker::PhaseBegin(n) if is_breakdown_phase(&n) => {
+            progress.line(
+                column,
+                round,
+                &format!("{n}, untimed: the host's tracefs records the VMM's threads"),
+                start.elapsed(),
+            );
+            breakdown_phase(&n, st, src, brk, column).await;
+            st.phase = n;
+        }
+        Marker::PhaseEnd(n) if is_breakdown_phase(&n) => {
+            st.phase = format!("after {n}");
+        }
         Marker::PhaseBegin(n) if is_count_phase(&n) => {
             progress.line(
                 column,
@@ -556,8 +590,82 @@ async fn on_line(
     true
 }
 
-/// Answer a counting phase's begin marker on the guest's console: `go`
-/// (the counting is on) or `skip`. A guest with no console input (not a
+/// A breakdown phase `n`, from its begin marker: a tracefs instance for
+/// the VMM's threads (or `skip` to the guest, and a warning, when it cannot
+/// be had), `go`, the recording over [`crate::host_trace::Settings`]'s
+/// window (our VMM's counters read at its two ends), the analysis into the
+/// phase's `breakdown`; the instance is gone when this returns.
+async fn breakdown_phase(
+    n: &str,
+    st: &mut Cell,
+    src: &mut CounterSource,
+    brk: Option<&crate::host_trace::Settings>,
+    column: &str,
+) {
+    let rec = match (brk, st.vmm_pid) {
+        (Some(s), Some(pid)) => crate::host_trace::Recorder::create(s, pid)
+            .map(|r| (s, r))
+            .map_err(|e| e.to_string()),
+        (None, _) => Err("the tool was not asked for --breakdown".into()),
+        (_, None) => Err("the VMM's process id is unknown".into()),
+    };
+    let (s, mut rec) = match rec {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("{n}: not recorded: {e}");
+            warn!("{column} {why}");
+            st.warnings.push(why);
+            answer(st, false).await;
+            return;
+        }
+    };
+    answer(st, true).await;
+    tokio::time::sleep(s.delay).await;
+    let before = src.snapshot().await.ok().flatten();
+    let started = rec.start();
+    if started.is_ok() {
+        tokio::time::sleep(s.window).await;
+    }
+    let stopped = started.and_then(|()| rec.stop());
+    let after = src.snapshot().await.ok().flatten();
+    let device = before.zip(after).map(|(b, a)| a.since(&b));
+    let serving = st.serving.clone().unwrap_or(Serving::DmaCaller);
+    match stopped.and_then(|()| rec.collect(serving, device)) {
+        Ok(b) => {
+            if let Some(why) = &b.server_missing {
+                let w = format!("{n}: no request-serving thread found: {why}");
+                warn!("{column} {w}");
+                st.warnings.push(w);
+            }
+            if b.missing_events() > 0 {
+                let w = format!(
+                    "{n}: the trace buffer lost or dropped {} event(s) (its counts and times are lower bounds{})",
+                    b.missing_events(),
+                    if b.cut {
+                        "; the window ends where the first CPU's buffer filled"
+                    } else {
+                        ""
+                    }
+                );
+                warn!("{column} {w}");
+                st.warnings.push(w);
+            }
+            if let Some(why) = &b.pins_missing {
+                debug!("{column} {n}: page pinning not traced: {why}");
+            }
+            st.phases.entry(n.to_string()).or_default().breakdown = Some(b);
+        }
+        Err(e) => {
+            let why = format!("{n}: not recorded: {e}");
+            warn!("{column} {why}");
+            st.warnings.push(why);
+        }
+    }
+    drop(rec);
+}
+
+/// Answer an untimed phase's begin marker on the guest's console: `go`
+/// (the observer is on) or `skip`. A guest with no console input (not a
 /// counting VMM) waits out its own timeout.
 async fn answer(st: &mut Cell, go: bool) {
     let Some(c) = st.console.as_mut() else {
@@ -627,6 +735,7 @@ mod tests {
             api_socket: None,
             kernel: None,
             counting: Counting::None,
+            breakdown: false,
         }
     }
 
@@ -637,6 +746,7 @@ mod tests {
             log_dir: dir,
             cancel: rx,
             kvm_exits: None,
+            breakdown: None,
         }
     }
 
@@ -1040,6 +1150,47 @@ fi
         assert!(std::fs::read_to_string(&r.log)
             .unwrap()
             .contains("ack=skip"));
+    }
+
+    #[tokio::test]
+    async fn a_breakdown_that_cannot_record_is_skipped_and_said() {
+        let d = tempfile::tempdir().unwrap();
+        let body = format!(
+            r#"{}echo '@@LAB-PHASE@@ begin breakdown-randread-4k'
+read -r ack
+echo "ack=$ack"
+echo '@@LAB-PHASE@@ end breakdown-randread-4k'
+echo '@@LAB-GUEST-DONE@@ rc=0'
+"#,
+            GOOD.replace("echo '@@LAB-GUEST-DONE@@ rc=0'\n", "")
+        );
+        let mut l = script_launch(d.path(), &body);
+        l.breakdown = true;
+        // A tracefs without instances: nothing can be recorded.
+        let s = crate::host_trace::Settings {
+            tracefs: d.path().join("no-tracefs"),
+            ..crate::host_trace::Settings::new(2)
+        };
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let (_tx, rx) = watch::channel(false);
+        let mut c = ctx(d.path(), rx, 15);
+        c.breakdown = Some(&s);
+        let r = run_cell(&l, "ours", 0, &mut c, &p).await.unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        let log = std::fs::read_to_string(&r.log).unwrap();
+        assert!(log.contains("ack=skip"), "{log}");
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w
+                    .starts_with("breakdown-randread-4k: not recorded: --breakdown: cannot write")),
+            "{:?}",
+            r.warnings
+        );
+        assert!(r
+            .phases
+            .get("breakdown-randread-4k")
+            .is_none_or(|p| p.breakdown.is_none()));
     }
 
     #[tokio::test]

@@ -1,0 +1,1348 @@
+//! Where a virtio-iommu request's time goes in the VMM (`--breakdown`):
+//! the host kernel's own record of the VMM's threads over an untimed pass
+//! of each measured fio job, read from the text of a tracefs instance's
+//! `trace` file and reduced to the request-serving thread's wake-ups,
+//! wake-up latency, run time, ioctl time (by VFIO/iommufd command), page
+//! pinning inside those ioctls, and the guest's MMIO write exits (its
+//! notifications). Everything here is pure: lines in, numbers out; the
+//! tracefs instance that records them is [`crate::host_trace`].
+//!
+//! The text format is the one `/sys/kernel/tracing/trace` has printed since
+//! Linux 5.x, unchanged in 6.1 and 6.12:
+//!
+//! ```text
+//! # entries-in-buffer/entries-written: 40/40   #P:2
+//!           viommu-1234    [001] d..2.   100.000100: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+//!        CPU 0/KVM-1236    [000] d..5.   100.000200: sched_waking: comm=viommu pid=1234 prio=120 target_cpu=001
+//!           viommu-1234    [001] .....   100.000300: sys_enter: NR 16 (9, 3b71, 7ffd6c8a8f30, 0, 0, 0)
+//! CPU:1 [LOST 12 EVENTS]
+//! ```
+//!
+//! (the irq-flags column is optional, a `(tgid)` may follow the pid, a task
+//! whose name the kernel no longer remembers prints as `<...>`: names are
+//! taken from the events' own fields and from /proc, never from that
+//! column). Written here rather than taken from a crate: the maintained
+//! readers of ftrace data (libtracecmd and its Rust wrapper) need the C
+//! libraries and trace-cmd's binary format, and the text is a few fields
+//! per event.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `ioctl(2)`'s system call number, as `raw_syscalls:sys_enter` shows it.
+#[cfg(target_arch = "aarch64")]
+pub const IOCTL_NR: u64 = 29;
+/// `ioctl(2)`'s system call number, as `raw_syscalls:sys_enter` shows it.
+#[cfg(not(target_arch = "aarch64"))]
+pub const IOCTL_NR: u64 = 16;
+
+/// What the request-serving thread's ioctls were, by command (the events
+/// show the arguments: `cmd` is the second).
+pub fn ioctl_name(cmd: u64) -> &'static str {
+    match cmd {
+        0x3b71 => "VFIO_IOMMU_MAP_DMA",
+        0x3b72 => "VFIO_IOMMU_UNMAP_DMA",
+        0x3b83 => "IOMMU_IOAS_COPY",
+        0x3b85 => "IOMMU_IOAS_MAP",
+        0x3b86 => "IOMMU_IOAS_UNMAP",
+        _ => "other",
+    }
+}
+
+/// Whether an ioctl of that name maps or unmaps DMA (the calls that find
+/// stock QEMU's request-serving thread).
+pub fn is_dma_ioctl(name: &str) -> bool {
+    name != "other"
+}
+
+/// The prefix of the kprobe events on the kernel's page pinning
+/// ([`crate::host_trace`]): `vb_pin_FUNC` at entry, `vb_pin_FUNC_ret` at
+/// return.
+pub const PIN_EVENT_PREFIX: &str = "vb_pin_";
+
+/// The text of the trace markers that bound the recorded window.
+pub const MARK_BEGIN: &str = "viommu-bench window begin";
+/// See [`MARK_BEGIN`].
+pub const MARK_END: &str = "viommu-bench window end";
+
+/// One event line of a `trace` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event<'a> {
+    /// The task (thread) the event ran in.
+    pub tid: u32,
+    /// The CPU.
+    pub cpu: u32,
+    /// Trace clock, nanoseconds.
+    pub ts_ns: u64,
+    /// The event's name (`sched_switch`, `sys_enter`, ...).
+    pub name: &'a str,
+    /// What follows `name: `.
+    pub fields: &'a str,
+}
+
+/// One line of a `trace` text that matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line<'a> {
+    /// An event.
+    Event(Event<'a>),
+    /// `CPU:N [LOST M EVENTS]`: the ring buffer lost events there.
+    Lost {
+        /// The CPU.
+        cpu: u32,
+        /// How many.
+        events: u64,
+    },
+    /// `# entries-in-buffer/entries-written: A/B`: B - A events were
+    /// written and are no longer in the buffer.
+    Entries {
+        /// In the buffer.
+        in_buffer: u64,
+        /// Written.
+        written: u64,
+    },
+}
+
+/// Seconds with a fraction (`100.000100`) as nanoseconds.
+fn parse_ts(s: &str) -> Option<u64> {
+    let (sec, frac) = s.split_once('.')?;
+    if frac.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let sec: u64 = sec.parse().ok()?;
+    let frac: u64 = format!("{frac:0<9}").parse().ok()?;
+    sec.checked_mul(1_000_000_000)?.checked_add(frac)
+}
+
+/// One line of a `trace` text; `None` for comments, banners and anything
+/// that is not an event.
+pub fn parse_line(line: &str) -> Option<Line<'_>> {
+    let t = line.trim();
+    if let Some(rest) = t.strip_prefix("# entries-in-buffer/entries-written:") {
+        let (a, b) = rest.split_whitespace().next()?.split_once('/')?;
+        return Some(Line::Entries {
+            in_buffer: a.parse().ok()?,
+            written: b.parse().ok()?,
+        });
+    }
+    if t.starts_with('#') {
+        return None;
+    }
+    if let Some(rest) = t.strip_prefix("CPU:") {
+        let (cpu, lost) = rest.split_once(' ')?;
+        let n = lost
+            .trim()
+            .strip_prefix("[LOST ")?
+            .split_whitespace()
+            .next()?;
+        return Some(Line::Lost {
+            cpu: cpu.parse().ok()?,
+            events: n.parse().ok()?,
+        });
+    }
+    // The first `[CPU]` that follows `TASK-PID` (and an optional `(TGID)`).
+    let mut from = 0;
+    let (tid, cpu, after) = loop {
+        let open = from + t[from..].find('[')?;
+        let close = open + t[open..].find(']')?;
+        let inner = &t[open + 1..close];
+        let mut task = t[..open].trim_end();
+        if task.ends_with(')') {
+            if let Some(p) = task.rfind('(') {
+                task = task[..p].trim_end();
+            }
+        }
+        let pid = task
+            .rsplit_once('-')
+            .map(|(_, p)| p)
+            .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        match (pid, inner.parse::<u32>()) {
+            (Some(pid), Ok(cpu)) if !inner.is_empty() => {
+                break (pid.parse().ok()?, cpu, &t[close + 1..]);
+            }
+            _ => from = open + 1,
+        }
+    };
+    // [irq flags] TIMESTAMP: NAME: FIELDS
+    let mut rest = after.trim_start();
+    let mut ts = None;
+    for _ in 0..2 {
+        let (tok, r) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        rest = r.trim_start();
+        if let Some(x) = tok.strip_suffix(':').and_then(parse_ts) {
+            ts = Some(x);
+            break;
+        }
+    }
+    let ts_ns = ts?;
+    let (name, fields) = match rest.split_once(": ") {
+        Some((n, f)) => (n, f),
+        None => (rest.trim_end_matches(':'), ""),
+    };
+    if name.is_empty() || name.contains(' ') {
+        return None;
+    }
+    Some(Line::Event(Event {
+        tid,
+        cpu,
+        ts_ns,
+        name,
+        fields,
+    }))
+}
+
+/// The word after the last ` KEY=` (or a leading `KEY=`) in `s`: task
+/// names before it may hold spaces, the values read here do not.
+fn word_after<'a>(s: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("{key}=");
+    let at = match s.rfind(&format!(" {pat}")) {
+        Some(i) => i + 1 + pat.len(),
+        None => s.strip_prefix(&pat).map(|_| pat.len())?,
+    };
+    s[at..].split_whitespace().next()
+}
+
+/// The text between `KEY=` at the start of `s` and the last ` NEXT=`.
+fn name_before<'a>(s: &'a str, key: &str, next: &str) -> Option<&'a str> {
+    let rest = s.strip_prefix(&format!("{key}="))?;
+    let end = rest.rfind(&format!(" {next}="))?;
+    Some(&rest[..end])
+}
+
+/// A `sched_switch`: who left the CPU (name, tid, state) and who took it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Switch<'a> {
+    prev_comm: &'a str,
+    prev: u32,
+    prev_state: &'a str,
+    next_comm: &'a str,
+    next: u32,
+}
+
+fn parse_switch(fields: &str) -> Option<Switch<'_>> {
+    let (p, n) = fields.split_once(" ==> ")?;
+    Some(Switch {
+        prev_comm: name_before(p, "prev_comm", "prev_pid")?,
+        prev: word_after(p, "prev_pid")?.parse().ok()?,
+        prev_state: word_after(p, "prev_state")?,
+        next_comm: name_before(n, "next_comm", "next_pid")?,
+        next: word_after(n, "next_pid")?.parse().ok()?,
+    })
+}
+
+/// A `sched_waking`/`sched_wakeup`: the woken task's name and tid.
+fn parse_wake(fields: &str) -> Option<(&str, u32)> {
+    Some((
+        name_before(fields, "comm", "pid")?,
+        word_after(fields, "pid")?.parse().ok()?,
+    ))
+}
+
+/// `sys_enter: NR 16 (a, b, ...)`: the number and the arguments.
+fn parse_sys_enter(fields: &str) -> Option<(u64, Vec<u64>)> {
+    let rest = fields.strip_prefix("NR ")?;
+    let (nr, args) = rest.split_once(' ').unwrap_or((rest, ""));
+    let args = args
+        .trim()
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split(',')
+        .filter_map(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
+        .collect();
+    Some((nr.parse().ok()?, args))
+}
+
+/// `sys_exit: NR 16 = 0`: the number.
+fn parse_sys_exit(fields: &str) -> Option<u64> {
+    fields
+        .strip_prefix("NR ")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Calls of one kind: how many, their time from entry to return, and the
+/// part of it the thread was on a CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Calls {
+    /// Calls that entered and returned in the window.
+    pub count: u64,
+    /// Their time, entry to return, ns.
+    pub ns: u64,
+    /// The part of it on a CPU, ns (the rest it was preempted or blocked).
+    #[serde(default)]
+    pub on_cpu_ns: u64,
+}
+
+/// What one thread did in the window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadStats {
+    /// Its tid.
+    pub tid: u32,
+    /// Its name (from /proc or the events; empty if never seen).
+    pub comm: String,
+    /// Wake-ups while it slept (`sched_waking`, else `sched_wakeup`).
+    pub wakeups: u64,
+    /// Of those, the ones it was switched in after, within the window.
+    pub wakeups_timed: u64,
+    /// Wake-up latency (waking to switch-in) summed over those, ns.
+    pub wake_latency_ns: u64,
+    /// The longest of them, ns.
+    pub wake_latency_max_ns: u64,
+    /// Wake-ups with no switch-in before the window ended.
+    pub wakeups_unanswered: u64,
+    /// Wake-ups that found it still on a CPU (about to sleep): no latency.
+    pub wakeups_running: u64,
+    /// Time on a CPU in the window, ns.
+    pub run_ns: u64,
+    /// Times it went to sleep (switched out not runnable).
+    pub sleeps: u64,
+    /// Times it was preempted (switched out runnable).
+    pub preemptions: u64,
+    /// Its ioctls by command ([`ioctl_name`]).
+    pub ioctls: BTreeMap<String, Calls>,
+    /// ioctls cut by the window's edges or lost events (not counted).
+    pub ioctls_cut: u64,
+    /// Page pinning inside the kernel (kprobes on pin_user_pages_*), if traced.
+    pub pins: Calls,
+    /// Its own run time is known only from a point after the window's
+    /// start (events were lost while it ran): `run_ns` is a lower bound.
+    pub run_lower_bound: bool,
+}
+
+impl ThreadStats {
+    /// Its DMA map/unmap ioctls (VFIO or iommufd), all commands together.
+    pub fn dma_ioctls(&self) -> Calls {
+        self.ioctls
+            .iter()
+            .filter(|(n, _)| is_dma_ioctl(n))
+            .fold(Calls::default(), |a, (_, c)| Calls {
+                count: a.count + c.count,
+                ns: a.ns + c.ns,
+                on_cpu_ns: a.on_cpu_ns + c.on_cpu_ns,
+            })
+    }
+
+    /// Every ioctl, all commands together.
+    pub fn all_ioctls(&self) -> Calls {
+        self.ioctls.values().fold(Calls::default(), |a, c| Calls {
+            count: a.count + c.count,
+            ns: a.ns + c.ns,
+            on_cpu_ns: a.on_cpu_ns + c.on_cpu_ns,
+        })
+    }
+}
+
+/// Whether a thread was on a CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnCpu {
+    /// Not known yet: `from_start` while nothing was lost since the
+    /// window began (its first event then says what it was doing since).
+    Unknown { from_start: bool },
+    /// On a CPU since the segment's start.
+    On,
+    /// Off a CPU (sleeping or runnable).
+    Off,
+}
+
+#[derive(Debug)]
+struct Thread {
+    stats: ThreadStats,
+    cpu: OnCpu,
+    /// Start of the current accounting segment.
+    seg: u64,
+    /// Waiting to run since this wake-up.
+    woken: Option<u64>,
+    /// In an ioctl since (time, command name, on-CPU time so far).
+    ioctl: Option<(u64, &'static str, u64)>,
+    /// Pinning depth and the outermost call's start.
+    pin: Option<(u32, u64, u64)>,
+}
+
+impl Thread {
+    fn new(tid: u32) -> Self {
+        Thread {
+            stats: ThreadStats {
+                tid,
+                ..Default::default()
+            },
+            cpu: OnCpu::Unknown { from_start: true },
+            seg: 0,
+            woken: None,
+            ioctl: None,
+            pin: None,
+        }
+    }
+
+    /// Count the time since the last segment's start as what it was.
+    fn account(&mut self, t: u64) {
+        let d = t.saturating_sub(self.seg);
+        if self.cpu == OnCpu::On {
+            self.stats.run_ns += d;
+            if let Some((_, _, on)) = self.ioctl.as_mut() {
+                *on += d;
+            }
+            if let Some((_, _, on)) = self.pin.as_mut() {
+                *on += d;
+            }
+        }
+        self.seg = t;
+    }
+
+    /// An event in this thread's own context at `t`: it is on a CPU, and
+    /// (unless it came on in the window, which a switch-in would have
+    /// said) has been since the window began.
+    fn running(&mut self, t: u64, start: u64) {
+        match self.cpu {
+            OnCpu::Unknown { from_start } => {
+                self.seg = if from_start { start } else { t };
+                if !from_start {
+                    self.stats.run_lower_bound = true;
+                }
+                self.cpu = OnCpu::On;
+            }
+            // Its switch-in was not seen (lost): on from here.
+            OnCpu::Off => {
+                self.seg = t;
+                self.cpu = OnCpu::On;
+            }
+            OnCpu::On => {}
+        }
+        self.account(t);
+    }
+}
+
+/// The threads' record over one window.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Analysis {
+    /// The window analysed, trace clock ns (begin marker, or the first
+    /// event; end marker or cut-off, or the last event).
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
+    /// Every thread seen, by tid.
+    pub threads: Vec<ThreadStats>,
+    /// The guest's MMIO write exits (`kvm_fast_mmio`, `kvm_mmio` writes)
+    /// on the VMM's threads; `None` when no such event was recorded.
+    pub mmio_writes: Option<u64>,
+    /// Events the buffer lost (`[LOST N EVENTS]` lines, and written but no
+    /// longer in the buffer per the header).
+    pub lost_events: u64,
+    /// Events in the window that were analysed.
+    pub events: u64,
+}
+
+impl Analysis {
+    /// The window's length, ns.
+    pub fn window_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+
+    /// The thread `tid`.
+    pub fn thread(&self, tid: u32) -> Option<&ThreadStats> {
+        self.threads.iter().find(|t| t.tid == tid)
+    }
+}
+
+/// How the request-serving thread is found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Serving {
+    /// The thread with this name (our VMM: `viommu`).
+    Named(String),
+    /// The thread that made the most DMA map/unmap ioctls (stock QEMU,
+    /// whose thread names differ between versions).
+    DmaCaller,
+}
+
+impl Serving {
+    /// The thread it picks in `a`, or why none.
+    pub fn pick<'a>(&self, a: &'a Analysis) -> Result<&'a ThreadStats, String> {
+        match self {
+            Serving::Named(n) => a
+                .threads
+                .iter()
+                .filter(|t| &t.comm == n)
+                .max_by_key(|t| (t.run_ns, t.wakeups))
+                .ok_or_else(|| format!("no thread named {n:?} in the trace")),
+            Serving::DmaCaller => a
+                .threads
+                .iter()
+                .filter(|t| t.dma_ioctls().count > 0)
+                .max_by_key(|t| t.dma_ioctls().count)
+                .ok_or_else(|| {
+                    "no thread of the VMM made a VFIO or iommufd map/unmap ioctl in the window"
+                        .into()
+                }),
+        }
+    }
+}
+
+/// The last event time of each CPU in `full` (the CPUs whose buffer
+/// filled and dropped what came after): the earliest of them is where the
+/// record stops being whole, the window's cut-off.
+pub fn cutoff<'a>(lines: impl IntoIterator<Item = &'a str>, full: &[u32]) -> Option<u64> {
+    if full.is_empty() {
+        return None;
+    }
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    for l in lines {
+        if let Some(Line::Event(e)) = parse_line(l) {
+            if full.contains(&e.cpu) {
+                last.insert(e.cpu, e.ts_ns);
+            }
+        }
+    }
+    last.values().min().copied()
+}
+
+/// Reduce a `trace` text to what each thread did. `names`: tid to name
+/// (the VMM's threads from /proc; the events' names fill the rest);
+/// `end`: a cut-off ([`cutoff`]): later events are left out.
+pub fn analyze<'a>(
+    lines: impl IntoIterator<Item = &'a str>,
+    names: &BTreeMap<u32, String>,
+    end: Option<u64>,
+) -> Analysis {
+    let mut th: BTreeMap<u32, Thread> = BTreeMap::new();
+    let mut a = Analysis::default();
+    let (mut start, mut last, mut mark_end) = (None::<u64>, 0u64, None::<u64>);
+    let mut mmio = None::<u64>;
+    for l in lines {
+        let e = match parse_line(l) {
+            Some(Line::Event(e)) => e,
+            Some(Line::Lost { events, .. }) => {
+                a.lost_events += events;
+                // What every thread was doing is unknown from here on:
+                // nothing open is counted, run time resumes at the next
+                // event that says where a thread is.
+                for t in th.values_mut() {
+                    t.account(last);
+                    if t.ioctl.take().is_some() {
+                        t.stats.ioctls_cut += 1;
+                    }
+                    t.pin = None;
+                    if t.woken.take().is_some() {
+                        t.stats.wakeups_unanswered += 1;
+                    }
+                    t.cpu = OnCpu::Unknown { from_start: false };
+                }
+                continue;
+            }
+            Some(Line::Entries { in_buffer, written }) => {
+                a.lost_events += written.saturating_sub(in_buffer);
+                continue;
+            }
+            None => continue,
+        };
+        if end.is_some_and(|c| e.ts_ns > c) || mark_end.is_some() {
+            continue;
+        }
+        if e.name == "tracing_mark_write" || e.name == "print" {
+            if e.fields.contains(MARK_BEGIN) {
+                start.get_or_insert(e.ts_ns);
+            } else if e.fields.contains(MARK_END) {
+                mark_end = Some(e.ts_ns);
+            }
+            continue;
+        }
+        let s = *start.get_or_insert(e.ts_ns);
+        last = last.max(e.ts_ns);
+        a.events += 1;
+        let t = e.ts_ns;
+        match e.name {
+            "sched_switch" => {
+                let Some(sw) = parse_switch(e.fields) else {
+                    continue;
+                };
+                if sw.prev != 0 {
+                    let p = th.entry(sw.prev).or_insert_with(|| Thread::new(sw.prev));
+                    p.stats.comm = sw.prev_comm.to_string();
+                    p.running(t, s);
+                    p.cpu = OnCpu::Off;
+                    if sw.prev_state.starts_with('R') {
+                        p.stats.preemptions += 1;
+                    } else {
+                        p.stats.sleeps += 1;
+                    }
+                }
+                if sw.next != 0 {
+                    let n = th.entry(sw.next).or_insert_with(|| Thread::new(sw.next));
+                    n.stats.comm = sw.next_comm.to_string();
+                    n.account(t);
+                    n.cpu = OnCpu::On;
+                    n.seg = t;
+                    if let Some(w) = n.woken.take() {
+                        let lat = t.saturating_sub(w);
+                        n.stats.wakeups_timed += 1;
+                        n.stats.wake_latency_ns += lat;
+                        n.stats.wake_latency_max_ns = n.stats.wake_latency_max_ns.max(lat);
+                    }
+                }
+            }
+            "sched_waking" | "sched_wakeup" => {
+                let Some((comm, tid)) = parse_wake(e.fields) else {
+                    continue;
+                };
+                let w = th.entry(tid).or_insert_with(|| Thread::new(tid));
+                w.stats.comm = comm.to_string();
+                if w.woken.is_some() {
+                    continue; // sched_wakeup after its sched_waking
+                }
+                match w.cpu {
+                    OnCpu::On => {
+                        if e.name == "sched_waking" {
+                            w.stats.wakeups_running += 1;
+                        }
+                    }
+                    _ => {
+                        // It was asleep (if nothing said so before: since
+                        // the window began, or since the lost events).
+                        w.cpu = OnCpu::Off;
+                        w.stats.wakeups += 1;
+                        w.woken = Some(t);
+                    }
+                }
+            }
+            "sys_enter" | "sys_exit" => {
+                let me = th.entry(e.tid).or_insert_with(|| Thread::new(e.tid));
+                me.running(t, s);
+                if e.name == "sys_enter" {
+                    let Some((nr, args)) = parse_sys_enter(e.fields) else {
+                        continue;
+                    };
+                    if nr == IOCTL_NR {
+                        if me.ioctl.is_some() {
+                            me.stats.ioctls_cut += 1;
+                        }
+                        let cmd = args.get(1).copied().unwrap_or(0);
+                        me.ioctl = Some((t, ioctl_name(cmd), 0));
+                    }
+                } else if parse_sys_exit(e.fields) == Some(IOCTL_NR) {
+                    match me.ioctl.take() {
+                        Some((t0, name, on)) => {
+                            let c = me.stats.ioctls.entry(name.to_string()).or_default();
+                            c.count += 1;
+                            c.ns += t.saturating_sub(t0);
+                            c.on_cpu_ns += on;
+                        }
+                        None => me.stats.ioctls_cut += 1,
+                    }
+                }
+            }
+            "kvm_fast_mmio" | "kvm_mmio" => {
+                let n = mmio.get_or_insert(0);
+                if e.name == "kvm_fast_mmio" || e.fields.starts_with("mmio write") {
+                    *n += 1;
+                }
+                if e.tid != 0 {
+                    th.entry(e.tid)
+                        .or_insert_with(|| Thread::new(e.tid))
+                        .running(t, s);
+                }
+            }
+            name if name.starts_with(PIN_EVENT_PREFIX) => {
+                let me = th.entry(e.tid).or_insert_with(|| Thread::new(e.tid));
+                me.running(t, s);
+                if name.ends_with("_ret") {
+                    match me.pin.take() {
+                        Some((1, t0, on)) => {
+                            me.stats.pins.count += 1;
+                            me.stats.pins.ns += t.saturating_sub(t0);
+                            me.stats.pins.on_cpu_ns += on;
+                        }
+                        Some((d, t0, on)) => me.pin = Some((d - 1, t0, on)),
+                        None => {}
+                    }
+                } else {
+                    me.pin = Some(match me.pin {
+                        Some((d, t0, on)) => (d + 1, t0, on),
+                        None => (1, t, 0),
+                    });
+                }
+            }
+            _ => {
+                // Any other event of a thread's own: it is on a CPU.
+                if e.tid != 0 {
+                    th.entry(e.tid)
+                        .or_insert_with(|| Thread::new(e.tid))
+                        .running(t, s);
+                }
+            }
+        }
+    }
+    let start = start.unwrap_or(0);
+    let end_ns = match (mark_end, end) {
+        (Some(m), Some(c)) => m.min(c),
+        (Some(m), None) => m,
+        (None, Some(c)) => c.min(last.max(start)),
+        (None, None) => last.max(start),
+    };
+    a.start_ns = start;
+    a.end_ns = end_ns.max(start);
+    a.mmio_writes = mmio;
+    // The VMM's threads that left no event are listed too.
+    for tid in names.keys() {
+        th.entry(*tid).or_insert_with(|| Thread::new(*tid));
+    }
+    for (tid, mut t) in th {
+        match t.cpu {
+            // Never switched, never woken: either always on a CPU (it made
+            // events of its own: `running` said so) or never seen running.
+            OnCpu::Unknown { .. } | OnCpu::Off => {}
+            OnCpu::On => t.account(a.end_ns),
+        }
+        if t.ioctl.is_some() {
+            t.stats.ioctls_cut += 1;
+        }
+        if t.woken.is_some() {
+            t.stats.wakeups_unanswered += 1;
+        }
+        if let Some(n) = names.get(&tid) {
+            t.stats.comm = n.clone();
+        }
+        a.threads.push(t.stats);
+    }
+    a
+}
+
+/// What one untimed breakdown pass recorded (results.json: the `breakdown`
+/// of the phase `breakdown-RUN`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Breakdown {
+    /// The VMM's threads over the analysed window.
+    pub analysis: Analysis,
+    /// How the request-serving thread was found.
+    pub serving: Option<Serving>,
+    /// Its tid, if found.
+    pub server_tid: Option<u32>,
+    /// Why it was not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_missing: Option<String>,
+    /// Tracing on to off by the host's clock, ns.
+    pub traced_ns: u64,
+    /// A CPU's buffer filled before tracing went off: the window ends at
+    /// that CPU's last event (see [`cutoff`]), before `traced_ns` was over.
+    pub cut: bool,
+    /// Events the full buffers dropped (tracefs `per_cpu/*/stats`).
+    pub dropped_events: u64,
+    /// Events overwritten (`overrun`; 0 with the instance's overwrite off).
+    pub overrun: u64,
+    /// Why page pinning was not traced (None: it was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pins_missing: Option<String>,
+    /// Our VMM's device counters from tracing on to off (None: stock QEMU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::metrics::DeviceCounters>,
+}
+
+impl Breakdown {
+    /// The request-serving thread's record.
+    pub fn server(&self) -> Option<&ThreadStats> {
+        self.analysis.thread(self.server_tid?)
+    }
+
+    /// Events missing from the record: lost, dropped or overwritten.
+    pub fn missing_events(&self) -> u64 {
+        self.analysis.lost_events + self.dropped_events + self.overrun
+    }
+}
+
+/// Where one column's virtio-iommu request time goes in one measured
+/// phase, from its untimed breakdown pass (medians over rounds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BreakdownRow {
+    /// The measured phase.
+    pub phase: String,
+    /// Column tag.
+    pub column: String,
+    /// Requests per I/O over the window.
+    pub requests_per_io: Option<f64>,
+    /// The requests are stock QEMU's lower bounds (from its counting
+    /// pass), so every per-request value is an upper bound.
+    pub requests_lower_bound: bool,
+    /// MMIO write exits (the guest's notifications) per request.
+    pub mmio_exits_per_request: Option<f64>,
+    /// Wake-ups of the serving thread per request.
+    pub wakeups_per_request: Option<f64>,
+    /// Mean wake-up latency (waking to on a CPU), us.
+    pub wake_latency_us: Option<f64>,
+    /// The serving thread's run time per request, us.
+    pub run_us_per_request: Option<f64>,
+    /// Its run time per I/O, us.
+    pub run_us_per_io: Option<f64>,
+    /// Its ioctls per request.
+    pub ioctls_per_request: Option<f64>,
+    /// Mean time of one ioctl, entry to return, us.
+    pub ioctl_us: Option<f64>,
+    /// Page pinning inside them per request, us (kprobes; None: not traced).
+    pub pin_us_per_request: Option<f64>,
+    /// Run time outside ioctls per request, us: drain, planning,
+    /// completion (used ring, the interrupt's eventfd write), and the
+    /// wake-up's and the sleep's own kernel time.
+    pub rest_us_per_request: Option<f64>,
+    /// Run time over the window's wall time (0-1).
+    pub run_share: Option<f64>,
+    /// Window analysed, ms.
+    pub window_ms: Option<f64>,
+    /// Events missing from the record in the worst round (lost, dropped).
+    pub missing_events: u64,
+    /// Rounds that gave a breakdown.
+    pub rounds: u32,
+}
+
+/// The breakdown rows of every vIOMMU column and measured phase that had a
+/// breakdown pass, in phase order.
+pub fn rows(
+    columns: &[crate::columns::Column],
+    phases: &[crate::plan::Phase],
+    cells: &[crate::results::CellResult],
+) -> Vec<BreakdownRow> {
+    let mut out = Vec::new();
+    for ph in phases {
+        let bname = crate::guest::breakdown_phase_name(&ph.name);
+        for col in columns
+            .iter()
+            .filter(|c| c.iommu == crate::columns::Iommu::Viommu)
+        {
+            let mut v: [Vec<f64>; 12] = Default::default();
+            let (mut lower, mut missing, mut rounds) = (false, 0u64, 0u32);
+            for c in cells.iter().filter(|c| c.column == col.tag) {
+                let Some(p) = crate::report::usable(c, &bname) else {
+                    continue;
+                };
+                let (Some(b), Some(f)) = (p.breakdown.as_ref(), p.fio.as_ref()) else {
+                    continue;
+                };
+                let Some(s) = b.server() else { continue };
+                let win = b.analysis.window_ns();
+                if win == 0 {
+                    continue;
+                }
+                rounds += 1;
+                missing = missing.max(b.missing_events());
+                let ios = f.iops() as f64 * win as f64 / 1e9;
+                let req = match &b.device {
+                    Some(d) => {
+                        let share = if b.traced_ns > 0 {
+                            (win as f64 / b.traced_ns as f64).min(1.0)
+                        } else {
+                            1.0
+                        };
+                        Some(d.requests() as f64 * share)
+                    }
+                    None => {
+                        // Stock QEMU: requests per I/O of its counting pass.
+                        let cp = c.phases.get(&crate::guest::count_phase_name(&ph.name));
+                        cp.and_then(|r| {
+                            let cf = r.fio.as_ref().filter(|f| f.error == 0)?;
+                            let n = crate::report::ios_of(cf, ph);
+                            (n > 0.0).then(|| r.device.map(|d| d.requests() as f64 / n * ios))?
+                        })
+                        .inspect(|_| lower = true)
+                    }
+                }
+                .filter(|r| *r > 0.0);
+                let per_req = |x: f64| req.map(|r| x / r);
+                let io = s.all_ioctls();
+                let us = |ns: u64| ns as f64 / 1e3;
+                let vals = [
+                    req.filter(|_| ios > 0.0).map(|r| r / ios),
+                    b.analysis.mmio_writes.and_then(|m| per_req(m as f64)),
+                    per_req(s.wakeups as f64),
+                    (s.wakeups_timed > 0).then(|| us(s.wake_latency_ns) / s.wakeups_timed as f64),
+                    per_req(us(s.run_ns)),
+                    (ios > 0.0).then(|| us(s.run_ns) / ios),
+                    per_req(io.count as f64),
+                    (io.count > 0).then(|| us(io.ns) / io.count as f64),
+                    if b.pins_missing.is_none() {
+                        per_req(us(s.pins.ns))
+                    } else {
+                        None
+                    },
+                    per_req(us(s.run_ns.saturating_sub(io.on_cpu_ns))),
+                    Some(s.run_ns as f64 / win as f64),
+                    Some(win as f64 / 1e6),
+                ];
+                for (x, y) in v.iter_mut().zip(vals) {
+                    x.extend(y);
+                }
+            }
+            if rounds == 0 {
+                continue;
+            }
+            let m = |x: &[f64]| crate::stats::Spread::of(x).map(|s| s.median);
+            out.push(BreakdownRow {
+                phase: ph.name.clone(),
+                column: col.tag.clone(),
+                requests_per_io: m(&v[0]),
+                requests_lower_bound: lower,
+                mmio_exits_per_request: m(&v[1]),
+                wakeups_per_request: m(&v[2]),
+                wake_latency_us: m(&v[3]),
+                run_us_per_request: m(&v[4]),
+                run_us_per_io: m(&v[5]),
+                ioctls_per_request: m(&v[6]),
+                ioctl_us: m(&v[7]),
+                pin_us_per_request: m(&v[8]),
+                rest_us_per_request: m(&v[9]),
+                run_share: m(&v[10]),
+                window_ms: m(&v[11]),
+                missing_events: missing,
+                rounds,
+            });
+        }
+    }
+    out
+}
+
+/// The table's header.
+pub const HEADER: [&str; 16] = [
+    "phase",
+    "column",
+    "requests/IO",
+    "MMIO exits/req",
+    "wake-ups/req",
+    "wake-up us",
+    "run us/req",
+    "run us/IO",
+    "ioctls/req",
+    "us/ioctl",
+    "pinning us/req",
+    "rest us/req",
+    "run (of wall)",
+    "window ms",
+    "missing events",
+    "rounds",
+];
+
+/// The table's cells of one row: `-` not measured; per-request values of
+/// stock QEMU `<=` (its requests are lower bounds), its requests `>=`.
+pub fn cells(r: &BreakdownRow) -> Vec<String> {
+    let (ge, le) = if r.requests_lower_bound {
+        (">=", "<=")
+    } else {
+        ("", "")
+    };
+    let f =
+        |x: Option<f64>, p: usize, mark: &str| x.map_or("-".into(), |v| format!("{mark}{v:.p$}"));
+    vec![
+        r.phase.clone(),
+        r.column.clone(),
+        f(r.requests_per_io, 2, ge),
+        f(r.mmio_exits_per_request, 2, le),
+        f(r.wakeups_per_request, 2, le),
+        f(r.wake_latency_us, 1, ""),
+        f(r.run_us_per_request, 1, le),
+        f(r.run_us_per_io, 1, ""),
+        f(r.ioctls_per_request, 2, le),
+        f(r.ioctl_us, 1, ""),
+        f(r.pin_us_per_request, 1, le),
+        f(r.rest_us_per_request, 1, le),
+        r.run_share
+            .map_or("-".into(), |v| format!("{:.0}%", v * 100.0)),
+        f(r.window_ms, 0, ""),
+        if r.missing_events > 0 {
+            format!("{} (lower bounds)", r.missing_events)
+        } else {
+            "0".into()
+        },
+        r.rounds.to_string(),
+    ]
+}
+
+/// What the table shows, for the Markdown report.
+pub const NOTE: &str = "Where a request's time goes in the VMM (--breakdown: the host's tracefs over an untimed pass of each fio job after the timed ones, recording only the VMM's threads; medians over rounds). The request-serving thread is ours' `viommu` and, for stock QEMU, the thread that made the VFIO/iommufd map and unmap ioctls. requests/IO: ours' device counters over the traced window (exact), stock QEMU's from its counting pass (`>=`, lower bounds, so its per-request values are upper bounds, `<=`); I/Os = the pass's fio IOPS x the window. MMIO exits: the guest's MMIO writes that exit to KVM (kvm_fast_mmio, kvm_mmio writes: the notifications, and any other). wake-up us: sched_waking to the thread's switch-in. run: the thread on a CPU. us/ioctl: entry to return (raw_syscalls); pinning: time in pin_user_pages_remote/_fast inside them (kprobes; `-` where the host has no kprobe events); rest: run time outside ioctls (drain, planning, completion and interrupt, the wake-up's and the sleep's own kernel time). missing events: lost or dropped by the trace buffer in a round: counts and times of that round are lower bounds";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Linux 6.12's `trace` header and lines (irq-info on: five flag
+    /// characters; a vCPU thread's name with a space and a slash).
+    const HEAD_612: &str = "# tracer: nop
+#
+# entries-in-buffer/entries-written: 20/20   #P:2
+#
+#                                _-----=> irqs-off/BH-disabled
+#                               / _----=> need-resched
+#                              | / _---=> hardirq/softirq
+#                              || / _--=> preempt-depth
+#                              ||| / _-=> migrate-disable
+#                              |||| /     delay
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |
+";
+
+    fn names() -> BTreeMap<u32, String> {
+        [(1234, "viommu"), (1236, "CPU 0/KVM")]
+            .into_iter()
+            .map(|(t, n)| (t, n.to_string()))
+            .collect()
+    }
+
+    /// One request served by our device thread (tid 1234), kicked by vCPU
+    /// 1236: waking, switch-in 5 us later, one MAP_DMA ioctl of 20 us with
+    /// pinning of 8 us, then sleep 40 us after the switch-in.
+    fn one_request(t0: u64) -> String {
+        let us = |d: u64| {
+            let t = t0 + d;
+            format!("{}.{:06}", t / 1_000_000, t % 1_000_000)
+        };
+        format!(
+            "       CPU 0/KVM-1236    [000] d..5.   {}: kvm_fast_mmio: fast mmio at gpa 0xfe003000
+       CPU 0/KVM-1236    [000] d..5.   {}: sched_waking: comm=viommu pid=1234 prio=120 target_cpu=001
+          <idle>-0       [001] dNh4.   {}: sched_wakeup: comm=viommu pid=1234 prio=120 target_cpu=001
+          <idle>-0       [001] d..2.   {}: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=viommu next_pid=1234 next_prio=120
+           <...>-1234    [001] .....   {}: sys_enter: NR 16 (9, 3b71, 7ffd6c8a8f30, 0, 0, 0)
+          viommu-1234    [001] .....   {}: vb_pin_remote: (pin_user_pages_remote+0x0/0x70)
+          viommu-1234    [001] .....   {}: vb_pin_remote_ret: (vaddr_get_pfns+0x7e/0x2a0 <- pin_user_pages_remote)
+          viommu-1234    [001] .....   {}: sys_exit: NR 16 = 0
+          viommu-1234    [001] d..2.   {}: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+",
+            us(0),
+            us(1),
+            us(3),
+            us(6),
+            us(10),
+            us(12),
+            us(20),
+            us(30),
+            us(46),
+        )
+    }
+
+    #[test]
+    fn lines_of_6_1_and_6_12_parse() {
+        // 6.12 and 6.1 print the same; 6.1 without irq-info has no flags,
+        // record-tgid adds a (TGID).
+        for l in [
+            "          viommu-1234    [001] d..2.   100.000100: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120",
+            "          viommu-1234    [001]   100.000100: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120",
+            "          viommu-1234    (   1230) [001] d..2.   100.000100: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120",
+        ] {
+            let Some(Line::Event(e)) = parse_line(l) else {
+                panic!("{l}")
+            };
+            assert_eq!((e.tid, e.cpu, e.ts_ns, e.name), (1234, 1, 100_000_100_000, "sched_switch"));
+            let sw = parse_switch(e.fields).unwrap();
+            assert_eq!((sw.prev, sw.prev_state, sw.next, sw.next_comm), (1234, "S", 0, "swapper/1"));
+        }
+        let Some(Line::Event(e)) = parse_line(
+            "       CPU 0/KVM-1236    [000] d..5.   5.123456789: sched_waking: comm=CPU 1/KVM pid=1237 prio=120 target_cpu=000",
+        ) else {
+            panic!()
+        };
+        assert_eq!((e.tid, e.ts_ns), (1236, 5_123_456_789));
+        assert_eq!(parse_wake(e.fields), Some(("CPU 1/KVM", 1237)));
+        assert_eq!(
+            parse_line("CPU:1 [LOST 12 EVENTS]"),
+            Some(Line::Lost { cpu: 1, events: 12 })
+        );
+        assert_eq!(
+            parse_line("# entries-in-buffer/entries-written: 40/52   #P:2"),
+            Some(Line::Entries {
+                in_buffer: 40,
+                written: 52
+            })
+        );
+        assert_eq!(
+            parse_sys_enter("NR 16 (9, 3b71, 7ffd, 0, 0, 0)"),
+            Some((16, vec![9, 0x3b71, 0x7ffd, 0, 0, 0]))
+        );
+        assert_eq!(parse_sys_exit("NR 16 = -14"), Some(16));
+        for junk in [
+            "",
+            "#",
+            "##### CPU 2 buffer started ####",
+            "garbage [x] 1.0: y",
+            "a-1 [0] notatime: x: y",
+        ] {
+            assert_eq!(parse_line(junk), None, "{junk:?}");
+        }
+        assert_eq!(ioctl_name(0x3b85), "IOMMU_IOAS_MAP");
+        assert_eq!(ioctl_name(0x3b72), "VFIO_IOMMU_UNMAP_DMA");
+        assert!(!is_dma_ioctl(ioctl_name(0x3b70)));
+    }
+
+    #[test]
+    fn a_request_is_broken_down() {
+        let text = format!(
+            "{HEAD_612}{}{}",
+            one_request(100_000_000),
+            one_request(100_001_000)
+        );
+        let a = analyze(text.lines(), &names(), None);
+        assert_eq!(a.lost_events, 0);
+        assert_eq!(a.mmio_writes, Some(2));
+        let s = Serving::Named("viommu".into()).pick(&a).unwrap();
+        assert_eq!(s.tid, 1234);
+        assert_eq!(
+            (s.wakeups, s.wakeups_timed, s.wakeups_unanswered),
+            (2, 2, 0)
+        );
+        assert_eq!(s.wake_latency_ns, 2 * 5_000, "waking to switch-in");
+        assert_eq!(s.run_ns, 2 * 40_000);
+        assert_eq!((s.sleeps, s.preemptions), (2, 0));
+        let m = s.ioctls["VFIO_IOMMU_MAP_DMA"];
+        assert_eq!((m.count, m.ns, m.on_cpu_ns), (2, 2 * 20_000, 2 * 20_000));
+        assert_eq!((s.pins.count, s.pins.ns), (2, 2 * 8_000));
+        // The DMA caller is the same thread; the vCPU has no run time seen.
+        assert_eq!(Serving::DmaCaller.pick(&a).unwrap().tid, 1234);
+        assert_eq!(a.thread(1236).unwrap().comm, "CPU 0/KVM");
+        assert_eq!(a.window_ns(), 1_046_000);
+    }
+
+    #[test]
+    fn lost_events_are_counted_and_nothing_open_across_them() {
+        let mut text = format!("{HEAD_612}{}", one_request(100_000_000));
+        // The second request loses its sys_exit and switch-out.
+        let second: Vec<String> = one_request(100_001_000).lines().map(String::from).collect();
+        text += &second[..5].join("\n");
+        text += "\nCPU:1 [LOST 3 EVENTS]\n";
+        text += &one_request(100_002_000);
+        let a = analyze(text.lines(), &names(), None);
+        assert_eq!(a.lost_events, 3);
+        let s = a.thread(1234).unwrap();
+        assert_eq!(
+            s.ioctls["VFIO_IOMMU_MAP_DMA"].count, 2,
+            "the cut one is not counted"
+        );
+        assert_eq!(s.ioctls_cut, 1);
+        assert_eq!(s.wakeups_timed, 3);
+        // Run time of the cut request: switch-in to the loss only.
+        assert_eq!(s.run_ns, 2 * 40_000 + 4_000);
+        // The header's written-but-gone entries count as lost too.
+        let a = analyze(
+            "# entries-in-buffer/entries-written: 40/52   #P:2\n".lines(),
+            &names(),
+            None,
+        );
+        assert_eq!(a.lost_events, 12);
+    }
+
+    #[test]
+    fn a_thread_that_never_sleeps_runs_the_whole_window() {
+        // A polling device thread: system calls only, never switched.
+        let text = "          viommu-1234    [001] .....   10.000000: sys_enter: NR 16 (9, 3b72, 0, 0, 0, 0)
+          viommu-1234    [001] .....   10.000010: sys_exit: NR 16 = 0
+       CPU 0/KVM-1236    [000] d..5.   10.000500: kvm_mmio: mmio write len 2 gpa 0xfe003000 val 0x0
+       CPU 0/KVM-1236    [000] d..5.   10.000600: kvm_mmio: mmio read len 4 gpa 0xfe003004 val 0x0
+          viommu-1234    [001] .....   10.001000: sys_enter: NR 16 (9, 3b72, 0, 0, 0, 0)
+";
+        let begin = format!(
+            "           <...>-99      [000] .....    9.999000: tracing_mark_write: {MARK_BEGIN}\n"
+        );
+        let end = format!(
+            "           <...>-99      [000] .....   10.002000: tracing_mark_write: {MARK_END}\n"
+        );
+        let a = analyze(format!("{begin}{text}{end}").lines(), &names(), None);
+        assert_eq!((a.start_ns, a.end_ns), (9_999_000_000, 10_002_000_000));
+        assert_eq!(a.mmio_writes, Some(1), "reads are not notifications");
+        let s = a.thread(1234).unwrap();
+        assert_eq!(
+            s.run_ns, 3_000_000,
+            "on a CPU from the window's start to its end"
+        );
+        assert_eq!((s.wakeups, s.sleeps), (0, 0));
+        assert_eq!(s.ioctls["VFIO_IOMMU_UNMAP_DMA"].count, 1);
+        assert_eq!(s.ioctls_cut, 1, "the last one had not returned");
+        assert!(!s.run_lower_bound);
+        // No MMIO events at all: not measured, not 0.
+        assert_eq!(
+            analyze(text.lines().take(2), &names(), None).mmio_writes,
+            None
+        );
+    }
+
+    #[test]
+    fn a_wakeup_without_a_switch_in_is_unanswered() {
+        let text = "       CPU 0/KVM-1236    [000] d..5.   10.000000: sched_waking: comm=viommu pid=1234 prio=120 target_cpu=001
+          <idle>-0       [001] dNh4.   10.000002: sched_wakeup: comm=viommu pid=1234 prio=120 target_cpu=001
+       CPU 0/KVM-1236    [000] d..5.   10.000010: sched_waking: comm=viommu pid=1234 prio=120 target_cpu=001
+";
+        let a = analyze(text.lines(), &names(), None);
+        let s = a.thread(1234).unwrap();
+        assert_eq!(
+            (s.wakeups, s.wakeups_timed, s.wakeups_unanswered),
+            (1, 0, 1)
+        );
+        assert_eq!(s.run_ns, 0);
+        // A thread preempted, then back: one run, no wake-up, no sleep.
+        let text = "          viommu-1234    [001] d..2.   10.000000: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=R+ ==> next_comm=kworker/1:1 next_pid=77 next_prio=120
+     kworker/1:1-77      [001] d..2.   10.000100: sched_switch: prev_comm=kworker/1:1 prev_pid=77 prev_prio=120 prev_state=I ==> next_comm=viommu next_pid=1234 next_prio=120
+          viommu-1234    [001] d..2.   10.000300: sched_switch: prev_comm=viommu prev_pid=1234 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+";
+        let begin = format!(
+            "           <...>-99      [000] .....    9.999900: tracing_mark_write: {MARK_BEGIN}\n"
+        );
+        let a = analyze(format!("{begin}{text}").lines(), &names(), None);
+        let s = a.thread(1234).unwrap();
+        assert_eq!((s.preemptions, s.sleeps, s.wakeups), (1, 1, 0));
+        assert_eq!(
+            s.run_ns,
+            100_000 + 200_000,
+            "from the window's start, and after the preemption"
+        );
+    }
+
+    #[test]
+    fn the_window_stops_where_a_cpu_buffer_filled() {
+        let text = format!("{}{}", one_request(100_000_000), one_request(100_001_000));
+        // CPU 1's buffer filled: its last event is the first request's
+        // switch-out; CPU 0 went on.
+        let lines: Vec<&str> = text.lines().collect();
+        let kept: Vec<&str> = lines[..9].iter().chain(&lines[9..11]).copied().collect();
+        let cut = cutoff(kept.iter().copied(), &[1]).unwrap();
+        assert_eq!(cut, 100_000_046_000);
+        assert_eq!(cutoff(kept.iter().copied(), &[]), None);
+        let a = analyze(kept.iter().copied(), &names(), Some(cut));
+        assert_eq!(a.end_ns, cut);
+        let s = a.thread(1234).unwrap();
+        assert_eq!(
+            (s.wakeups, s.wakeups_unanswered),
+            (1, 0),
+            "the later waking is past the cut"
+        );
+        assert_eq!(a.mmio_writes, Some(1));
+    }
+
+    #[test]
+    fn the_serving_thread_is_found_or_said_missing() {
+        // A VMM's thread that left no event is there, idle.
+        let a = analyze("".lines(), &names(), None);
+        assert_eq!(Serving::Named("viommu".into()).pick(&a).unwrap().run_ns, 0);
+        let a = analyze("".lines(), &BTreeMap::new(), None);
+        let e = Serving::Named("viommu".into()).pick(&a).unwrap_err();
+        assert!(e.contains("viommu"), "{e}");
+        let e = Serving::DmaCaller.pick(&a).unwrap_err();
+        assert!(e.contains("ioctl"), "{e}");
+    }
+
+    #[test]
+    fn rows_per_request_from_a_cell() {
+        use crate::guest::FioRecord;
+        use crate::results::{CellResult, CellStatus, PhaseResult};
+        let text = format!("{}{}", one_request(100_000_000), one_request(100_001_000));
+        let analysis = analyze(text.lines(), &names(), None);
+        let b = |device| Breakdown {
+            server_tid: Some(1234),
+            serving: Some(Serving::Named("viommu".into())),
+            traced_ns: analysis.window_ns(),
+            analysis: analysis.clone(),
+            device,
+            ..Default::default()
+        };
+        let fio = |phase: &str, iops: u64, kib: u64| FioRecord {
+            phase: phase.into(),
+            numjobs: 1,
+            read_iops: iops,
+            read_kib: kib,
+            read_ms: 3000,
+            ..Default::default()
+        };
+        let cell = |col: &str, phases: Vec<(&str, PhaseResult)>| CellResult {
+            column: col.into(),
+            round: 0,
+            status: CellStatus::Ok,
+            boot: None,
+            phases: phases
+                .into_iter()
+                .map(|(n, p)| (n.to_string(), p))
+                .collect(),
+            errors: vec![],
+            warnings: vec![],
+            guest_rc: Some(0),
+            vmm_rc: Some(0),
+            guest_crash: None,
+            boot_stall: None,
+            bar0_reserved: None,
+            lower_bound: false,
+            counting: None,
+            place: None,
+            attacks: vec![],
+            footprint: None,
+            wall_s: 1.0,
+            command: String::new(),
+            log: "x".into(),
+        };
+        // 1000 IOPS over a 1.046 ms window: 1.046 I/Os; ours counted 2
+        // requests; stock QEMU 1 request per I/O in its counting pass.
+        let ours = cell(
+            "ours+stock",
+            vec![(
+                "breakdown-randread-4k",
+                PhaseResult {
+                    fio: Some(fio("breakdown-randread-4k", 1000, 12000)),
+                    breakdown: Some(b(Some(crate::metrics::DeviceCounters {
+                        map_requests: 1,
+                        unmap_requests: 1,
+                        ..Default::default()
+                    }))),
+                    ..Default::default()
+                },
+            )],
+        );
+        let qemu = cell(
+            "qemu+stock",
+            vec![
+                (
+                    "breakdown-randread-4k",
+                    PhaseResult {
+                        fio: Some(fio("breakdown-randread-4k", 1000, 12000)),
+                        breakdown: Some(b(None)),
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "count-randread-4k",
+                    PhaseResult {
+                        fio: Some(fio("count-randread-4k", 1000, 400)),
+                        device: Some(crate::metrics::DeviceCounters {
+                            map_requests: 100,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ),
+            ],
+        );
+        let cols: Vec<_> = ["qemu+stock", "ours+stock", "no-viommu"]
+            .iter()
+            .map(|n| crate::columns::builtin(n).unwrap())
+            .collect();
+        let ph = crate::plan::Phase {
+            name: "randread-4k".into(),
+            bs: "4k".into(),
+            bs_bytes: 4096,
+            numjobs: 1,
+        };
+        let r = rows(&cols, &[ph], &[ours, qemu]);
+        assert_eq!(r.len(), 2, "{r:#?}");
+        let q = &r[0];
+        assert_eq!(
+            (q.column.as_str(), q.requests_lower_bound),
+            ("qemu+stock", true)
+        );
+        assert!((q.requests_per_io.unwrap() - 1.0).abs() < 1e-9, "{q:?}");
+        let o = &r[1];
+        assert!(!o.requests_lower_bound);
+        assert!(
+            (o.requests_per_io.unwrap() - 2.0 / 1.046).abs() < 1e-9,
+            "{o:?}"
+        );
+        assert!((o.wakeups_per_request.unwrap() - 1.0).abs() < 1e-9);
+        assert!((o.wake_latency_us.unwrap() - 5.0).abs() < 1e-9);
+        assert!((o.run_us_per_request.unwrap() - 40.0).abs() < 1e-9);
+        assert!((o.ioctl_us.unwrap() - 20.0).abs() < 1e-9);
+        assert!((o.pin_us_per_request.unwrap() - 8.0).abs() < 1e-9);
+        assert!((o.rest_us_per_request.unwrap() - 20.0).abs() < 1e-9);
+        assert!((o.mmio_exits_per_request.unwrap() - 1.0).abs() < 1e-9);
+        assert!((o.run_share.unwrap() - 80.0 / 1046.0).abs() < 1e-9);
+        let c = cells(q);
+        assert_eq!(c.len(), HEADER.len());
+        assert!(c[2].starts_with(">=") && c[6].starts_with("<="), "{c:?}");
+        assert!(!cells(o)[6].starts_with("<="));
+    }
+}

@@ -16,7 +16,7 @@ verbose=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export VIOMMU_LAB_CACHE=$tmp/cache NO_CCACHE=1
-unset LINUX_SRC LINUX_SRC_6_1 LINUX_SRC_6_12 LINUX_SRC_7_2 LINUX_SOURCE_DEB JOBS
+unset LINUX_SRC LINUX_SRC_6_1 LINUX_SRC_6_12 LINUX_SRC_7_2 LINUX_SRC_7_3 LINUX_SOURCE_DEB JOBS
 export VIOMMU_OS_RELEASE=$tmp/os-release.debian
 
 pass=0 fail=0
@@ -176,7 +176,7 @@ fails "a tarball without a kernel" "LINUX_SRC=$tmp/nokernel.tar.xz is not a kern
 fails "a 6.1 tree for the 6.12 series" "is linux 6.1.90 (its Makefile)" "builds v6.12.y" \
 	"build it with guest-patches/linux-6.1/build.sh" -- 6.12 --src "$t61" patched
 fake_tree "$tmp/src/linux-6.8.3" 6 8 3
-fails "a version with no series" "is linux 6.8.3" "builds v6.12.y" "(kernel.org linux-6.12.N.tar.xz); there is no series for 6.8 (series: 6.1 6.12 7.2)" -- \
+fails "a version with no series" "is linux 6.8.3" "builds v6.12.y" "(kernel.org linux-6.12.N.tar.xz); there is no series for 6.8 (series: 6.1 6.12 7.2 7.3)" -- \
 	6.12 --src "$tmp/src/linux-6.8.3"
 fails "a 6.12 tarball for the 6.1 series" "is linux 6.12.5" "builds v6.1.y" -- \
 	LINUX_SRC="$tmp/src/linux-6.12.5.tar.xz" 6.1 patched
@@ -203,6 +203,11 @@ fails "a 7.2 tree for the 6.12 series" "is linux 7.2.3 (its Makefile)" "builds v
 	"build it with guest-patches/linux-7.2/build.sh" -- 6.12 --src "$t72"
 succeeds "LINUX_SRC_7_2 for 7.2" "source: LINUX_SRC_7_2=$t72" -- \
 	LINUX_SRC="$t612" LINUX_SRC_7_2="$t72" 7.2 --dry-run
+t73=$tmp/src/linux-7.3.1
+fake_tree "$t73" 7 3 1
+succeeds "each series names its base (7.3)" "series: v7.3.y, made against 7.3." -- 7.3 --src "$t73" patched --dry-run
+succeeds "LINUX_SRC_7_3 for 7.3, not LINUX_SRC_7_2" "source: LINUX_SRC_7_3=$t73" -- \
+	LINUX_SRC_7_2="$t72" LINUX_SRC_7_3="$t73" 7.3 --dry-run
 fake_tree "$tmp/src/rc" 6 12 0 -rc3
 succeeds "EXTRAVERSION" "version: linux 6.12.0-rc3" -- 6.12 --src "$tmp/src/rc" --dry-run
 k1=$(key 6.12 --src "$t612" patched)

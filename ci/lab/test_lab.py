@@ -515,9 +515,13 @@ class SettingsTest(unittest.TestCase):
                          ["qemu+stock round 1: no breakdown with a request-serving thread (breakdown-randread-4k: not recorded: "
                           "--breakdown: no trace event raw_syscalls/sys_enter)"])
         # The lab host's own 6.12 kernel has what --breakdown records.
-        frag = Path(__file__).with_name("host-config-fragment-6.12").read_text()
+        # (Both fragments: a 6.12 build merges the common one first.)
+        frag = "".join(Path(__file__).with_name(f).read_text() for f in ("host-config-fragment", "host-config-fragment-6.12"))
         for opt in ("CONFIG_FTRACE_SYSCALLS=y", "CONFIG_KPROBE_EVENTS=y"):
             self.assertIn(opt, frag)
+        # ENABLE_DEFAULT_TRACERS cannot be on beside the syscall events (it
+        # needs !GENERIC_TRACER): build-kernel.sh would refuse the config.
+        self.assertNotIn("CONFIG_ENABLE_DEFAULT_TRACERS=y", frag)
 
     def test_the_debian13_userland_has_no_qemu_7_2(self):
         with tempfile.TemporaryDirectory() as d:

@@ -567,6 +567,19 @@ class SettingsTest(unittest.TestCase):
             self.assertTrue(sc["checks"], name)
 
 
+class StopTest(unittest.TestCase):
+    def test_a_stopped_runner_kills_its_lab_hosts(self):
+        p = __import__("subprocess").Popen(["sleep", "60"])
+        lab.LIVE_HOSTS.add(p)
+        try:
+            with self.assertRaises(SystemExit) as e:
+                lab.stop_lab_hosts(15, None)
+            self.assertEqual(e.exception.code, 143)
+            self.assertEqual(p.wait(timeout=10), -9)
+        finally:
+            lab.LIVE_HOSTS.discard(p)
+
+
 class MaxHwTest(unittest.TestCase):
     def test_bounds_per_column(self):
         cells = [{"column": "reuse", "round": 0, "boot": {"max_hw_kb": 512}},

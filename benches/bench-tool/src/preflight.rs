@@ -17,6 +17,8 @@ pub const NVME_CLASS: &str = "0x010802";
 const CAP_IPC_LOCK: u32 = 14;
 /// Memory VFIO pins beyond guest RAM (ROMs, rings, QEMU's own): margin.
 const MEMLOCK_MARGIN: u64 = 64 << 20;
+/// Where the kernel's tracefs is (or is mounted by the tool).
+const TRACEFS: &str = "/sys/kernel/tracing";
 
 /// One failing prerequisite.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -707,22 +709,9 @@ impl Checks {
     /// An unmounted tracefs is mounted later, then checked again.
     fn check_kvm_exits(&self, p: &mut Vec<Problem>) {
         let r = &self.root;
-        if self.euid() != Some(0) {
-            p.push(problem(
-                "--kvm-exits: not running as root",
-                "run it with sudo (ftrace triggers are root's), or drop --kvm-exits",
-            ));
-        }
-        let t = "/sys/kernel/tracing";
-        if !r.exists(t) {
-            p.push(problem(
-                "--kvm-exits: this kernel has no tracefs (/sys/kernel/tracing)",
-                "boot a kernel with CONFIG_FTRACE and CONFIG_HIST_TRIGGERS (Debian's, Ubuntu's and Fedora's have both), or drop --kvm-exits",
-            ));
+        let t = TRACEFS;
+        if !self.check_tracefs("--kvm-exits", "ftrace triggers", "CONFIG_HIST_TRIGGERS", p) {
             return;
-        }
-        if !r.exists(format!("{t}/events")) {
-            return; // not mounted yet: the tool mounts it
         }
         if !r.exists(format!("{t}/events/kvm/kvm_exit")) {
             p.push(problem(
@@ -742,22 +731,14 @@ impl Checks {
     /// tracefs is mounted later, then checked again.
     fn check_breakdown(&self, p: &mut Vec<Problem>) {
         let r = &self.root;
-        if self.euid() != Some(0) {
-            p.push(problem(
-                "--breakdown: not running as root",
-                "run it with sudo (tracefs instances are root's), or drop --breakdown",
-            ));
-        }
-        let t = "/sys/kernel/tracing";
-        if !r.exists(t) {
-            p.push(problem(
-                "--breakdown: this kernel has no tracefs (/sys/kernel/tracing)",
-                "boot a kernel with CONFIG_FTRACE and CONFIG_FTRACE_SYSCALLS (Debian's, Ubuntu's and Fedora's have both), or drop --breakdown",
-            ));
+        let t = TRACEFS;
+        if !self.check_tracefs(
+            "--breakdown",
+            "tracefs instances",
+            "CONFIG_FTRACE_SYSCALLS",
+            p,
+        ) {
             return;
-        }
-        if !r.exists(format!("{t}/events")) {
-            return; // not mounted yet: the tool mounts it
         }
         for (ev, config) in [
             (
@@ -779,6 +760,28 @@ impl Checks {
                 "boot a kernel whose tracefs has instances (Linux 3.x on), or drop --breakdown",
             ));
         }
+    }
+
+    /// What every tracefs option (`FLAG`) needs first: root (for `what`,
+    /// which are root's) and a tracefs (a kernel with CONFIG_FTRACE and
+    /// `config`). Whether the tracefs is mounted, so that its events can
+    /// be checked (an unmounted one is mounted later by the tool, then
+    /// checked again).
+    fn check_tracefs(&self, flag: &str, what: &str, config: &str, p: &mut Vec<Problem>) -> bool {
+        if self.euid() != Some(0) {
+            p.push(problem(
+                format!("{flag}: not running as root"),
+                format!("run it with sudo ({what} are root's), or drop {flag}"),
+            ));
+        }
+        if !self.root.exists(TRACEFS) {
+            p.push(problem(
+                format!("{flag}: this kernel has no tracefs ({TRACEFS})"),
+                format!("boot a kernel with CONFIG_FTRACE and {config} (Debian's, Ubuntu's and Fedora's have both), or drop {flag}"),
+            ));
+            return false;
+        }
+        self.root.exists(format!("{TRACEFS}/events"))
     }
 
     /// Effective uid from /proc/self/status.

@@ -74,11 +74,16 @@ for target in "${targets[@]}"; do
 	trc=${PIPESTATUS[0]}
 	set -e
 	[ -z "$out" ] || grep -E '^(Done [0-9]+ runs|stat::)|^==[0-9]+==|^SUMMARY:' "$log" >>"$out" || true
+	unbuilt=$(grep -c 'failed to build fuzz script' "$log" || true)
 	rm -rf "$work" "$log"
 	trap - EXIT
 	if [ "$trc" -ne 0 ]; then
 		rc=$trc
-		echo "fuzz/run.sh: $target failed (exit $trc); reproducer under fuzz/artifacts/$target/" >&2
+		if [ "$unbuilt" != 0 ]; then
+			echo "fuzz/run.sh: $target does not build (exit $trc): the compiler's errors are above" >&2
+		else
+			echo "fuzz/run.sh: $target failed (exit $trc); reproducer under fuzz/artifacts/$target/" >&2
+		fi
 		break
 	fi
 done

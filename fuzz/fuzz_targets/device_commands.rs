@@ -20,7 +20,9 @@
 //! every interleaving. Each input starts a device thread of its own (a few
 //! hundred inputs a second).
 //!
-//! Input: records, each a tag byte (`tag % 8` selects) and its operands:
+//! Input: one byte choosing who serves request-queue kicks (odd: the
+//! kicking thread when the device thread is idle, as `--viommu-kicks vcpu`;
+//! even: the device thread), then records, each a tag byte (`tag % 8` selects) and its operands:
 //! 0 config write: offset u8 (% 0x30), len 1-4, value u32
 //! 1 config read: offset u8, len 1-8
 //! 2 request: kind u8, a u8, b u8, c u8 (attach, detach, map, unmap,
@@ -44,7 +46,8 @@ use viommu_device::{ConfigWrite, DeviceConfig};
 use viommu_wire::CONFIG_BYPASS_OFFSET;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 use vmm::devices::viommu::{
-    DeviceThread, Model, ViommuDevice, COMMAND_QUEUE, DEFAULT_POLL_MAX, REQUEST_QUEUE_SIZE,
+    DeviceThread, KickServing, Model, ViommuDevice, COMMAND_QUEUE, DEFAULT_POLL_MAX,
+    REQUEST_QUEUE_SIZE,
 };
 use vmm::devices::virtio::{VirtioDevice, VirtioInterrupt};
 
@@ -94,7 +97,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn new() -> Self {
+    fn new(serving: KickServing) -> Self {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)])
             .expect("guest memory");
         let mut model = Model::new(DeviceConfig {
@@ -112,7 +115,7 @@ impl Driver {
         // Polling as the VMM runs it by default: commands and kicks come
         // while the thread polls, and settle points wait for it to stop.
         let (dev, thread) =
-            ViommuDevice::spawn(model, None, DEFAULT_POLL_MAX).expect("device thread");
+            ViommuDevice::spawn(model, None, DEFAULT_POLL_MAX, serving).expect("device thread");
         let mut bypass = [0u8];
         dev.read_config(CONFIG_BYPASS_OFFSET, &mut bypass);
         let mut d = Driver {
@@ -298,7 +301,11 @@ fn step(d: &mut Driver, input: &mut Input) -> Option<()> {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input(data);
-    let mut d = Driver::new();
+    let serving = match input.u8() {
+        Some(b) if b & 1 == 1 => KickServing::Vcpu,
+        _ => KickServing::Thread,
+    };
+    let mut d = Driver::new(serving);
     while step(&mut d, &mut input).is_some() {}
     // Kick what is left, then everything must settle.
     if d.unkicked {

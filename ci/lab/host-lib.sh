@@ -83,6 +83,19 @@ json_text() {
 	printf '%s' "$1" | tr '"\\\000-\037\177' ' ' | cut -c1-300
 }
 
+# lab_skip NAME...: true when every NAME passed on an earlier lab host of
+# this round (lab.skip, the runner's list after a lab host crashed or
+# wedged): a scenario of checks resumes where the crash stopped it
+# instead of starting over (a check and the checks that depend on it are
+# named together).
+lab_skip() {
+	done_list=",$(lab_arg skip ''),"
+	for n in "$@"; do
+		case "$done_list" in *",$n,"*) ;; *) return 1 ;; esac
+	done
+	echo "@@LAB-SKIP@@ $* (passed on an earlier lab host)"
+}
+
 # lab_check NAME OK DETAIL: print a check's @@LAB-CHECK@@ line (OK is true or
 # false); returns 0 when OK is true.
 lab_check() {

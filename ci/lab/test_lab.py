@@ -125,7 +125,7 @@ class CollectorTest(unittest.TestCase):
         self.assertIn("ended without @@LAB-DONE@@", col.stalled)
         boots = []
 
-        def boot(todo, attempt):
+        def boot(todo, attempt, skip=()):
             boots.append(list(todo))
             if attempt == 1:
                 return col
@@ -560,6 +560,25 @@ class SettingsTest(unittest.TestCase):
             self.assertEqual(lines[1], "rc=1")
             self.assertTrue(json.loads(lines[2].split(" ", 1)[1])["ok"])
 
+    def test_lab_skip_names_only_checks_that_passed_before(self):
+        # The runner's lab.skip after a lab host crash: a check (or a pair)
+        # runs unless every name is in it.
+        lib = Path(__file__).with_name("host-lib.sh")
+        with tempfile.TemporaryDirectory() as d:
+            cmdline = Path(d) / "cmdline"
+            cmdline.write_text("console=ttyS0 lab.skip=power-off,sigkill,after-sigkill-x lab.round=1\n")
+            script = (f". {lib}; for c in power-off reset 'sigkill after-sigkill' sigkill; do "
+                      "if lab_skip $c >/dev/null; then echo skip; else echo run; fi; done")
+            for sh in ("sh", "busybox"):
+                cmd = [sh, "sh", "-c", script] if sh == "busybox" else [sh, "-c", script]
+                out = __import__("subprocess").run(cmd, capture_output=True, text=True,
+                                                   env={"LAB_CMDLINE": str(cmdline), "PATH": "/usr/bin:/bin"})
+                self.assertEqual(out.stdout.split(), ["skip", "run", "run", "skip"], (sh, out))
+            cmdline.write_text("console=ttyS0\n")
+            out = __import__("subprocess").run(["sh", "-c", f". {lib}; lab_skip power-off && echo skip || echo run"],
+                                               capture_output=True, text=True, env={"LAB_CMDLINE": str(cmdline), "PATH": "/usr/bin:/bin"})
+            self.assertEqual(out.stdout.split(), ["run"])
+
     def test_new_scenarios_have_scripts_and_checks(self):
         for name in ("multipath", "own-kernel", "debian13-userland"):
             sc = lab.SCENARIOS[name]
@@ -627,7 +646,7 @@ class RoundTest(unittest.TestCase):
         specs = [f"{t}:vmm:viommu:baseline" for t in "ab"]
         calls = []
 
-        def boot(todo, attempt):
+        def boot(todo, attempt, skip=()):
             calls.append(list(todo))
             col = lab.Collector(len(todo))
             if attempt == 1:
@@ -651,7 +670,7 @@ class RoundTest(unittest.TestCase):
         # Unfit every time: the last one is a problem, not a silent pass.
         doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
 
-        def always_unfit(todo, attempt):
+        def always_unfit(todo, attempt, skip=()):
             col = lab.Collector(len(todo))
             col.feed('@@LAB-HOST-UNFIT@@ {"why":"TSC"}')
             col.feed("@@LAB-DONE@@ rc=1")
@@ -677,7 +696,7 @@ class RoundTest(unittest.TestCase):
         finish every guest they get."""
         calls = []
 
-        def boot(todo, attempt):
+        def boot(todo, attempt, skip=()):
             calls.append(list(todo))
             col = lab.Collector(len(todo))
             col.feed(HOST)
@@ -735,18 +754,21 @@ class RoundTest(unittest.TestCase):
         self.assertTrue(any("the lab host is wedged" in p for p in problems), problems)
 
     @staticmethod
-    def script_booter(first_ok: bool):
-        """A boot() for a scenario of checks: the first lab host reports a
-        check (passing with FIRST_OK) and wedges; later ones pass both."""
+    def script_booter(first_ok: bool, first_trouble: bool = True):
+        """A boot() for a scenario of checks (power-off, then reset), each
+        check skipped when named in SKIP as the lab host's lab_skip does:
+        the first lab host reports power-off (passing with FIRST_OK) and
+        wedges (with FIRST_TROUBLE); later ones pass."""
         calls = []
 
-        def boot(todo, attempt):
-            calls.append(list(todo))
+        def boot(todo, attempt, skip=()):
+            calls.append(list(skip))
             col = lab.Collector(0)
             col.feed(HOST)
             ok = "true" if first_ok or attempt > 1 else "false"
-            col.feed(f'@@LAB-CHECK@@ {{"name":"power-off","ok":{ok},"detail":"exit 0 (want 0)"}}')
-            if attempt == 1:
+            if "power-off" not in skip:
+                col.feed(f'@@LAB-CHECK@@ {{"name":"power-off","ok":{ok},"detail":"exit 0 (want 0)"}}')
+            if attempt == 1 and first_trouble:
                 col.stalled = f"no progress for {lab.HOST_STALL} s (the lab host is wedged)"
             else:
                 col.feed('@@LAB-CHECK@@ {"name":"reset","ok":true,"detail":"exit 3 (want 3)"}')
@@ -754,25 +776,31 @@ class RoundTest(unittest.TestCase):
             return col
         return boot, calls
 
-    def run_script(self, first_ok: bool):
+    def run_script(self, first_ok: bool, first_trouble: bool = True):
         doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
-        boot, calls = self.script_booter(first_ok)
+        boot, calls = self.script_booter(first_ok, first_trouble)
         with contextlib.redirect_stderr(io.StringIO()):
             lab.run_round(doc, 1, [], boot)
         return doc, calls, lab.judge(doc, lab.SCENARIOS["vmm-exits"], [])
 
-    def test_a_scenario_of_checks_runs_again_from_its_start_when_its_lab_host_wedges(self):
+    def test_a_scenario_of_checks_resumes_in_a_fresh_lab_host_after_its_passed_checks(self):
         doc, calls, (problems, warnings) = self.run_script(first_ok=True)
-        self.assertEqual(len(calls), 2)
+        self.assertEqual(calls, [[], ["power-off"]])
         self.assertEqual([c["name"] for c in doc["checks"]], ["power-off", "reset"])
         self.assertEqual(problems, [])
-        self.assertTrue(any("wedged" in w and "the scenario ran again in a fresh one" in w for w in warnings), warnings)
+        self.assertTrue(any("wedged" in w and "unfinished checks ran again in a fresh one" in w for w in warnings), warnings)
 
-    def test_a_failed_check_is_a_result_even_when_the_lab_host_wedges_after_it(self):
-        doc, calls, (problems, _) = self.run_script(first_ok=False)
+    def test_a_check_failed_on_a_lab_host_that_then_wedged_runs_again(self):
+        doc, calls, (problems, warnings) = self.run_script(first_ok=False)
+        self.assertEqual(calls, [[], []])
+        self.assertEqual([(c["name"], c["ok"]) for c in doc["checks"]], [("power-off", True), ("reset", True)])
+        self.assertEqual(problems, [])
+        self.assertTrue(any("check(s) power-off failed on a lab host that then crashed or wedged" in w for w in warnings), warnings)
+
+    def test_a_failed_check_on_a_sound_lab_host_is_a_result(self):
+        doc, calls, (problems, _) = self.run_script(first_ok=False, first_trouble=False)
         self.assertEqual(len(calls), 1)
         self.assertIn("check power-off: exit 0 (want 0)", problems)
-        self.assertTrue(any("the lab host is wedged" in p for p in problems), problems)
 
     def test_no_crash_one_lab_host(self):
         doc, calls = self.run_with(0)

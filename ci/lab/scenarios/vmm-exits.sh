@@ -105,20 +105,27 @@ exits_check() {
 	return 1
 }
 
+# After a lab host crash the runner names the checks that passed
+# (lab_skip): each runs once, pairs (a kill, then the guest that must find
+# the NVMe working) together.
 status=0
-exits_check power-off 0 "" || status=1
-exits_check reset 3 "lab.end=reboot reboot=k" || status=1
-exits_check triple-fault 4 "lab.end=reboot reboot=t" || status=1
-exits_check sigterm 143 "lab.mode=fio lab.runtime=60" "@@LAB-PHASE@@ begin randread" || status=1
+lab_skip power-off || exits_check power-off 0 "" || status=1
+lab_skip reset || exits_check reset 3 "lab.end=reboot reboot=k" || status=1
+lab_skip triple-fault || exits_check triple-fault 4 "lab.end=reboot reboot=t" || status=1
+lab_skip sigterm || exits_check sigterm 143 "lab.mode=fio lab.runtime=60" "@@LAB-PHASE@@ begin randread" || status=1
 # Nothing left behind: a fresh guest writes and verifies through the NVMe.
-exits_check after-all 0 "" || status=1
+lab_skip after-all || exits_check after-all 0 "" || status=1
 # The crash test: killed mid-I/O, nothing cleaned up by the VMM itself.
 kill_mid_io="lab.mode=fio lab.bs=128k lab.runtime=60"
-exits_check sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL || status=1
-exits_check after-sigkill 0 "" || status=1
-exits_check qemu-sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL qemu || status=1
-exits_check after-qemu-sigkill 0 "" || status=1
+if ! lab_skip sigkill after-sigkill; then
+	exits_check sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL || status=1
+	exits_check after-sigkill 0 "" || status=1
+fi
+if ! lab_skip qemu-sigkill after-qemu-sigkill; then
+	exits_check qemu-sigkill 137 "$kill_mid_io" "@@LAB-PHASE@@ begin randread" KILL qemu || status=1
+	exits_check after-qemu-sigkill 0 "" || status=1
+fi
 # Unprivileged: root given up after the setup (--user), a full
 # write+verify, a clean power-off.
-exits_check user-nobody 0 "" "" TERM vmm "--user 65534:65534" || status=1
+lab_skip user-nobody || exits_check user-nobody 0 "" "" TERM vmm "--user 65534:65534" || status=1
 return $status

@@ -1223,7 +1223,7 @@ mod tests {
     #[test]
     fn rows_per_request_from_a_cell() {
         use crate::guest::FioRecord;
-        use crate::results::{CellResult, CellStatus, PhaseResult};
+        use crate::results::{CellResult, PhaseResult};
         let text = format!("{}{}", one_request(100_000_000), one_request(100_001_000));
         let analysis = analyze(text.lines(), &names(), None);
         let b = |device| Breakdown {
@@ -1243,29 +1243,11 @@ mod tests {
             ..Default::default()
         };
         let cell = |col: &str, phases: Vec<(&str, PhaseResult)>| CellResult {
-            column: col.into(),
-            round: 0,
-            status: CellStatus::Ok,
-            boot: None,
             phases: phases
                 .into_iter()
                 .map(|(n, p)| (n.to_string(), p))
                 .collect(),
-            errors: vec![],
-            warnings: vec![],
-            guest_rc: Some(0),
-            vmm_rc: Some(0),
-            guest_crash: None,
-            boot_stall: None,
-            bar0_reserved: None,
-            lower_bound: false,
-            counting: None,
-            place: None,
-            attacks: vec![],
-            footprint: None,
-            wall_s: 1.0,
-            command: String::new(),
-            log: "x".into(),
+            ..CellResult::test_ok(col, 0)
         };
         // 1000 IOPS over a 1.046 ms window: 1.046 I/Os; ours counted 2
         // requests; stock QEMU 1 request per I/O in its counting pass.

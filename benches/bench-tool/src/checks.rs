@@ -158,30 +158,15 @@ mod tests {
 
     fn cell(status: CellStatus, resv: Option<&str>) -> CellResult {
         CellResult {
-            column: "c".into(),
-            round: 0,
             status,
             boot: Some(BootInfo {
                 nvme: true,
                 resv: resv.map(String::from),
                 ..Default::default()
             }),
-            phases: Default::default(),
-            errors: vec![],
-            warnings: vec![],
             guest_rc: None,
             vmm_rc: None,
-            guest_crash: None,
-            boot_stall: None,
-            bar0_reserved: None,
-            lower_bound: false,
-            counting: None,
-            place: None,
-            attacks: Vec::new(),
-            footprint: None,
-            wall_s: 1.0,
-            command: String::new(),
-            log: "l".into(),
+            ..CellResult::test_ok("c", 0)
         }
     }
 

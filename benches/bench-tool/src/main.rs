@@ -318,34 +318,27 @@ async fn run(mut cfg: Config) -> u8 {
                 .collect();
             println!("  round {}: {}", r + 1, order.join(", "));
         }
-        println!(
-            "\nmeasured phases per VM: {}",
+        // The phase names, each as NAME makes it.
+        let names = |name: fn(&str) -> String| {
             phases
                 .iter()
-                .map(|p| p.name.as_str())
+                .map(|p| name(&p.name))
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        };
+        println!("\nmeasured phases per VM: {}", names(|n| n.to_string()));
         if counting {
             println!(
                 "untimed counting phases of stock QEMU's vIOMMU VMs ({} s each, its trace on; nothing is traced in the measured ones): {}",
                 a.count_runtime,
-                phases
-                    .iter()
-                    .map(|p| viommu_bench::guest::count_phase_name(&p.name))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                names(viommu_bench::guest::count_phase_name)
             );
         }
         if a.breakdown {
             println!(
                 "untimed breakdown phases of every vIOMMU VM ({} s each, the host's tracefs recording its VMM's threads over the middle half; nothing is traced in the measured ones): {}",
                 a.count_runtime,
-                phases
-                    .iter()
-                    .map(|p| viommu_bench::guest::breakdown_phase_name(&p.name))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                names(viommu_bench::guest::breakdown_phase_name)
             );
         }
         if !pre.problems.is_empty() {

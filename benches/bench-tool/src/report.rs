@@ -1201,26 +1201,9 @@ pub(crate) mod tests {
             },
         );
         CellResult {
-            column: col.into(),
-            round,
-            status: CellStatus::Ok,
-            boot: None,
             phases,
-            errors: vec![],
-            warnings: vec![],
-            guest_rc: Some(0),
-            vmm_rc: Some(0),
-            guest_crash: None,
-            boot_stall: None,
-            bar0_reserved: None,
             lower_bound: lower,
-            counting: None,
-            place: None,
-            attacks: Vec::new(),
-            footprint: None,
-            wall_s: 1.0,
-            command: String::new(),
-            log: "x.log".into(),
+            ..CellResult::test_ok(col, round)
         }
     }
 

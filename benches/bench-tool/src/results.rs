@@ -164,6 +164,36 @@ pub struct CellResult {
     pub log: PathBuf,
 }
 
+#[cfg(test)]
+impl CellResult {
+    /// A finished cell of COLUMN in ROUND for tests: status ok, guest and
+    /// VMM exit 0, no phase; tests set what they look at with `..`.
+    pub(crate) fn test_ok(column: &str, round: u32) -> Self {
+        CellResult {
+            column: column.into(),
+            round,
+            status: CellStatus::Ok,
+            boot: None,
+            phases: BTreeMap::new(),
+            errors: vec![],
+            warnings: vec![],
+            guest_rc: Some(0),
+            vmm_rc: Some(0),
+            guest_crash: None,
+            boot_stall: None,
+            bar0_reserved: None,
+            lower_bound: false,
+            counting: None,
+            place: None,
+            attacks: vec![],
+            footprint: None,
+            wall_s: 1.0,
+            command: String::new(),
+            log: "x.log".into(),
+        }
+    }
+}
+
 /// The whole run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Results {

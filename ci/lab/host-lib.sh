@@ -36,6 +36,10 @@ bench_args() {
 		--guest-cpus "$(lab_arg guest_cpus 1)" --rounds 1 --first-round "$(lab_arg round 1)" \
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache
+	# More versions of a variant (lab.kernels=baseline-7.3,...): by name.
+	for k in $(lab_arg kernels "" | tr ',' ' '); do
+		printf '%s\n' --kernel "$k=/lab/guest/$k.bzImage"
+	done
 	[ "$(lab_arg kvm_exits 0)" = 1 ] && echo --kvm-exits
 	[ "$(lab_arg breakdown 0)" = 1 ] && echo --breakdown
 	[ "$(lab_arg retry_hung 0)" = 1 ] && echo --retry-hung

@@ -476,6 +476,16 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out)
         return out.stdout.splitlines()
 
+    def test_named_kernels_reach_the_bench_tool(self):
+        sc = lab.SCENARIOS["smoke"]
+        k = lab.knobs_of(self.args("run"), sc)
+        runs = ["a:qemu:viommu:baseline-6.12", "b:vmm:viommu:baseline-7.3"]
+        k["tool_specs"], kernels = lab.tool_specs(runs)
+        k.update(kernels)
+        args = self.bench_args_of(lab.host_knobs(sc, k, runs, 1))
+        self.assertEqual(args[args.index("--kernel") + 1], "baseline-7.3=/lab/guest/baseline-7.3.bzImage")
+        self.assertEqual(args[args.index("--kernel-stock") + 1], "/lab/guest/baseline-6.12.bzImage")
+
     def test_breakdown_reaches_the_bench_tool(self):
         sc = lab.SCENARIOS["breakdown"]
         k = lab.knobs_of(self.args("run"), sc)
@@ -624,8 +634,12 @@ class KernelsTest(unittest.TestCase):
         self.assertEqual(knobs, {"kernel_patched": "patched-6.12"})
         _, knobs = lab.tool_specs(lab.SCENARIOS["smoke"]["runs"])
         self.assertEqual(knobs, {"kernel_stock": "baseline"})
-        with self.assertRaisesRegex(lab.LabError, "one patched kernel per run"):
-            lab.tool_specs(["a:vmm:viommu:patched", "b:vmm:viommu:patched-6.12"])
+        # A second version of a variant goes to the tool by name.
+        specs, knobs = lab.tool_specs(["a:qemu:viommu:baseline-6.12", "b:qemu:viommu:baseline-7.3:noxsave",
+                                       "c:vmm:viommu:baseline-7.3", "d:vmm:viommu:patched"])
+        self.assertEqual(specs, ["a:qemu:viommu:baseline", "b:qemu:viommu:baseline-7.3:noxsave",
+                                 "c:vmm:viommu:baseline-7.3", "d:vmm:viommu:patched"])
+        self.assertEqual(knobs, {"kernel_stock": "baseline-6.12", "kernel_patched": "patched", "kernels": "baseline-7.3"})
         with self.assertRaisesRegex(lab.LabError, "not baseline"):
             lab.tool_specs(["a:vmm:viommu:stock-6.12"])
 

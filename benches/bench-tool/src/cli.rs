@@ -1,6 +1,7 @@
 //! Command-line flags and their checks. Everything here is pure: no file
 //! is read, so every bad value is reported before the host is looked at.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
@@ -37,6 +38,11 @@ pub struct Args {
     /// the 6.1 series' linux-6.1/build.sh patched).
     #[arg(long, value_name = "PATH")]
     pub kernel_patched: Option<PathBuf>,
+    /// One more guest kernel, for the columns whose KERNEL field is NAME
+    /// (e.g. `--kernel stock-7.3=/path/bzImage --columns
+    /// q73:qemu:viommu:stock-7.3`); repeat for more.
+    #[arg(long = "kernel", value_name = "NAME=PATH")]
+    pub kernels: Vec<String>,
     /// Use this guest initramfs instead of building one (it must run the
     /// guest protocol of benches/bench-tool/guest/init as its /init).
     #[arg(long, value_name = "PATH")]
@@ -303,6 +309,14 @@ pub enum CliError {
         /// What is wrong and what would do.
         why: String,
     },
+    /// A column's `--kernel NAME=PATH` kernel was not given.
+    #[error("column {column} boots the guest kernel named {name:?}: pass --kernel {name}=PATH")]
+    MissingNamedKernel {
+        /// The column.
+        column: String,
+        /// The kernel's name in the column.
+        name: String,
+    },
     /// A kernel a column needs was not given.
     #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.12/build.sh {variant})")]
     MissingKernel {
@@ -342,6 +356,8 @@ pub struct Config {
     pub args: Args,
     /// The drive, normalized to DDDD:BB:DD.F.
     pub bdf: String,
+    /// The `--kernel NAME=PATH` kernels by name.
+    pub kernels_named: BTreeMap<String, PathBuf>,
     /// The columns, in order.
     pub columns: Vec<Column>,
     /// The baseline column's index.
@@ -529,12 +545,31 @@ impl Args {
                     "a whole number of MiB, at least 64M, e.g. 4G",
                 )
             })?;
+        let mut kernels_named = BTreeMap::new();
+        for k in &self.kernels {
+            let Some((name, path)) = k
+                .split_once('=')
+                .filter(|(n, p)| columns::valid_kernel_name(n) && !p.is_empty())
+            else {
+                return Err(bad(
+                    "--kernel",
+                    k,
+                    "NAME=PATH with NAME of letters, digits, '.', '_', '-' (not stock or patched), e.g. stock-7.3=/boot/vmlinuz-7.3",
+                ));
+            };
+            if kernels_named
+                .insert(name.to_string(), PathBuf::from(path))
+                .is_some()
+            {
+                return Err(bad("--kernel", k, "each NAME once"));
+            }
+        }
         if self.first_round == 0 {
             return Err(bad("--first-round", 0, "rounds are numbered from 1"));
         }
         if !self.dry_run && self.report_from.is_empty() {
             for c in &columns {
-                let (given, kernel, flag, variant) = match c.kernel {
+                let (given, kernel, flag, variant) = match &c.kernel {
                     Kernel::Stock => (&self.kernel_stock, "stock", "--kernel-stock", "baseline"),
                     Kernel::Patched => (
                         &self.kernel_patched,
@@ -542,6 +577,13 @@ impl Args {
                         "--kernel-patched",
                         "patched",
                     ),
+                    Kernel::Named(n) if kernels_named.contains_key(n) => continue,
+                    Kernel::Named(n) => {
+                        return Err(CliError::MissingNamedKernel {
+                            column: c.tag.clone(),
+                            name: n.clone(),
+                        })
+                    }
                 };
                 if given.is_none() {
                     return Err(CliError::MissingKernel {
@@ -555,6 +597,7 @@ impl Args {
         }
         Ok(Config {
             bdf,
+            kernels_named,
             columns,
             baseline,
             bs,
@@ -752,6 +795,28 @@ mod tests {
             Args::try_parse_from(["viommu-bench", "--device", "01:00.0", "--rw", "randtrim"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn named_kernels_are_checked_and_required_by_their_columns() {
+        let cols = "qemu+stock,q73:qemu:viommu:stock-7.3";
+        let c = parse(&["--kernel", "stock-7.3=/k/73", "--columns", cols]).unwrap();
+        assert_eq!(c.kernels_named["stock-7.3"], PathBuf::from("/k/73"));
+        let e = parse(&["--columns", cols]).unwrap_err().to_string();
+        assert!(
+            e.contains("q73") && e.contains("--kernel stock-7.3=PATH"),
+            "{e}"
+        );
+        for bad in ["stock-7.3", "=/k", "patched=/k", "a/b=/k", "x="] {
+            let e = parse(&["--kernel", bad, "--columns", cols])
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("--kernel {bad:?}")), "{e}");
+        }
+        let e = parse(&["--kernel", "k=/a", "--kernel", "k=/b"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("each NAME once"), "{e}");
     }
 
     #[test]

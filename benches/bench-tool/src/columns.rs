@@ -3,6 +3,7 @@
 //! command line that starts each (the lab runs this tool too, so its
 //! guests and a user's start the same way).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,7 @@ pub enum Iommu {
 }
 
 /// Which guest kernel boots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kernel {
     /// The unpatched kernel (`--kernel-stock`; 6.12 or 6.1).
@@ -42,6 +43,20 @@ pub enum Kernel {
     /// The kernel with our series (`--kernel-patched`: guest-patches/linux-6.12
     /// or linux-6.1).
     Patched,
+    /// A third (fourth, ...) kernel given as `--kernel NAME=PATH`, e.g. a
+    /// stock 7.3 beside the stock 6.12 in one run.
+    Named(String),
+}
+
+/// Whether NAME can name a `--kernel NAME=PATH` kernel: letters, digits,
+/// `.`, `_` and `-`, not one of the two built-in kernels' names.
+pub fn valid_kernel_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && !matches!(name, "stock" | "baseline" | "patched")
 }
 
 /// One column of the table.
@@ -65,7 +80,7 @@ pub struct Column {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ColumnError {
     /// Neither a built-in name nor a TAG:VMM:IOMMU:KERNEL[:OPTS] spec.
-    #[error("--columns {0:?}: unknown column; use one of {DEFAULT_COLUMNS}, or TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none, KERNEL stock|patched, OPTS +-separated guest params, strict, lazy, --vmm-flags)")]
+    #[error("--columns {0:?}: unknown column; use one of {DEFAULT_COLUMNS}, or TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none, KERNEL stock|patched|a NAME given with --kernel NAME=PATH, OPTS +-separated guest params, strict, lazy, --vmm-flags)")]
     Unknown(String),
     /// A field of a spec has a bad value.
     #[error("--columns {spec:?}: {field} {value:?} is not one of {allowed}")]
@@ -152,7 +167,12 @@ pub fn parse_column(spec: &str) -> Result<Column, ColumnError> {
     let kernel = match parts[3] {
         "stock" | "baseline" => Kernel::Stock,
         "patched" => Kernel::Patched,
-        v => return Err(bad("KERNEL", v, "stock, patched")),
+        v if valid_kernel_name(v) => Kernel::Named(v.into()),
+        v => return Err(bad(
+            "KERNEL",
+            v,
+            "stock, patched, or a NAME of letters, digits, '.', '_', '-' given with --kernel NAME=PATH",
+        )),
     };
     let mut c = col(parts[0], vmm, iommu, kernel, &[]);
     for o in parts.get(4).map(|o| o.split('+')).into_iter().flatten() {
@@ -194,6 +214,8 @@ pub struct LaunchInputs {
     pub kernel_stock: PathBuf,
     /// Patched guest kernel.
     pub kernel_patched: PathBuf,
+    /// The `--kernel NAME=PATH` kernels by name.
+    pub kernels_named: BTreeMap<String, PathBuf>,
     /// The guest initramfs.
     pub initramfs: PathBuf,
     /// The NVMe's PCI address.
@@ -287,9 +309,11 @@ pub fn launch(
     run_dir: &Path,
     name: &str,
 ) -> Launch {
-    let kernel = match col.kernel {
+    let unnamed = PathBuf::from("<--kernel NAME=PATH>");
+    let kernel = match &col.kernel {
         Kernel::Stock => &inp.kernel_stock,
         Kernel::Patched => &inp.kernel_patched,
+        Kernel::Named(n) => inp.kernels_named.get(n).unwrap_or(&unnamed),
     };
     let mut full_cmdline = cmdline.to_string();
     for p in &col.guest_params {
@@ -405,6 +429,7 @@ mod tests {
             vmm: "/opt/vmm".into(),
             kernel_stock: "/k/stock".into(),
             kernel_patched: "/k/patched".into(),
+            kernels_named: [("stock-7.3".to_string(), PathBuf::from("/k/7.3"))].into(),
             initramfs: "/c/initramfs.cpio".into(),
             bdf: "0000:01:00.0".into(),
             cpus: 2,
@@ -412,6 +437,25 @@ mod tests {
             count_runtime: 3,
             breakdown: false,
         }
+    }
+
+    #[test]
+    fn a_named_kernel_column_boots_its_kernel() {
+        let c = parse_column("q73:qemu:viommu:stock-7.3:noxsave").unwrap();
+        assert_eq!(c.kernel, Kernel::Named("stock-7.3".into()));
+        let l = launch(&c, &inputs(), "c", Path::new("/run"), "x");
+        assert_eq!(l.kernel.as_deref(), Some(Path::new("/k/7.3")));
+        assert!(l.args.iter().any(|a| a == "/k/7.3"), "{:?}", l.args);
+        for bad in ["a b", "x/y", "", "../k"] {
+            assert!(
+                matches!(
+                    parse_column(&format!("t:qemu:viommu:{bad}")),
+                    Err(ColumnError::BadField { .. } | ColumnError::Unknown(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(!valid_kernel_name("patched") && valid_kernel_name("baseline-7.3"));
     }
 
     #[test]

@@ -100,6 +100,15 @@ fn preflight(cfg: &Config) -> Outcome {
             kernels.push(("--kernel-patched", k.clone()));
         }
     }
+    for (name, path) in &cfg.kernels_named {
+        if cfg
+            .columns
+            .iter()
+            .any(|c| c.kernel == Kernel::Named(name.clone()))
+        {
+            kernels.push(("--kernel", path.clone()));
+        }
+    }
     if let Some(i) = &a.initramfs {
         kernels.push(("--initramfs", i.clone()));
     }
@@ -221,6 +230,7 @@ async fn run(mut cfg: Config) -> u8 {
             .kernel_patched
             .clone()
             .unwrap_or_else(|| "<--kernel-patched>".into()),
+        kernels_named: cfg.kernels_named.clone(),
         initramfs,
         bdf: cfg.bdf.clone(),
         cpus: a.guest_cpus,

@@ -625,6 +625,20 @@ class MaxHwTest(unittest.TestCase):
 
 
 class KernelsTest(unittest.TestCase):
+    def test_every_7x_guest_boots_with_the_labs_7x_parameters(self):
+        # Without noxsave a 7.3 guest crashes at boot in the lab (LAB_7X_PARAMS).
+        runs = [s for sc in lab.SCENARIOS.values() for s in sc.get("runs", [])] + lab.seven_three_runs("x=1")
+        seven = [s for s in runs if s.split(":")[3].endswith("-7.3")]
+        self.assertGreaterEqual(len(seven), 8)
+        for s in seven:
+            self.assertIn(lab.LAB_7X_PARAMS, s.split(":", 4)[4].split("+"), s)
+        # The demo's 7.3 lazy column gets the demo's reuse window, and the
+        # tool gets the 7.3 kernels by name beside the 6.12 ones.
+        extra = lab.seven_three_runs(lab.DEMO_LAZY_OPTS)
+        self.assertTrue(extra[2].endswith("+" + lab.DEMO_LAZY_OPTS), extra)
+        _, knobs = lab.tool_specs(lab.DEMO["runs"] + extra)
+        self.assertEqual(knobs["kernels"], "baseline-7.3,patched-7.3")
+
     def test_the_tool_gets_two_kernels_named_by_knobs(self):
         specs, knobs = lab.tool_specs(lab.SCENARIOS["compare"]["runs"])
         self.assertEqual(knobs, {"kernel_stock": "baseline-6.12", "kernel_patched": "patched-6.12"})

@@ -73,7 +73,7 @@ flags=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${maxlen[@]+"${maxlen
 if [ -n "$out" ]; then
 	mkdir -p "$(dirname "$out")"
 	{
-		echo "# fuzz/run.sh ${runs:+--runs $runs }${secs:+$secs }${targets[*]} at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) ($(date -u +%FT%TZ), $(nproc) CPUs)"
+		echo "# fuzz/run.sh ${san[*]:+--no-asan }${maxlen[*]:+--max-len ${maxlen[0]#-max_len=} }${runs:+--runs $runs }${secs:+$secs }${targets[*]} at commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) ($(date -u +%FT%TZ), $(nproc) CPUs)"
 		echo "# command per target: cargo +nightly fuzz run ${san[*]:+${san[*]} }TARGET WORK corpus/TARGET -- ${bound[*]} ${flags[*]}"
 	} >"$out"
 fi

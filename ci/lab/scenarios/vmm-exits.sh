@@ -40,6 +40,11 @@ start_guest() {
 	pid=$!
 }
 
+# guest_error LOG: the first error the guest reported in LOG, quote-free.
+guest_error() {
+	grep -m1 -o '"event":"error","message":"[^"]*' "$1" | cut -c1-200 | tr '"\\' "''"
+}
+
 # exits_check NAME WANT_RC CMDLINE_EXTRA [MARKER [SIGNAL [VMM [VMM_FLAGS]]]]:
 # boot the patched guest under VMM (default: ours, with VMM_FLAGS); with
 # MARKER, send SIGNAL (default TERM) to the VMM once the guest printed it.
@@ -105,12 +110,12 @@ exits_check() {
 	# A guest that powers off on its own must have written and verified
 	# its data through the NVMe (fio's verify) and said so: rc=0.
 	if [ "$want" = 0 ] && ! grep -q '^@@LAB-GUEST-DONE@@ rc=0' "$log"; then
-		errs="${errs:+$errs; }the guest did not finish write+verify: $(grep -m1 -o '"event":"error","message":"[^"]*' "$log" | cut -c1-200 | tr '"\\' "''")"
+		errs="${errs:+$errs; }the guest did not finish write+verify: $(guest_error "$log")"
 	fi
 	# A kill check's guest writes and verifies at every size before its
 	# randread (lab.mode=fio): one that never got there says why.
 	if [ -n "$marker" ] && [ -z "$sent" ]; then
-		errs="${errs:+$errs; }the guest never reached '$marker': $(grep -m1 -o '"event":"error","message":"[^"]*' "$log" | cut -c1-200 | tr '"\\' "''")"
+		errs="${errs:+$errs; }the guest never reached '$marker': $(guest_error "$log")"
 	fi
 	[ -n "$hung" ] && errs="${errs:+$errs; }$hung"
 	ok=false

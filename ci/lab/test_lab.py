@@ -639,6 +639,31 @@ class KernelsTest(unittest.TestCase):
         _, knobs = lab.tool_specs(lab.DEMO["runs"] + extra)
         self.assertEqual(knobs["kernels"], "baseline-7.3,patched-7.3")
 
+    def test_ci_runs_the_73_series_on_one_73_kernel(self):
+        # A cold CI machine builds the patched 7.3 kernel only.
+        sc = lab.SCENARIOS["smoke-7.3-ci"]
+        self.assertEqual({s.split(":")[3] for s in sc["runs"]}, {"patched-7.3"})
+        full = [lab.tag_of(s) for s in lab.SCENARIOS["smoke-7.3"]["runs"]]
+        self.assertEqual([lab.tag_of(s) for s in sc["runs"]], [t for t in full if t != "qemu+stock"])
+        self.assertIn("link_hits", sc["expect"]["ours+lazy+reuse"])
+
+    def test_every_column_a_scenario_judges_is_one_it_runs(self):
+        for name, sc in lab.SCENARIOS.items():
+            tags = {lab.tag_of(s) for s in sc.get("runs", [])}
+            named = set(sc.get("expect", {})) | set(sc.get("expect_zero", {}))
+            named |= set(sc.get("idle_check", [])) | set(sc.get("max_hw_kb", {}))
+            if "hostile" in sc:
+                named |= {sc["hostile"]["column"], sc["hostile"]["control"]}
+            self.assertLessEqual(named, tags, name)
+
+    def test_ci_runs_only_scenarios_the_lab_has(self):
+        import re
+        text = (Path(__file__).resolve().parent.parent / "test.sh").read_text()
+        ran = re.findall(r"ci/lab/lab run (\S+)", text)
+        self.assertIn("smoke-7.3-ci", ran)
+        for name in ran:
+            self.assertIn(name, lab.SCENARIOS)
+
     def test_the_tool_gets_two_kernels_named_by_knobs(self):
         specs, knobs = lab.tool_specs(lab.SCENARIOS["compare"]["runs"])
         self.assertEqual(knobs, {"kernel_stock": "baseline-6.12", "kernel_patched": "patched-6.12"})

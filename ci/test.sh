@@ -58,7 +58,7 @@ if [ $lab = 1 ]; then
 	step "lab hostile" ci/lab/lab run hostile --results target/lab-hostile.json
 	step "lab vmm-exits" ci/lab/lab run vmm-exits --results target/lab-vmm-exits.json
 	step "lab smoke-6.12" ci/lab/lab run smoke-6.12 --results target/lab-smoke-6.12.json
-	# The patched 7.3 guest only (one 7.3 kernel to build, about 5 min cold).
+	# The patched 7.3 guest only (one 7.3 kernel to build, 8-13 min cold).
 	step "lab smoke-7.3-ci" ci/lab/lab run smoke-7.3-ci --results target/lab-smoke-7.3-ci.json
 	step "lab bench-tool" ci/lab/lab run bench-tool --results target/lab-bench-tool.json
 	step "lab multipath" ci/lab/lab run multipath --results target/lab-multipath.json

@@ -5,6 +5,7 @@ import importlib.machinery
 import importlib.util
 import io
 import json
+import re
 import sys
 import tempfile
 import types
@@ -657,7 +658,6 @@ class KernelsTest(unittest.TestCase):
             self.assertLessEqual(named, tags, name)
 
     def test_ci_runs_only_scenarios_the_lab_has(self):
-        import re
         text = (Path(__file__).resolve().parent.parent / "test.sh").read_text()
         ran = re.findall(r"ci/lab/lab run (\S+)", text)
         self.assertIn("smoke-7.3-ci", ran)

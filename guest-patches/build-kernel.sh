@@ -389,8 +389,17 @@ fi
 extract_pristine() {
 	[ "$src_kind" != tree ] || return 0
 	[ -f "$pristine/.extracted" ] && return
-	log "extracting $src (once per source)"
 	mkdir -p "$cache/src"
+	# One extraction per source at a time: checkpatch and the builds of
+	# the source's variants may race (CI builds kernels in the background
+	# while its checkpatch steps run); the loser finds the tree extracted.
+	exec 8>"$pristine.lock"
+	flock 8
+	if [ -f "$pristine/.extracted" ]; then
+		exec 8>&-
+		return 0
+	fi
+	log "extracting $src (once per source)"
 	rm -rf "$pristine" "$pristine.tmp"
 	mkdir -p "$pristine.tmp"
 	tar -xf "$src" -C "$pristine.tmp" --strip-components=1 ||
@@ -398,6 +407,7 @@ extract_pristine() {
 	[ -f "$pristine.tmp/Makefile" ] || die "$what has no top-level Makefile after extraction: expected $expect"
 	touch "$pristine.tmp/.extracted"
 	mv "$pristine.tmp" "$pristine"
+	exec 8>&-
 }
 
 if [ "$variant" = checkpatch ]; then

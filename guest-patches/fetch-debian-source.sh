@@ -55,6 +55,10 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 
 a=$cache/apt/$suite
 mkdir -p "$a/lists/partial" "$a/archives/partial" "$a/prefs.d"
+# One fetch per suite at a time (CI's background kernel builds and its
+# checkpatch step may both ask for the same source).
+exec 9>"$a/.lock"
+flock 9
 echo "deb [signed-by=$keyring] $mirror $suite main" >"$a/sources.list"
 opts=(-q -o "Dir::Etc::SourceList=$a/sources.list" -o Dir::Etc::SourceParts=/dev/null
 	-o "Dir::State::Lists=$a/lists" -o "Dir::Cache=$a" -o "Dir::Cache::Archives=$a/archives"

@@ -645,8 +645,16 @@ class KernelsTest(unittest.TestCase):
         sc = lab.SCENARIOS["smoke-7.3-ci"]
         self.assertEqual({s.split(":")[3] for s in sc["runs"]}, {"patched-7.3"})
         full = [lab.tag_of(s) for s in lab.SCENARIOS["smoke-7.3"]["runs"]]
-        self.assertEqual([lab.tag_of(s) for s in sc["runs"]], [t for t in full if t != "qemu+stock"])
+        self.assertEqual([lab.tag_of(s) for s in sc["runs"]], [t for t in full if t not in ("qemu+stock", "ours+lazy")])
         self.assertIn("link_hits", sc["expect"]["ours+lazy+reuse"])
+
+    def test_ci_runs_smoke_612_without_its_lazy_guest_that_has_no_cache(self):
+        sc, full = lab.SCENARIOS["smoke-6.12-ci"], lab.SCENARIOS["smoke-6.12"]
+        self.assertEqual([lab.tag_of(s) for s in sc["runs"]], [lab.tag_of(s) for s in full["runs"] if lab.tag_of(s) != "ours+lazy"])
+        # the reuse guests still run lazy and are judged as in smoke-6.12
+        self.assertEqual(sc["expect"]["ours+lazy+reuse"], full["expect"]["ours+lazy+reuse"])
+        self.assertEqual(sc["idle_check"], full["idle_check"])
+        self.assertEqual(sc["max_hw_kb"], full["max_hw_kb"])
 
     def test_every_column_a_scenario_judges_is_one_it_runs(self):
         for name, sc in lab.SCENARIOS.items():
@@ -657,12 +665,33 @@ class KernelsTest(unittest.TestCase):
                 named |= {sc["hostile"]["column"], sc["hostile"]["control"]}
             self.assertLessEqual(named, tags, name)
 
-    def test_ci_runs_only_scenarios_the_lab_has(self):
+    @staticmethod
+    def ci_lab_steps() -> list[str]:
         text = (Path(__file__).resolve().parent.parent / "test.sh").read_text()
-        ran = re.findall(r"ci/lab/lab run (\S+)", text)
+        m = re.search(r"lab_steps=\(([^)]*)\)", text)
+        assert m, "ci/test.sh has no lab_steps=( ... )"
+        return m.group(1).split()
+
+    def test_ci_runs_only_scenarios_the_lab_has(self):
+        ran = self.ci_lab_steps()
         self.assertIn("smoke-7.3-ci", ran)
         for name in ran:
             self.assertIn(name, lab.SCENARIOS)
+
+    def test_ci_builds_its_kernels_in_the_order_its_steps_need_them(self):
+        # Five kernels, no stock 6.1 (the stock guest is 6.12), each once,
+        # in the order of the first step that boots it, and the steps
+        # grouped by kernel: the background build (ci/prebuild-kernels.sh)
+        # then works on the next group's kernel while a group runs.
+        self.assertEqual(lab.kernels_to_build(self.ci_lab_steps()),
+                         [("6.12", "baseline"), ("6.12", "patched"), ("6.12", "labhost"), ("6.1", "patched"), ("7.3", "patched")])
+
+    def test_scenarios_without_guests_need_no_kernel(self):
+        self.assertEqual(lab.kernels_to_build(["vfio-backend", "vmm-errors"]), [])
+        self.assertEqual(lab.kernels_to_build(["vmm-boot"]), [("6.1", "baseline")])
+        self.assertEqual(lab.kernels_to_build(["iommufd"]), [("6.12", "baseline"), ("6.12", "labhost")])
+        with self.assertRaises(lab.LabError):
+            lab.kernels_to_build(["no-such-scenario"])
 
     def test_the_tool_gets_two_kernels_named_by_knobs(self):
         specs, knobs = lab.tool_specs(lab.SCENARIOS["compare"]["runs"])
@@ -672,7 +701,9 @@ class KernelsTest(unittest.TestCase):
         specs, knobs = lab.tool_specs(lab.SCENARIOS["smoke-6.12"]["runs"])
         self.assertEqual(knobs, {"kernel_patched": "patched-6.12"})
         _, knobs = lab.tool_specs(lab.SCENARIOS["smoke"]["runs"])
-        self.assertEqual(knobs, {"kernel_stock": "baseline"})
+        self.assertEqual(knobs, {"kernel_stock": "baseline-6.12"})
+        _, knobs = lab.tool_specs(lab.SCENARIOS["compare-6.1"]["runs"])
+        self.assertEqual(knobs, {"kernel_stock": "baseline", "kernel_patched": "patched"})
         # A second version of a variant goes to the tool by name.
         specs, knobs = lab.tool_specs(["a:qemu:viommu:baseline-6.12", "b:qemu:viommu:baseline-7.3:noxsave",
                                        "c:vmm:viommu:baseline-7.3", "d:vmm:viommu:patched"])

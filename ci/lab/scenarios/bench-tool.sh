@@ -7,7 +7,7 @@ driver() { basename "$(readlink "/sys/bus/pci/devices/$BDF/driver" 2>/dev/null)"
 status=0
 
 # 1. No --destroy-data: exit 2, nothing touched.
-out=$(viommu-bench --device "$BDF" --no-bind --columns "$(lab_arg runs "")" --kernel-stock /lab/guest/baseline.bzImage 2>&1)
+out=$(viommu-bench --device "$BDF" --no-bind --columns "$(lab_arg runs "")" --kernel-stock "/lab/guest/$(lab_arg kernel_stock baseline).bzImage" 2>&1)
 rc=$?
 ok=false
 [ $rc -eq 2 ] && printf '%s' "$out" | grep -q -- "--destroy-data is missing" && ok=true

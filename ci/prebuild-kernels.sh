@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Build, ahead and one after another, every kernel the given lab scenarios
+# will boot (guest kernels and the lab host's own), in the order they first
+# need them (`ci/lab/lab kernels`):
+#
+#   ci/prebuild-kernels.sh SCENARIO...
+#
+# ci/test.sh starts it in the background at the lowest CPU priority (nice
+# 19) before its first step: the kernels then compile in the time the
+# other steps leave a core idle (the single-threaded parts of the cargo
+# and checkpatch steps, and most of the lab's: a lab host runs its guest
+# on one emulated vCPU of two), and a lab step that needs a kernel not yet
+# built waits for it on the build's lock (build-kernel.sh) instead of
+# building it a second time. On a fresh 2-core machine the six kernels
+# the steps used to build one by one in their own step took 37 minutes of
+# a 110-minute run (benches/results/ci-timings-cold-92aafe5-partial.txt).
+#
+# One line per kernel on stderr with its time; exit 1 if any build failed
+# (the lab step that needs it then fails with the build's own error).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || {
+	echo "usage: ci/prebuild-kernels.sh SCENARIO..." >&2
+	exit 2
+}
+list=$(ci/lab/lab kernels "$@") || exit 1
+logs=${VIOMMU_LAB_CACHE:-$HOME/.cache/viommu-lab}/logs
+mkdir -p "$logs"
+status=0
+while read -r version variant; do
+	start=$SECONDS
+	# A series whose Debian package is in another suite (7.3) fetches its
+	# source first; the others come from the machine's linux-source-X.Y.
+	if [ ! -f "/usr/src/linux-source-$version.tar.xz" ] &&
+		! guest-patches/fetch-debian-source.sh "$version" >/dev/null 2>&1; then
+		echo "[prebuild] linux-$version $variant: fetching its source failed (guest-patches/fetch-debian-source.sh $version)" >&2
+		status=1
+		continue
+	fi
+	log=$logs/prebuild-$version-$variant.log
+	if guest-patches/"linux-$version"/build.sh "$variant" >/dev/null 2>"$log"; then
+		echo "[prebuild] linux-$version $variant: ready ($((SECONDS - start)) s; $(grep -c 'built in' "$log") built, else cached)" >&2
+	else
+		echo "[prebuild] linux-$version $variant: build FAILED after $((SECONDS - start)) s (log $log):" >&2
+		tail -n 5 "$log" >&2
+		status=1
+	fi
+done <<<"$list"
+exit $status

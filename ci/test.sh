@@ -23,7 +23,7 @@ if [ $lab = 1 ]; then
 	# calm twin). The stock guest is stock 6.12
 	# (ci/lab/lab's STOCK). Ordered by the kernels they need: none first,
 	# then stock 6.12, patched 6.12, our 6.12 lab host, patched 6.1 and
-	# patched 7.3 (8-13 min each from scratch on 2 cores), which
+	# patched 7.3 (about 5 min each from scratch on 2 idle cores), which
 	# ci/prebuild-kernels.sh builds in that order in the background.
 	lab_steps=(
 		vfio-backend vmm-errors

@@ -26,6 +26,10 @@ pub struct Gauges {
     pub avail_event: Option<u64>,
     /// Request queue notifications the device thread took.
     pub kicks: Option<u64>,
+    /// The requests published and not taken, by type (`map`, `unmap`,
+    /// `iotlb_flush`, `other`, `unreadable`, `not_read`), when the VMM
+    /// read them (ours since the gauge exists).
+    pub pending: Vec<(String, u64)>,
     /// CPU milliseconds of each vCPU thread, in vCPU order.
     pub vcpu_cpu_ms: Vec<u64>,
 }
@@ -45,9 +49,47 @@ pub fn parse(text: &str) -> Gauges {
         device_next_avail: g("viommu_requestq_device_next_avail"),
         avail_event: g("viommu_requestq_avail_event"),
         kicks: g("viommu_requestq_kicks_total"),
+        pending: PENDING_TYPES
+            .iter()
+            .filter_map(|t| {
+                g(&format!("viommu_requestq_pending_requests{{type=\"{t}\"}}"))
+                    .map(|n| (t.to_string(), n))
+            })
+            .collect(),
         vcpu_cpu_ms: (0..)
             .map_while(|i| g(&format!("vmm_vcpu_cpu_ms_total{{vcpu=\"{i}\"}}")))
             .collect(),
+    }
+}
+
+/// The types `viommu_requestq_pending_requests` counts, in its order.
+const PENDING_TYPES: [&str; 6] = [
+    "map",
+    "unmap",
+    "iotlb_flush",
+    "other",
+    "unreadable",
+    "not_read",
+];
+
+/// What the requests published and not taken say (`pending`): a lazy
+/// guest's UNMAPs queued until its next sync, or requests not notified yet
+/// (Linux adds MAPs and notifies once in `iotlb_sync_map`) or never (a
+/// missed kick: then a vCPU waits in the driver's sync, see [`owed`]).
+fn untaken(pending: &[(String, u64)]) -> String {
+    let n = |t: &str| pending.iter().find(|(k, _)| k == t).map_or(0, |(_, v)| *v);
+    let list: Vec<String> = pending
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    let list = list.join(", ");
+    if n("unmap") > 0 && pending.iter().all(|(k, v)| k == "unmap" || *v == 0) {
+        format!("only UNMAPs ({list}): a lazy guest's queue, sent with its next sync, not what the guest waits on")
+    } else if n("map") + n("iotlb_flush") + n("other") > 0 {
+        format!("{list}: not notified yet (Linux adds MAPs and notifies in iotlb_sync_map) or a missed kick (if a vCPU waits in the driver's sync)")
+    } else {
+        format!("{list}: their types could not be read")
     }
 }
 
@@ -63,8 +105,13 @@ pub fn diagnose(first: &Gauges, then: &Gauges) -> String {
             "the virtio-iommu device thread has been serving one notification for {ms} ms (a host call that does not return?)"
         )),
         (Some(a), Some(n), _, _) if a != n => out.push(format!(
-            "the driver published virtio-iommu requests the device has not taken (avail {a}, device at {n}, avail_event {}) and the device thread is waiting: not yet notified (a lazy guest queues UNMAPs until its next sync) or a missed kick",
-            then.avail_event.map_or("?".to_string(), |e| e.to_string())
+            "the driver published virtio-iommu requests the device has not taken (avail {a}, device at {n}, avail_event {}) and the device thread is waiting: {}",
+            then.avail_event.map_or("?".to_string(), |e| e.to_string()),
+            if then.pending.is_empty() {
+                "not yet notified (a lazy guest queues UNMAPs until its next sync) or a missed kick".to_string()
+            } else {
+                untaken(&then.pending)
+            }
         )),
         (Some(a), _, Some(u), _) if a != u => out.push(format!(
             "the device took virtio-iommu requests it has not completed (avail {a}, used {u})"
@@ -129,6 +176,12 @@ pub struct VcpuWhere {
     pub interrupts: Option<bool>,
     /// Kernel text words on its stack, named (a rough call chain).
     pub stack: Vec<String>,
+    /// `rip` named by the host's own symbols (`/proc/kallsyms`) when the
+    /// guest's do not know it: the vCPU's saved state holds a host kernel
+    /// address, so what it "runs" is not guest code (seen in the lab:
+    /// `__svm_vcpu_run+0x9c`, the instruction after VMRUN in the lab
+    /// host's kvm_amd, a fault of the outer emulator's nested SVM).
+    pub host_function: Option<String>,
 }
 
 impl std::fmt::Display for VcpuWhere {
@@ -137,6 +190,12 @@ impl std::fmt::Display for VcpuWhere {
         match &self.rip {
             Some(r) => write!(f, "at {r}")?,
             None => write!(f, "did not answer")?,
+        }
+        if let Some(h) = &self.host_function {
+            write!(
+                f,
+                " (the host's {h}: not guest code, the vCPU's saved state is the host's)"
+            )?;
         }
         if self.interrupts == Some(false) {
             write!(f, " (interrupts off)")?;
@@ -151,8 +210,14 @@ impl std::fmt::Display for VcpuWhere {
 /// Stack words shown per vCPU.
 const STACK_SHOWN: usize = 8;
 
-/// The vCPUs of a `vm.vcpus` answer (`body`, JSON), named with `syms`.
-pub fn vcpus(body: &str, syms: Option<&crate::symbols::Symbols>) -> Vec<VcpuWhere> {
+/// The vCPUs of a `vm.vcpus` answer (`body`, JSON), named with `syms`
+/// (the guest kernel's), and a `rip` they do not know with `host` (the
+/// host kernel's, `/proc/kallsyms`).
+pub fn vcpus(
+    body: &str,
+    syms: Option<&crate::symbols::Symbols>,
+    host: Option<&crate::symbols::Symbols>,
+) -> Vec<VcpuWhere> {
     let Ok(serde_json::Value::Array(v)) = serde_json::from_str::<serde_json::Value>(body) else {
         return Vec::new();
     };
@@ -171,6 +236,10 @@ pub fn vcpus(body: &str, syms: Option<&crate::symbols::Symbols>) -> Vec<VcpuWher
                     .and_then(|r| syms.and_then(|s| s.lookup(r)))
                     .map(|(n, _)| n.to_string()),
                 interrupts: c.get("interrupts_enabled").and_then(|x| x.as_bool()),
+                host_function: rip
+                    .filter(|r| syms.and_then(|s| s.lookup(*r)).is_none())
+                    .and_then(|r| host.and_then(|h| h.lookup(r)))
+                    .map(|(n, off)| format!("{n}+{off:#x}")),
                 stack: c
                     .get("stack_text")
                     .and_then(|x| x.as_array())
@@ -241,7 +310,7 @@ mod tests {
         let syms = crate::symbols::Symbols::parse(map);
         let body = r#"[{"vcpu":0,"rip":"0xffffffff81200010","interrupts_enabled":false,"stack_text":["0xffffffff81300004"]},
                        {"vcpu":1,"rip":"0xffffffff81300001","interrupts_enabled":true,"stack_text":[]}]"#;
-        let v = vcpus(body, Some(&syms));
+        let v = vcpus(body, Some(&syms), None);
         assert_eq!(v[0].function.as_deref(), Some("__viommu_sync_req"));
         assert_eq!(
             v[0].to_string(),
@@ -254,8 +323,27 @@ mod tests {
         // Nothing outstanding, no vCPU in the driver, or no symbols: not owed.
         assert!(owed(&parse(&text(10, 3, 2, 0, 7, 7, 7)), &v, true).is_none());
         assert!(owed(&g, &v[1..], true).is_none());
-        assert!(owed(&g, &vcpus(body, None), false).is_none());
-        assert!(vcpus("not json", Some(&syms)).is_empty());
+        assert!(owed(&g, &vcpus(body, None, None), false).is_none());
+        assert!(vcpus("not json", Some(&syms), None).is_empty());
+        // A rip the guest's symbols do not know, named by the host's.
+        let host = crate::symbols::Symbols::parse("ffffffffc0500d30 T __svm_vcpu_run\t[kvm_amd]\n");
+        let body =
+            r#"[{"vcpu":0,"rip":"0xffffffffc0500dcc","interrupts_enabled":false,"stack_text":[]}]"#;
+        let v = vcpus(body, Some(&syms), Some(&host));
+        assert_eq!(v[0].host_function.as_deref(), Some("__svm_vcpu_run+0x9c"));
+        assert!(
+            v[0].to_string()
+                .contains("the host's __svm_vcpu_run+0x9c: not guest code"),
+            "{}",
+            v[0]
+        );
+        // A rip the guest knows is never looked up in the host's.
+        let v = vcpus(
+            r#"[{"vcpu":1,"rip":"0xffffffff81200010"}]"#,
+            Some(&syms),
+            Some(&host),
+        );
+        assert_eq!(v[0].host_function, None);
     }
 
     #[test]
@@ -270,6 +358,35 @@ mod tests {
         assert!(
             d.contains("does not take it (a vCPU with interrupts off)"),
             "{d}"
+        );
+
+        // With the types of the untaken requests (our VMM's gauge).
+        let pending = |map: u64, unmap: u64| {
+            parse(&format!(
+                "{}viommu_requestq_pending_requests{{type=\"map\"}} {map}\nviommu_requestq_pending_requests{{type=\"unmap\"}} {unmap}\nviommu_requestq_pending_requests{{type=\"iotlb_flush\"}} 0\n",
+                text(10, 3, 2, 0, 7, 5, 5)
+            ))
+        };
+        let lazy = pending(0, 2);
+        assert_eq!(lazy.pending[1], ("unmap".to_string(), 2));
+        let d = diagnose(&lazy, &lazy);
+        assert!(
+            d.contains("only UNMAPs (2 unmap): a lazy guest's queue"),
+            "{d}"
+        );
+        assert!(!d.contains("missed kick"), "{d}");
+        let missed = pending(1, 1);
+        let d = diagnose(&missed, &missed);
+        assert!(
+            d.contains("1 map, 1 unmap: not notified yet (Linux adds MAPs"),
+            "{d}"
+        );
+        let unknown = parse(&format!(
+            "{}viommu_requestq_pending_requests{{type=\"unreadable\"}} 2\n",
+            text(10, 3, 2, 0, 7, 5, 5)
+        ));
+        assert!(
+            diagnose(&unknown, &unknown).contains("2 unreadable: their types could not be read")
         );
 
         let stuck = parse(&text(10, 1, 1, 2500, 7, 5, 5));

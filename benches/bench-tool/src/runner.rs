@@ -431,7 +431,13 @@ async fn hang_state(
     );
     // Where the vCPUs are (our VMM's vm.vcpus; older builds have none).
     let vcpus = ep.body("/api/v1/vm.vcpus").await.unwrap_or_default();
-    let where_ = crate::liveness::vcpus(&vcpus, syms);
+    // The host's symbols name a vCPU address the guest's do not (root
+    // reads real addresses in /proc/kallsyms; elsewhere they are zeros
+    // and name nothing).
+    let host = std::fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .map(|t| crate::symbols::Symbols::parse(&t));
+    let where_ = crate::liveness::vcpus(&vcpus, syms, host.as_ref());
     let verdict = crate::liveness::owed(&b, &where_, syms.is_some());
     let mut text = format!("{} [{:?}]", crate::liveness::diagnose(&a, &b), b);
     if let Some(v) = &verdict {

@@ -108,6 +108,7 @@ pub use crate::config::{
 pub use crate::counters::{Counters, RequestCounts, BATCH_BUCKETS};
 pub use dma_mapper::DmaStats;
 pub use viommu_wire::features::*;
+pub use viommu_wire::req_type;
 
 /// Raises the interrupt of a virtqueue (an irqfd, an MSI-X vector, ...).
 pub trait IommuInterrupt: Send + Sync {

@@ -3,7 +3,9 @@
 //! (the bench tool reads them before it kills a guest it found hung):
 //! - the virtio-iommu's device thread: serving one notification for long
 //!   (stuck in a host call), or waiting while the driver's avail index is
-//!   ahead of the device's (a missed kick: the driver spins for an answer);
+//!   ahead of the device's, with the types of the requests left there
+//!   (UNMAPs alone: a lazy guest's queue; otherwise requests not notified
+//!   yet, or a missed kick if the driver waits for an answer);
 //! - the UART: the transmit interrupt enabled and pending while no byte
 //!   arrives means the guest does not take interrupts (a vCPU spinning
 //!   with interrupts off); each vCPU thread's CPU time tells a vCPU that
@@ -171,6 +173,23 @@ impl Liveness {
                 "The avail_event the device published in guest memory (EVENT_IDX: the driver notifies when its avail index passes it).",
                 r.avail_event.map(u64::from),
             );
+            if let Some(p) = r.pending {
+                let _ = writeln!(
+                    out,
+                    "# HELP viommu_requestq_pending_requests Requests the driver published that the device has not taken, by type, read from the rings now (at most {} looked at; not_read: beyond that). UNMAPs alone are a lazy guest's queue, sent with its next sync; a MAP waits for the driver's iotlb_sync_map, which notifies; any request left while a vCPU waits in the driver's sync is a missed kick.\n# TYPE viommu_requestq_pending_requests gauge",
+                    crate::devices::viommu::pending::PEEK_MAX
+                );
+                for (t, n) in [
+                    ("map", p.map),
+                    ("unmap", p.unmap),
+                    ("iotlb_flush", p.flush),
+                    ("other", p.other),
+                    ("unreadable", p.unreadable),
+                    ("not_read", p.not_read),
+                ] {
+                    let _ = writeln!(out, "viommu_requestq_pending_requests{{type=\"{t}\"}} {n}");
+                }
+            }
             metric(
                 &mut out,
                 "viommu_requestq_kicks_total",

@@ -72,7 +72,10 @@
 //! - [`ThreadStatus`] tells, from outside, whether the thread is stuck or
 //!   idle and whether the driver is waiting for it: how long the current
 //!   notification has been served, where the device stands on the request
-//!   queue, and the driver's indices read from guest memory when asked.
+//!   queue, and the driver's indices read from guest memory when asked,
+//!   with the types of the requests it published and the device has not
+//!   taken ([`pending`]: a lazy guest's queued UNMAPs, MAPs before the
+//!   driver's sync, or a missed kick).
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -175,9 +178,9 @@ pub struct ThreadStatus {
     /// reads that found it signalled; several kicks between two reads
     /// count once).
     kicks: AtomicU64,
-    /// Guest memory, the request queue's avail and used ring addresses and
-    /// its size, from activation to reset.
-    rings: Mutex<Option<(GuestMemoryMmap, GuestAddress, GuestAddress, u16)>>,
+    /// Guest memory, the request queue's ring addresses (descriptor table
+    /// and avail ring, used ring) and its size, from activation to reset.
+    rings: Mutex<Option<(GuestMemoryMmap, pending::RingAddrs, GuestAddress)>>,
     /// Nanoseconds the thread spent polling the request queue (looking at
     /// the ring between requests, drains not included).
     poll_ns: AtomicU64,
@@ -214,6 +217,9 @@ pub struct StatusReading {
     /// The `avail_event` the device published in guest memory (with
     /// EVENT_IDX the driver notifies when its avail index passes it).
     pub avail_event: Option<u16>,
+    /// The requests published and not taken, by type (read from guest
+    /// memory now; `None` when the device is not active or has taken all).
+    pub pending: Option<pending::PendingTypes>,
     /// Request queue notifications the thread took.
     pub kicks: u64,
     /// Nanoseconds spent polling the request queue.
@@ -275,29 +281,37 @@ impl ThreadStatus {
         } else {
             self.now_us().saturating_sub(since) / 1000
         };
-        let (driver_avail, used, avail_event) =
+        let device_next_avail = u16::try_from(self.next_avail.load(Ordering::Acquire)).ok();
+        let (driver_avail, used, avail_event, pending) =
             match &*self.rings.lock().unwrap_or_else(|e| e.into_inner()) {
-                Some((mem, avail, used, size)) => {
+                Some((mem, rings, used)) => {
                     let at = |ring: &GuestAddress, off: u64| {
                         ring.checked_add(off)
                             .and_then(|a| mem.read_obj::<u16>(a).ok())
                             .map(u16::from_le)
                     };
+                    let driver_avail = at(&rings.avail, 2);
+                    let pending = match (device_next_avail, driver_avail) {
+                        (Some(n), Some(a)) if n != a => Some(pending::peek(mem, *rings, n, a)),
+                        _ => None,
+                    };
                     (
-                        at(avail, 2),
+                        driver_avail,
                         at(used, 2),
-                        at(used, 4 + 8 * u64::from(*size)),
+                        at(used, 4 + 8 * u64::from(rings.size)),
+                        pending,
                     )
                 }
-                None => (None, None, None),
+                None => (None, None, None, None),
             };
         StatusReading {
             wakeups: self.wakeups.load(Ordering::Relaxed),
             serving_ms,
             driver_avail,
             used,
-            device_next_avail: u16::try_from(self.next_avail.load(Ordering::Acquire)).ok(),
+            device_next_avail,
             avail_event,
+            pending,
             kicks: self.kicks.load(Ordering::Relaxed),
             poll_ns: self.poll_ns.load(Ordering::Relaxed),
             polls_found: self.polls_found.load(Ordering::Relaxed),
@@ -620,9 +634,12 @@ impl VirtioDevice for ViommuDevice {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some((
                 mem.clone(),
-                GuestAddress(q.avail_ring()),
+                pending::RingAddrs {
+                    desc: GuestAddress(q.desc_table()),
+                    avail: GuestAddress(q.avail_ring()),
+                    size: q.size(),
+                },
                 GuestAddress(q.used_ring()),
-                q.size(),
             ));
         }
         let (reply, answer) = sync_channel(1);
@@ -1015,6 +1032,7 @@ impl Core {
     }
 }
 
+pub mod pending;
 pub mod poll;
 #[cfg(test)]
 mod tests;

@@ -397,11 +397,20 @@ fn status_tells_a_thread_stuck_in_a_host_call_from_one_waiting() {
         (s.driver_avail, s.used, s.device_next_avail),
         (Some(2), Some(0), Some(0))
     );
+    // The two requests published and not taken, read from the rings: an
+    // ATTACH and a MAP (not a lazy guest's queue of UNMAPs).
+    let p = s.pending.expect("requests published and not taken");
+    assert_eq!(
+        (p.other, p.map, p.unmap, p.unreadable),
+        (1, 1, 0, 0),
+        "{p:?}"
+    );
     r.mapper.open();
     until("the drain", || {
         let s = status.read();
         s.serving_ms == 0 && s.device_next_avail == Some(2) && s.used == Some(2)
     });
+    assert_eq!(status.read().pending, None);
     assert!(status.read().wakeups >= 2);
     // After a reset the rings are the driver's again: nothing is read.
     r.dev.reset();

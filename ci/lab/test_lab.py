@@ -765,6 +765,51 @@ class RoundTest(unittest.TestCase):
         problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertTrue(any("unfit" in p for p in problems), problems)
 
+    def test_a_vmm_stuck_in_the_lab_hosts_kernel_sends_the_rest_to_a_fresh_host(self):
+        # CI of 2026-11-27: a VMM SIGKILL did not end held the NVMe, and the
+        # next guest failed to open it. The bench tool now stops there
+        # (@@LAB-HOST-STUCK@@); the guests it did not run go to a fresh
+        # lab host and the run only warns.
+        specs = [f"{t}:vmm:viommu:baseline" for t in "abc"]
+        calls = []
+
+        def boot(todo, attempt, skip=()):
+            calls.append(list(todo))
+            col = lab.Collector(len(todo))
+            col.feed(HOST)
+            if attempt == 1:
+                col.feed(line(cell("a", warnings=["the VMM did not exit within 30 s of SIGKILL: it is stuck"])))
+                col.feed('@@LAB-HOST-STUCK@@ {"why":"the VMM of a round 1 (pid 9) is still stuck in the host\'s kernel"}')
+                col.feed("@@LAB-DONE@@ rc=1")
+            else:
+                for spec in todo:
+                    col.feed(line(cell(lab.tag_of(spec))))
+                col.feed("@@LAB-DONE@@ rc=0")
+            col.finish(0)
+            return col
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, boot)
+        self.assertEqual(calls, [specs, specs[1:]])
+        self.assertEqual(sorted(c["column"] for c in doc["cells"]), ["a", "b", "c"])
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertEqual(problems, [])
+        self.assertTrue(any("stayed in the lab host's kernel" in w and "ran again in a fresh one" in w for w in warnings), warnings)
+        # Every lab host keeps one: the last one's is a problem.
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+
+        def always(todo, attempt, skip=()):
+            col = lab.Collector(len(todo))
+            col.feed(HOST)
+            col.feed('@@LAB-HOST-STUCK@@ {"why":"stuck"}')
+            col.feed("@@LAB-DONE@@ rc=1")
+            col.finish(0)
+            return col
+        with contextlib.redirect_stderr(io.StringIO()):
+            lab.run_round(doc, 1, specs, always)
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertTrue(any("stayed in the lab host's kernel" in p for p in problems), problems)
+
     def test_the_tsc_rate_comes_from_the_kernel_log(self):
         log = ("[0.000035] tsc: Detected 1996.249 MHz processor\n[0.0001] tsc: Detected 1996.300 MHz TSC\n"
                "[1.9] tsc: Refined TSC clocksource calibration: 1996.251 MHz\n")

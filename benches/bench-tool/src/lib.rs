@@ -38,6 +38,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod stats;
+pub mod stuck;
 pub mod symbols;
 pub mod sysfs;
 pub mod trace;

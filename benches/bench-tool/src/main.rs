@@ -431,6 +431,7 @@ async fn run(mut cfg: Config) -> u8 {
         cancel: cancel.clone(),
         kvm_exits: kvm_exits.as_ref(),
         breakdown: breakdown.as_ref(),
+        stuck: None,
     };
     let mut results = Vec::new();
     let mut interrupted = *cancel.borrow();
@@ -549,6 +550,13 @@ async fn run(mut cfg: Config) -> u8 {
             Err(RunError::Interrupted) => interrupted = true,
             Err(e) => {
                 error!("{e}");
+                if a.serial_report && matches!(e, RunError::StuckVmm { .. }) {
+                    // The lab runs this host's unfinished cells in a fresh one.
+                    println!(
+                        "@@LAB-HOST-STUCK@@ {}",
+                        serde_json::json!({ "why": e.to_string() })
+                    );
+                }
                 break;
             }
         }
@@ -586,7 +594,13 @@ fn serial_cell(r: &CellResult) {
         Ok(j) => println!("@@LAB-CELL@@ {j}"),
         Err(e) => eprintln!("viommu-bench: cell {} as JSON: {e}", r.column),
     }
-    if r.status != CellStatus::Ok {
+    // A VMM that would not exit is shown too: its log says what it did
+    // last, the warnings where its threads were.
+    let stuck = r
+        .warnings
+        .iter()
+        .any(|w| w.starts_with(viommu_bench::runner::UNKILLABLE));
+    if r.status != CellStatus::Ok || stuck {
         print_log(&format!("{}-r{}", r.column, r.round + 1), &r.log);
     }
     use std::io::Write as _;

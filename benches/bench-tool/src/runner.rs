@@ -30,6 +30,7 @@ use crate::footprint::Footprint;
 use crate::guest::{is_breakdown_phase, is_count_phase, parse_line, Marker};
 use crate::metrics::{CounterSource, DeviceCounters};
 use crate::results::{CellResult, CellStatus, Counting, PhaseResult};
+use crate::stuck::{kernel_stacks, StuckVmm, STUCK_WAIT};
 use crate::units::human_duration;
 
 /// How long the VMM may take to exit after the guest said it is done.
@@ -56,6 +57,17 @@ pub enum RunError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// An earlier cell's VMM is still in the host's kernel and holds the
+    /// device: no VM can take it on this host until it leaves.
+    #[error("the VMM of {cell} (pid {pid}) is still stuck in the host's kernel {waited_s} s after SIGKILL and holds the device; the cells after it cannot run on this host (its threads' kernel stacks are in the log of {cell}: look for the reset or ioctl they wait in, and reboot the host)")]
+    StuckVmm {
+        /// The cell whose VMM it is.
+        cell: String,
+        /// Its process id.
+        pid: String,
+        /// Seconds since it was killed.
+        waited_s: u64,
     },
     /// The log file could not be written.
     #[error("{}: {source}; check --out", path.display())]
@@ -140,6 +152,9 @@ pub struct CellCtx<'a> {
     pub kvm_exits: Option<&'a crate::kvm_exits::KvmExits>,
     /// The host's recording of the breakdown phases (`--breakdown`).
     pub breakdown: Option<&'a crate::host_trace::Settings>,
+    /// A VMM of an earlier cell that SIGKILL did not end: the next cell
+    /// waits for it (see [`crate::stuck`]).
+    pub stuck: Option<StuckVmm>,
 }
 
 fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
@@ -206,6 +221,9 @@ pub async fn run_cell(
         path: log_path.clone(),
         source,
     };
+    if let Some(stuck) = ctx.stuck.take() {
+        wait_for_stuck(stuck, column, round, progress).await?;
+    }
     let mut log = std::fs::File::create(&log_path).map_err(log_err)?;
     writeln!(log, "# {}", launch.display()).map_err(log_err)?;
     for stale in [&launch.trace, &launch.qmp, &launch.api_socket]
@@ -270,6 +288,8 @@ pub async fn run_cell(
     let mut exited_at: Option<Instant> = None;
     let mut streams_open = true;
     let mut hung: Option<CellStatus> = None;
+    // Set when SIGKILL did not end the VMM (when it was first killed).
+    let mut unkillable: Option<Instant> = None;
     loop {
         if exit.is_some() && !streams_open {
             break;
@@ -333,9 +353,14 @@ pub async fn run_cell(
                 match why {
                     "drain" => break,
                     "exit" => {
-                        st.warnings.push(format!("the VMM did not exit within {} s after the guest powered off; killed", EXIT_GRACE.as_secs()));
+                        // Where it is, before the kill changes it.
+                        let at = pid.map(kernel_stacks).unwrap_or_default();
+                        let _ = writeln!(log, "# the VMM did not exit after the guest powered off; its threads: {at}");
+                        st.warnings.push(format!("the VMM did not exit within {} s after the guest powered off; killed (its threads then: {})", EXIT_GRACE.as_secs(), bounded(&at)));
+                        let killed = Instant::now();
                         if !kill(&mut child).await {
-                            st.warnings.push(UNKILLABLE.to_string());
+                            note_unkillable(&mut st, &mut log, pid, column, round);
+                            unkillable = Some(killed);
                             break;
                         }
                     }
@@ -353,11 +378,12 @@ pub async fn run_cell(
                         }
                         progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
                         hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s, device_owes });
+                        let killed = Instant::now();
                         if !kill(&mut child).await {
                             // Stuck in the host kernel: waiting longer
                             // would only kill it again and again.
-                            warn!("{column} round {}: {UNKILLABLE}", round + 1);
-                            st.warnings.push(UNKILLABLE.to_string());
+                            note_unkillable(&mut st, &mut log, pid, column, round);
+                            unkillable = Some(killed);
                             break;
                         }
                     }
@@ -371,6 +397,14 @@ pub async fn run_cell(
     }
     let vmm_rc = exit.and_then(|e| e.code());
     let _ = writeln!(log, "# VMM exit: {exit:?}");
+    if let Some(since) = unkillable {
+        // The next cell waits for it to let go of the device.
+        ctx.stuck = Some(StuckVmm::new(
+            format!("{column} round {}", round + 1),
+            child,
+            since,
+        ));
+    }
     let status = hung.unwrap_or_else(|| judge(&st, vmm_rc));
     let counting = match (&launch.counting, &src) {
         (Counting::Pass, CounterSource::Qemu(q)) => q.counting(),
@@ -453,7 +487,74 @@ async fn hang_state(
 }
 
 /// What a VMM that SIGKILL does not end is reported as.
-const UNKILLABLE: &str = "the VMM did not exit within 30 s of SIGKILL: it is stuck in the host's kernel (look for a soft lockup or hung task in the host's log); the cell is given up";
+pub const UNKILLABLE: &str = "the VMM did not exit within 30 s of SIGKILL: it is stuck in the host's kernel (look for a soft lockup or hung task in the host's log); the cell is given up";
+
+/// At most this much of a thread listing goes into a warning (the log
+/// has all of it).
+const WARNING_STACKS: usize = 600;
+
+/// `s` cut to [`WARNING_STACKS`] bytes at a character boundary.
+fn bounded(s: &str) -> String {
+    if s.len() <= WARNING_STACKS {
+        return s.to_string();
+    }
+    let mut end = WARNING_STACKS;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// Say that SIGKILL did not end the VMM, with where its threads are in the
+/// host's kernel (log and warning).
+fn note_unkillable(
+    st: &mut Cell,
+    log: &mut std::fs::File,
+    pid: Option<u32>,
+    column: &str,
+    round: u32,
+) {
+    let at = pid.map(kernel_stacks).unwrap_or_default();
+    warn!(
+        "{column} round {}: {UNKILLABLE}; its threads: {at}",
+        round + 1
+    );
+    let _ = writeln!(log, "# {UNKILLABLE}; its threads: {at}");
+    st.warnings
+        .push(format!("{UNKILLABLE}; its threads: {}", bounded(&at)));
+}
+
+/// Before a VM starts: wait (at most [`STUCK_WAIT`]) for an earlier cell's
+/// VMM that SIGKILL did not end, which still holds the device.
+async fn wait_for_stuck(
+    stuck: StuckVmm,
+    column: &str,
+    round: u32,
+    progress: &Progress,
+) -> Result<(), RunError> {
+    let what = format!(
+        "waiting up to {} s for the VMM of {} (pid {}) to leave the host's kernel",
+        STUCK_WAIT.as_secs(),
+        stuck.cell,
+        stuck.pid.map_or("?".into(), |p| p.to_string())
+    );
+    progress.line(column, round, &what, Duration::ZERO);
+    match stuck.wait(STUCK_WAIT).await {
+        Ok(after) => {
+            warn!(
+                "{column} round {}: the earlier VMM left the host's kernel {} s after SIGKILL; going on",
+                round + 1,
+                after.as_secs()
+            );
+            Ok(())
+        }
+        Err(still) => Err(RunError::StuckVmm {
+            pid: still.pid.map_or("?".into(), |p| p.to_string()),
+            waited_s: still.since.elapsed().as_secs(),
+            cell: still.cell,
+        }),
+    }
+}
 
 /// SIGKILL the VMM and wait up to 30 s; whether it exited.
 async fn kill(child: &mut tokio::process::Child) -> bool {
@@ -753,6 +854,7 @@ mod tests {
             cancel: rx,
             kvm_exits: None,
             breakdown: None,
+            stuck: None,
         }
     }
 
@@ -786,6 +888,47 @@ echo 'vmm log line' >&2
         assert_eq!(r.vmm_rc, Some(0));
         let log = std::fs::read_to_string(&r.log).unwrap();
         assert!(log.contains("[vmm] vmm log line") && log.contains("Linux booting"));
+    }
+
+    #[tokio::test]
+    async fn the_next_cell_waits_for_a_stuck_vmm_and_stops_if_it_stays() {
+        let d = tempfile::tempdir().unwrap();
+        let (_tx, rx) = watch::channel(false);
+        let l = script_launch(d.path(), GOOD);
+        let p = Progress::new(2, 1, Duration::from_secs(10));
+        // A VMM that leaves while the next cell waits: the cell runs.
+        let mut c = ctx(d.path(), rx.clone(), 15);
+        let gone = tokio::process::Command::new("true").spawn().unwrap();
+        c.stuck = Some(StuckVmm::new("a round 1".into(), gone, Instant::now()));
+        let r = run_cell(&l, "fake", 0, &mut c, &p).await.unwrap();
+        assert_eq!(r.status, CellStatus::Ok, "{r:#?}");
+        assert!(c.stuck.is_none());
+        // One that stays past STUCK_WAIT: the cell is not run, the error
+        // names the cell whose VMM holds the device.
+        let stays = tokio::process::Command::new("sleep")
+            .arg("30")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        c.stuck = Some(StuckVmm::new("b round 1".into(), stays, Instant::now()));
+        let e = run_cell(&l, "fake", 1, &mut c, &p).await.unwrap_err();
+        assert!(
+            matches!(&e, RunError::StuckVmm { cell, .. } if cell == "b round 1"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("holds the device"), "{e}");
+    }
+
+    #[test]
+    fn warnings_hold_a_bounded_thread_listing() {
+        assert_eq!(bounded("short"), "short");
+        let long = "é".repeat(WARNING_STACKS);
+        let b = bounded(&long);
+        assert!(
+            b.len() <= WARNING_STACKS + 3 && b.ends_with("..."),
+            "{}",
+            b.len()
+        );
     }
 
     #[tokio::test]

@@ -73,7 +73,9 @@ const PENDING_TYPES: [&str; 6] = [
 ];
 
 /// What the requests published and not taken say (`pending`): a lazy
-/// guest's UNMAPs queued until its next sync, or requests not notified yet
+/// guest's UNMAPs queued until its next sync (or, seen in a strict guest of
+/// the lab, an unmap added by a vCPU whose state the nested emulation then
+/// replaced with the host's, before its kick), or requests not notified yet
 /// (Linux adds MAPs and notifies once in `iotlb_sync_map`) or never (a
 /// missed kick: then a vCPU waits in the driver's sync, see [`owed`]).
 fn untaken(pending: &[(String, u64)]) -> String {
@@ -85,7 +87,7 @@ fn untaken(pending: &[(String, u64)]) -> String {
         .collect();
     let list = list.join(", ");
     if n("unmap") > 0 && pending.iter().all(|(k, v)| k == "unmap" || *v == 0) {
-        format!("only UNMAPs ({list}): a lazy guest's queue, sent with its next sync, not what the guest waits on")
+        format!("only UNMAPs ({list}): a lazy guest's queue (sent with its next sync, not what the guest waits on) or an unmap whose vCPU has not kicked yet (see where the vCPUs are)")
     } else if n("map") + n("iotlb_flush") + n("other") > 0 {
         format!("{list}: not notified yet (Linux adds MAPs and notifies in iotlb_sync_map) or a missed kick (if a vCPU waits in the driver's sync)")
     } else {

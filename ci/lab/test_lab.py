@@ -723,19 +723,19 @@ class KernelsTest(unittest.TestCase):
 class RoundTest(unittest.TestCase):
     """run_round: a crashed lab host's unfinished guests go to a fresh one."""
 
-    def test_an_unfit_lab_host_is_replaced_before_any_guest(self):
-        # host-init found KVM's TSC rate off the refined one (every guest
-        # of such a lab host hung in its first I/O): a fresh lab host runs
-        # all of the round's guests, and the run only warns.
-        specs = [f"{t}:vmm:viommu:baseline" for t in "ab"]
+    @staticmethod
+    def troubled_round(specs, first, every_time=False):
+        """run_round over lab hosts whose first one (or, every_time, each
+        one) prints the lines FIRST(todo); the others run every guest they
+        are given. Returns the doc and the guests each lab host was given."""
         calls = []
 
         def boot(todo, attempt, skip=()):
             calls.append(list(todo))
             col = lab.Collector(len(todo))
-            if attempt == 1:
-                col.feed('@@LAB-HOST-UNFIT@@ {"why":"KVM started with the TSC at 1997.048 MHz, refined to 1996.249 MHz (400 ppm)"}')
-                col.feed("@@LAB-DONE@@ rc=1")
+            if attempt == 1 or every_time:
+                for raw in first(todo):
+                    col.feed(raw)
             else:
                 col.feed(HOST)
                 for spec in todo:
@@ -746,21 +746,24 @@ class RoundTest(unittest.TestCase):
         doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
         with contextlib.redirect_stderr(io.StringIO()):
             lab.run_round(doc, 1, specs, boot)
+        return doc, calls
+
+    def test_an_unfit_lab_host_is_replaced_before_any_guest(self):
+        # host-init found KVM's TSC rate off the refined one (every guest
+        # of such a lab host hung in its first I/O): a fresh lab host runs
+        # all of the round's guests, and the run only warns.
+        specs = [f"{t}:vmm:viommu:baseline" for t in "ab"]
+        doc, calls = self.troubled_round(specs, lambda todo: [
+            '@@LAB-HOST-UNFIT@@ {"why":"KVM started with the TSC at 1997.048 MHz, refined to 1996.249 MHz (400 ppm)"}',
+            "@@LAB-DONE@@ rc=1"])
         self.assertEqual(calls, [specs, specs])
         self.assertEqual([b.get("host_unfit_retried", False) for b in doc["boots"]], [True, False])
         problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertEqual(problems, [])
         self.assertTrue(any("unfit" in w and "400 ppm" in w and "ran again in a fresh one" in w for w in warnings), warnings)
         # Unfit every time: the last one is a problem, not a silent pass.
-        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
-
-        def always_unfit(todo, attempt, skip=()):
-            col = lab.Collector(len(todo))
-            col.feed('@@LAB-HOST-UNFIT@@ {"why":"TSC"}')
-            col.feed("@@LAB-DONE@@ rc=1")
-            return col
-        with contextlib.redirect_stderr(io.StringIO()):
-            lab.run_round(doc, 1, specs, always_unfit)
+        doc, _ = self.troubled_round(specs, lambda todo: ['@@LAB-HOST-UNFIT@@ {"why":"TSC"}', "@@LAB-DONE@@ rc=1"],
+                                     every_time=True)
         self.assertEqual(len(doc["boots"]), lab.HOST_BOOTS_PER_ROUND)
         problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertTrue(any("unfit" in p for p in problems), problems)
@@ -771,42 +774,18 @@ class RoundTest(unittest.TestCase):
         # (@@LAB-HOST-STUCK@@); the guests it did not run go to a fresh
         # lab host and the run only warns.
         specs = [f"{t}:vmm:viommu:baseline" for t in "abc"]
-        calls = []
-
-        def boot(todo, attempt, skip=()):
-            calls.append(list(todo))
-            col = lab.Collector(len(todo))
-            col.feed(HOST)
-            if attempt == 1:
-                col.feed(line(cell("a", warnings=["the VMM did not exit within 30 s of SIGKILL: it is stuck"])))
-                col.feed('@@LAB-HOST-STUCK@@ {"why":"the VMM of a round 1 (pid 9) is still stuck in the host\'s kernel"}')
-                col.feed("@@LAB-DONE@@ rc=1")
-            else:
-                for spec in todo:
-                    col.feed(line(cell(lab.tag_of(spec))))
-                col.feed("@@LAB-DONE@@ rc=0")
-            col.finish(0)
-            return col
-        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
-        with contextlib.redirect_stderr(io.StringIO()):
-            lab.run_round(doc, 1, specs, boot)
+        doc, calls = self.troubled_round(specs, lambda todo: [
+            HOST, line(cell("a", warnings=["the VMM did not exit within 30 s of SIGKILL: it is stuck"])),
+            '@@LAB-HOST-STUCK@@ {"why":"the VMM of a round 1 (pid 9) is still stuck in the host\'s kernel"}',
+            "@@LAB-DONE@@ rc=1"])
         self.assertEqual(calls, [specs, specs[1:]])
         self.assertEqual(sorted(c["column"] for c in doc["cells"]), ["a", "b", "c"])
         problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertEqual(problems, [])
         self.assertTrue(any("stayed in the lab host's kernel" in w and "ran again in a fresh one" in w for w in warnings), warnings)
         # Every lab host keeps one: the last one's is a problem.
-        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
-
-        def always(todo, attempt, skip=()):
-            col = lab.Collector(len(todo))
-            col.feed(HOST)
-            col.feed('@@LAB-HOST-STUCK@@ {"why":"stuck"}')
-            col.feed("@@LAB-DONE@@ rc=1")
-            col.finish(0)
-            return col
-        with contextlib.redirect_stderr(io.StringIO()):
-            lab.run_round(doc, 1, specs, always)
+        doc, _ = self.troubled_round(specs, lambda todo: [HOST, '@@LAB-HOST-STUCK@@ {"why":"stuck"}', "@@LAB-DONE@@ rc=1"],
+                                     every_time=True)
         problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertTrue(any("stayed in the lab host's kernel" in p for p in problems), problems)
 

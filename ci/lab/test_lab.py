@@ -819,8 +819,11 @@ class RoundTest(unittest.TestCase):
             return col
         return boot, calls
 
-    def run_with(self, crashes, wedge=False):
-        specs = ["a:vmm:viommu:baseline", "b:vmm:viommu:baseline", "c:vmm:viommu:baseline", "d:vmm:viommu:baseline"]
+    # More guests than a round has lab hosts: each troubled host finishes one.
+    MANY = "abcdefgh"
+
+    def run_with(self, crashes, wedge=False, tags="abcd"):
+        specs = [f"{t}:vmm:viommu:baseline" for t in tags]
         doc = {"boots": [], "cells": [], "checks": []}
         boot, calls = self.booter(crashes, specs, wedge)
         with contextlib.redirect_stderr(io.StringIO()):
@@ -836,7 +839,7 @@ class RoundTest(unittest.TestCase):
         self.assertEqual([b.get("host_crash_retried", False) for b in doc["boots"]], [True, True, False])
 
     def test_the_lab_hosts_of_a_round_are_bounded(self):
-        doc, calls = self.run_with(5)
+        doc, calls = self.run_with(len(self.MANY), tags=self.MANY)
         self.assertEqual(len(calls), lab.HOST_BOOTS_PER_ROUND)
         self.assertEqual(len(doc["cells"]), lab.HOST_BOOTS_PER_ROUND)
         self.assertTrue(doc["boots"][-1]["host_crash"])
@@ -854,10 +857,10 @@ class RoundTest(unittest.TestCase):
         self.assertTrue(any("the lab host is wedged" in w and "ran again in a fresh one" in w for w in warnings), warnings)
 
     def test_a_lab_host_that_wedges_every_time_fails(self):
-        doc, calls = self.run_with(5, wedge=True)
+        doc, calls = self.run_with(len(self.MANY), wedge=True, tags=self.MANY)
         self.assertEqual(len(calls), lab.HOST_BOOTS_PER_ROUND)
         doc.update(rounds=1, first_round=1)
-        specs = [f"{t}:vmm:viommu:baseline" for t in "abcd"]
+        specs = [f"{t}:vmm:viommu:baseline" for t in self.MANY]
         problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertTrue(any("the lab host is wedged" in p for p in problems), problems)
 

@@ -63,24 +63,26 @@ impl StuckVmm {
 /// by root only; elsewhere the wait channel stands in), one thread per
 /// `; `-separated entry, at most 16 threads of 6 frames.
 pub fn kernel_stacks(pid: u32) -> String {
-    kernel_stacks_in(&Path::new("/proc").join(pid.to_string()))
+    kernel_stacks_in(Path::new("/proc"), pid)
 }
 
-/// [`kernel_stacks`] of the process directory `proc_dir`.
-pub fn kernel_stacks_in(proc_dir: &Path) -> String {
-    let mut tids: Vec<u64> = match std::fs::read_dir(proc_dir.join("task")) {
-        Ok(d) => d
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect(),
-        Err(e) => return format!("its threads could not be read ({e}): it has exited"),
+/// [`kernel_stacks`] of process `pid` under the proc root `proc`; the
+/// threads and their names as `--breakdown` lists them
+/// ([`crate::host_trace::threads`], in thread id order).
+pub fn kernel_stacks_in(proc: &Path, pid: u32) -> String {
+    let threads = match crate::host_trace::threads(proc, pid) {
+        Ok(t) => t,
+        Err(crate::host_trace::HostTraceError::Read { source, .. }) => {
+            return format!("its threads could not be read ({source}): it has exited")
+        }
+        Err(e) => return format!("its threads could not be read ({e})"),
     };
-    tids.sort_unstable();
-    let total = tids.len();
-    let mut out: Vec<String> = tids
-        .into_iter()
+    let task = proc.join(pid.to_string()).join("task");
+    let total = threads.len();
+    let mut out: Vec<String> = threads
+        .iter()
         .take(MAX_THREADS)
-        .map(|tid| thread_line(&proc_dir.join("task").join(tid.to_string()), tid))
+        .map(|(tid, name)| thread_line(&task.join(tid.to_string()), *tid, name))
         .collect();
     if total > MAX_THREADS {
         out.push(format!("{} more threads", total - MAX_THREADS));
@@ -89,9 +91,8 @@ pub fn kernel_stacks_in(proc_dir: &Path) -> String {
 }
 
 /// One thread: `NAME(TID) STATE: frame < caller < ...`.
-fn thread_line(dir: &Path, tid: u64) -> String {
+fn thread_line(dir: &Path, tid: u32, name: &str) -> String {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-    let name = read("comm").trim().to_string();
     let state = stat_state(&read("stat")).unwrap_or('?');
     let frames = stack_frames(&read("stack"));
     let place = if frames.is_empty() {
@@ -167,7 +168,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         for (tid, comm, state, stack, wchan) in [
             (
-                7u64,
+                7u32,
                 "vmm",
                 "D",
                 "[<0>] vfio_pci_core_disable+0x1/0x2 [vfio_pci_core]\n",
@@ -175,7 +176,7 @@ mod tests {
             ),
             (9, "vcpu0", "S", "", "kvm_vcpu_block"),
         ] {
-            let t = d.path().join("task").join(tid.to_string());
+            let t = d.path().join("4242/task").join(tid.to_string());
             std::fs::create_dir_all(&t).unwrap();
             std::fs::write(t.join("comm"), format!("{comm}\n")).unwrap();
             std::fs::write(t.join("stat"), format!("{tid} ({comm}) {state} 1 2")).unwrap();
@@ -183,10 +184,10 @@ mod tests {
             std::fs::write(t.join("wchan"), wchan).unwrap();
         }
         assert_eq!(
-            kernel_stacks_in(d.path()),
+            kernel_stacks_in(d.path(), 4242),
             "vmm(7) D: vfio_pci_core_disable+0x1 [vfio_pci_core]; vcpu0(9) S: waits in kvm_vcpu_block"
         );
-        assert!(kernel_stacks_in(&d.path().join("gone")).contains("it has exited"));
+        assert!(kernel_stacks_in(d.path(), 9999).contains("it has exited"));
     }
 
     #[test]

@@ -712,14 +712,17 @@ struct Core {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum KickServing {
     /// The device thread, woken by the queue's ioeventfd (KVM signals it
-    /// without leaving the kernel).
-    #[default]
+    /// without leaving the kernel). The default when
+    /// `--viommu-poll-us` asks the thread to poll.
     Thread,
     /// The vCPU that wrote the notify register, when the device thread is
     /// idle and no command waits for it; otherwise the device thread, as
     /// with `thread`. The notify write leaves KVM for the VMM (no
     /// ioeventfd on the request queue), and the vCPU makes the VFIO calls
     /// itself: no wake-up of another thread on another core per request.
+    /// The default (`benches/results/vcpu-kicks-4rounds-2026-11-27.md`:
+    /// ahead of `thread` beyond the noise in 3 of 8 phases, never behind).
+    #[default]
     Vcpu,
 }
 

@@ -204,8 +204,6 @@ struct Cell {
     console: Option<tokio::process::ChildStdin>,
     /// The VMM's process id (its threads are what a breakdown records).
     vmm_pid: Option<u32>,
-    /// How its request-serving thread is found in a breakdown.
-    serving: Option<Serving>,
 }
 
 /// Run `launch` as the cell `column` round `round`.
@@ -274,12 +272,6 @@ pub async fn run_cell(
         phase: "boot".into(),
         console: child.stdin.take(),
         vmm_pid: pid,
-        // Ours: its device thread; stock QEMU: found in the trace.
-        serving: Some(if launch.api_socket.is_some() {
-            Serving::Named("viommu".into())
-        } else {
-            Serving::DmaCaller
-        }),
         ..Default::default()
     };
     let mut last_progress = Instant::now();
@@ -736,8 +728,11 @@ async fn breakdown_phase(
     let stopped = started.and_then(|()| rec.stop());
     let after = src.snapshot().await.ok().flatten();
     let device = before.zip(after).map(|(b, a)| a.since(&b));
-    let serving = st.serving.clone().unwrap_or(Serving::DmaCaller);
-    match stopped.and_then(|()| rec.collect(serving, device)) {
+    // The thread that made the most map/unmap ioctls serves the requests,
+    // found the same way for both VMMs: a vCPU for stock QEMU and for ours
+    // by default (`--viommu-kicks vcpu`), ours' device thread `viommu`
+    // with `--viommu-kicks thread`.
+    match stopped.and_then(|()| rec.collect(Serving::DmaCaller, device)) {
         Ok(b) => {
             if let Some(why) = &b.server_missing {
                 let w = format!("{n}: no request-serving thread found: {why}");

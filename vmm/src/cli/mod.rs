@@ -95,8 +95,7 @@ pub struct Cli {
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_range)]
     pub reserve_iova: Vec<(u64, u64)>,
     /// Longest the virtio-iommu's device thread keeps polling its request
-    /// queue after requests were served (by it, or by a vCPU that then
-    /// hands over to it), in microseconds (0: never poll, wait
+    /// queue after serving requests, in microseconds (0: never poll, wait
     /// for the guest's notification each time). While it polls, the guest
     /// is asked not to notify and its requests are taken without a notify
     /// exit or a thread wake-up; the price is a host core busy up to this
@@ -113,9 +112,9 @@ pub struct Cli {
     /// comes out to the VMM, and that vCPU makes the VFIO calls: no
     /// wake-up of another thread per request; a guest that waits for each
     /// request, as a stock Linux guest does for every map, waits no
-    /// longer). With --viommu-poll-us, `vcpu` hands over to the device
-    /// thread's polling after a kick it served. Needs --viommu.
-    /// [default: vcpu]
+    /// longer). Polling (--viommu-poll-us) is the device thread's, so it
+    /// needs `thread`. Needs --viommu. [default: vcpu; thread with
+    /// --viommu-poll-us above 0]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// For debugging only: do not reserve the host's PCI windows and the
@@ -238,6 +237,7 @@ impl Cli {
         }
         let pool_hint = self.check_viommu_options()?;
         let viommu_poll = self.check_viommu_poll()?;
+        let viommu_kicks = self.check_viommu_kicks(viommu_poll)?;
         let vfio = self
             .vfio
             .iter()
@@ -262,7 +262,7 @@ impl Cli {
             reserve_iova: self.reserve_iova,
             host_pci_reserve: !self.no_host_pci_reserve,
             viommu_poll,
-            viommu_kicks: self.viommu_kicks.unwrap_or_default(),
+            viommu_kicks,
             seccomp: crate::seccomp::Policy {
                 enabled: self.seccomp,
             },
@@ -307,6 +307,25 @@ impl Cli {
             );
         }
         Ok(Some((threshold32, pool_max)))
+    }
+
+    /// `--viommu-kicks`, or its default: the vCPUs, unless the device
+    /// thread is to poll (`poll`, from `--viommu-poll-us`), which only
+    /// happens after the thread's own drains: with the vCPUs serving the
+    /// kicks it would never start.
+    fn check_viommu_kicks(
+        &self,
+        poll: std::time::Duration,
+    ) -> Result<crate::devices::viommu::KickServing, ConfigError> {
+        use crate::devices::viommu::KickServing;
+        match (self.viommu_kicks, poll.is_zero()) {
+            (Some(KickServing::Vcpu), false) => Err(ConfigError::PollWithVcpuKicks {
+                poll_us: poll.as_micros(),
+            }),
+            (Some(k), _) => Ok(k),
+            (None, true) => Ok(KickServing::Vcpu),
+            (None, false) => Ok(KickServing::Thread),
+        }
     }
 
     /// `--viommu-poll-us`, within its limit, or the default.
@@ -492,19 +511,39 @@ mod tests {
             })
         ));
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--viommu-poll-us", "-1"]).is_err());
-        // Who serves the request queue's kicks: the vCPUs by default,
-        // polling or not.
+        // Who serves the request queue's kicks: the vCPUs by default, the
+        // device thread when it is to poll; both asked for is refused.
         use crate::devices::viommu::KickServing;
         let kicks = |args: &[&str]| v(args).map(|c| c.viommu_kicks);
         assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Vcpu);
         assert_eq!(
-            kicks(&["--viommu", "--viommu-poll-us", "50"]).unwrap(),
+            kicks(&["--viommu", "--viommu-poll-us", "0"]).unwrap(),
             KickServing::Vcpu
+        );
+        assert_eq!(
+            kicks(&["--viommu", "--viommu-poll-us", "50"]).unwrap(),
+            KickServing::Thread
         );
         assert_eq!(
             kicks(&["--viommu", "--viommu-kicks", "thread"]).unwrap(),
             KickServing::Thread
         );
+        let msg = v(&[
+            "--viommu",
+            "--viommu-kicks",
+            "vcpu",
+            "--viommu-poll-us",
+            "50",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.starts_with(
+                "--viommu-poll-us 50 with --viommu-kicks vcpu: polling is the device thread's"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("use --viommu-kicks thread"), "{msg}");
         let cfg = v(&["--viommu", "--no-lazy-unmap", "--pool-threshold", "0"]).unwrap();
         assert!(!cfg.lazy_unmap);
         assert_eq!(cfg.pool_hint, None);

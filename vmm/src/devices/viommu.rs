@@ -58,11 +58,8 @@
 //!   behind a mutex the thread holds for each wake-up; the request
 //!   queue has no ioeventfd, and its notify write, on the vCPU that made
 //!   it, serves the queue there when the lock is free and no command
-//!   waits ([`ViommuDevice::serve_on_this_vcpu`]): one drain, no polling
-//!   on the vCPU, the rest to the thread through its eventfd; with a poll
-//!   window the vCPU then kicks the thread, which polls for the next
-//!   request (so a guest whose requests keep coming is polled, and one
-//!   whose requests come far apart is served on its vCPUs alone). Otherwise (and for the
+//!   waits ([`ViommuDevice::serve_on_this_vcpu`]): one drain, no polling,
+//!   the rest to the thread through its eventfd. Otherwise (and for the
 //!   event queue) the kick goes to the thread as above. This gives up
 //!   "no vCPU waits for a VFIO call" for the vCPU that asked for the
 //!   call, which (a stock guest's sync) waits for its reply anyway.
@@ -537,21 +534,7 @@ impl ViommuDevice {
         };
         status.begin();
         status.vcpu_kicks.fetch_add(1, Ordering::Relaxed);
-        let woke = Instant::now();
-        let previous = core.last_taken;
-        let (r, took) = core.drain(Notifications::On);
-        if let (true, Some(p)) = (took, previous) {
-            // The gap the thread's polling would have had to cover: it
-            // adapts the window as when the thread serves (poll.rs).
-            core.window.observe_gap(woke.saturating_duration_since(p));
-            core.publish_window();
-        }
-        // Requests left: the thread's. With a poll window (requests have
-        // been coming within the bound of each other), the thread polls
-        // for the next one, which then costs no notify exit: its wake-up
-        // finds the ring empty and starts the poll. One wake-up per poll
-        // session, none once the window has shrunk to nothing.
-        if r == Drained::More || !core.window.current().is_zero() {
+        if core.drain(Notifications::On).0 == Drained::More {
             core.rekick();
         }
         status.end(core.model.request_queue_next_avail());
@@ -732,7 +715,8 @@ struct Core {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum KickServing {
     /// The device thread, woken by the queue's ioeventfd (KVM signals it
-    /// without leaving the kernel).
+    /// without leaving the kernel). The default when `--viommu-poll-us`
+    /// asks the thread to poll.
     Thread,
     /// The vCPU that wrote the notify register, when the device thread is
     /// idle and no command waits for it; otherwise the device thread, as
@@ -909,9 +893,8 @@ impl Core {
         (r, took)
     }
 
-    /// Serves a notification of the request queue (a kick, or a vCPU's
-    /// hand-over after serving one): drains it and, with a poll window,
-    /// polls it for more (see the module doc). Returns with
+    /// Serves a notification of the request queue: drains it and, with a
+    /// poll window, polls it for more (see the module doc). Returns with
     /// notifications on and the ring read after that, or with a self-kick
     /// pending.
     fn serve_requests(&mut self) {

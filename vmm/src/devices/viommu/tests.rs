@@ -823,55 +823,6 @@ fn a_linux_driver_on_two_cpus_served_on_its_vcpus_never_waits_either() {
     }
 }
 
-/// `--viommu-kicks vcpu` with a poll window: the vCPU serves the kick
-/// that finds the thread asleep and hands over to the thread's polling,
-/// so the MAPs that follow within the window are found by the poll, not
-/// notified (EVENT_IDX on and off).
-#[test]
-fn a_vcpu_kick_hands_over_to_the_threads_polling() {
-    for event_idx in [true, false] {
-        let r = linux_rig_serving(
-            event_idx,
-            PollWindow::new(Duration::from_millis(500)).ignoring_preemption(),
-            KickServing::Vcpu,
-        );
-        let transport = Mutex::new(r.dev);
-        let mut d = r.driver.lock().unwrap();
-        let map = |d: &mut LinuxDriver, i: u64| {
-            let iova = 0x10_0000 + i * 0x1000;
-            d.add(&r.mem, &req::map(1, iova, iova + 0xfff, DATA_BASE, 3));
-        };
-        // Let the attach's wake-up and poll end: the thread sleeps.
-        until("the first poll to time out", || {
-            r.status.read().polls_timed_out > 0 && transport.lock().unwrap().commands_applied()
-        });
-        let before = r.status.read();
-        map(&mut d, 0);
-        assert!(d.kick(&r.mem, &transport), "notifications are on");
-        d.wait(&r.mem, &r.status);
-        // The vCPU's serve kicked the thread, which now polls.
-        until("the thread to poll", || {
-            let s = r.status.read();
-            s.kicks > before.kicks && s.serving_ms > 0
-        });
-        let mut notified = 0;
-        for i in 1..20 {
-            map(&mut d, i);
-            notified += u32::from(d.kick(&r.mem, &transport));
-            d.wait(&r.mem, &r.status);
-        }
-        let s = r.status.read();
-        assert_eq!(
-            notified, 0,
-            "every later MAP taken by the polling thread: {s:?}"
-        );
-        assert_eq!(s.vcpu_kicks - before.vcpu_kicks, 1, "{s:?}");
-        assert!(s.polls_found > before.polls_found, "{s:?}");
-        drop(d);
-        r.thread.stop();
-    }
-}
-
 /// The two CPUs of [`linux_driver_on_two_cpus`], notifying through
 /// `notify`; returns once every request they made was used.
 fn two_cpus_drive<N: Notify + Clone + Send + 'static>(

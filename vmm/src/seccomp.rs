@@ -120,9 +120,8 @@ pub struct Known {
     /// The API socket's directory: the only one the main thread may
     /// unlink in (the socket, at exit).
     pub api_dir: Option<RawFd>,
-    /// vCPUs serve virtio-iommu requests (`--viommu-kicks vcpu`, the
-    /// default with `--viommu`): they get the device thread's DMA
-    /// map/unmap ioctls.
+    /// vCPUs serve virtio-iommu requests (`--viommu-kicks vcpu`): they
+    /// get the device thread's DMA map/unmap ioctls.
     pub vcpu_serves_iommu: bool,
 }
 

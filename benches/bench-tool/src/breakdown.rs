@@ -450,12 +450,12 @@ impl Analysis {
 #[serde(rename_all = "snake_case")]
 pub enum Serving {
     /// The thread with this name (our VMM's device thread, `viommu`: what
-    /// the tool used for ours before `--viommu-kicks vcpu` became its
-    /// default; kept so older results read back).
+    /// the tool used for ours before it could serve on vCPUs; kept so
+    /// older results read back).
     Named(String),
     /// The thread that made the most DMA map/unmap ioctls (both VMMs:
     /// stock QEMU's vCPU, whose thread names differ between versions, and
-    /// ours, a vCPU or its device thread by `--viommu-kicks`).
+    /// ours, its device thread or a vCPU by `--viommu-kicks`).
     DmaCaller,
 }
 

@@ -113,8 +113,7 @@ pub struct Cli {
     /// wake-up of another thread per request; a guest that waits for each
     /// request, as a stock Linux guest does for every map, waits no
     /// longer). Polling (--viommu-poll-us) is the device thread's, so it
-    /// needs `thread`. Needs --viommu. [default: vcpu; thread with
-    /// --viommu-poll-us above 0]
+    /// needs `thread`. Needs --viommu. [default: thread]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// For debugging only: do not reserve the host's PCI windows and the
@@ -309,10 +308,10 @@ impl Cli {
         Ok(Some((threshold32, pool_max)))
     }
 
-    /// `--viommu-kicks`, or its default: the vCPUs, unless the device
-    /// thread is to poll (`poll`, from `--viommu-poll-us`), which only
-    /// happens after the thread's own drains: with the vCPUs serving the
-    /// kicks it would never start.
+    /// `--viommu-kicks`, or its default (the device thread); `vcpu` with
+    /// the device thread polling (`poll`, from `--viommu-poll-us`) is
+    /// refused: polling happens after the thread's own drains, so with the
+    /// vCPUs serving the kicks it would never start.
     fn check_viommu_kicks(
         &self,
         poll: std::time::Duration,
@@ -323,8 +322,7 @@ impl Cli {
                 poll_us: poll.as_micros(),
             }),
             (Some(k), _) => Ok(k),
-            (None, true) => Ok(KickServing::Vcpu),
-            (None, false) => Ok(KickServing::Thread),
+            (None, _) => Ok(KickServing::Thread),
         }
     }
 
@@ -511,13 +509,20 @@ mod tests {
             })
         ));
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--viommu-poll-us", "-1"]).is_err());
-        // Who serves the request queue's kicks: the vCPUs by default, the
-        // device thread when it is to poll; both asked for is refused.
+        // Who serves the request queue's kicks: the device thread by
+        // default; vCPUs and polling both asked for is refused.
         use crate::devices::viommu::KickServing;
         let kicks = |args: &[&str]| v(args).map(|c| c.viommu_kicks);
-        assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Vcpu);
+        assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Thread);
         assert_eq!(
-            kicks(&["--viommu", "--viommu-poll-us", "0"]).unwrap(),
+            kicks(&[
+                "--viommu",
+                "--viommu-kicks",
+                "vcpu",
+                "--viommu-poll-us",
+                "0"
+            ])
+            .unwrap(),
             KickServing::Vcpu
         );
         assert_eq!(
@@ -525,8 +530,8 @@ mod tests {
             KickServing::Thread
         );
         assert_eq!(
-            kicks(&["--viommu", "--viommu-kicks", "thread"]).unwrap(),
-            KickServing::Thread
+            kicks(&["--viommu", "--viommu-kicks", "vcpu"]).unwrap(),
+            KickServing::Vcpu
         );
         let msg = v(&[
             "--viommu",

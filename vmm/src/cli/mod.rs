@@ -317,12 +317,11 @@ impl Cli {
         poll: std::time::Duration,
     ) -> Result<crate::devices::viommu::KickServing, ConfigError> {
         use crate::devices::viommu::KickServing;
-        match (self.viommu_kicks, poll.is_zero()) {
-            (Some(KickServing::Vcpu), false) => Err(ConfigError::PollWithVcpuKicks {
+        match self.viommu_kicks.unwrap_or_default() {
+            KickServing::Vcpu if !poll.is_zero() => Err(ConfigError::PollWithVcpuKicks {
                 poll_us: poll.as_micros(),
             }),
-            (Some(k), _) => Ok(k),
-            (None, _) => Ok(KickServing::Thread),
+            k => Ok(k),
         }
     }
 

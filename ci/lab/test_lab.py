@@ -789,6 +789,41 @@ class RoundTest(unittest.TestCase):
         problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
         self.assertTrue(any("stayed in the lab host's kernel" in p for p in problems), problems)
 
+    def test_a_guest_with_the_emulations_faults_in_every_attempt_runs_in_a_fresh_host(self):
+        # CI of 2026-11-27 (smoke-7.3-ci): one lab host gave a guest a hang
+        # with the vCPU's saved state the host's, or a triple fault, in
+        # each of its 5 attempts; that guest alone runs again elsewhere.
+        spin = ("state at the hang: the virtio-iommu has no request outstanding; vCPUs: vCPU0 at 0xffffffffc0390dcc "
+                "(the host's __svm_vcpu_run+0x9c: not guest code, the vCPU's saved state is the host's)")
+        tries = [f"attempt 1 failed (the guest hung in after idle (no I/O for 60 s; --retry-hung); {spin}); ran it again (log x)",
+                 "attempt 2 failed (the guest reset itself mid-run (our VMM exited 4: triple fault)); ran it again (log y)"]
+        hung = {"status": "hung", "phase": "after idle", "after_s": 60, "device_owes": False}
+        specs = [f"{t}:vmm:viommu:baseline" for t in "abc"]
+
+        def first(last_warnings, status=hung):
+            return lambda todo: [HOST, line(cell("a")), line(cell("b", status=status, warnings=tries + last_warnings)),
+                                 line(cell("c")), "@@LAB-DONE@@ rc=0"]
+        doc, calls = self.troubled_round(specs, first([spin]))
+        self.assertEqual(calls, [specs, specs[1:2]])
+        self.assertEqual(doc["boots"][0]["sick"], "b round 1, 3 attempts")
+        self.assertEqual([c["status"]["status"] for c in sorted(doc["cells"], key=lambda c: c["column"])], ["ok"] * 3)
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertEqual(problems, [])
+        self.assertTrue(any("the emulation's faults in every attempt" in w and "ran again in a fresh one" in w for w in warnings), warnings)
+        # A hang of any other kind (here: no vCPU at the host's address), a
+        # request owed, or another failure stays with its lab host.
+        for last, status in ((["state at the hang: the virtio-iommu has no request outstanding"], hung),
+                             ([spin], {**hung, "device_owes": True}),
+                             ([], {"status": "failed", "reason": "fio verify error"})):
+            doc, calls = self.troubled_round(specs, first(last, status))
+            self.assertEqual(calls, [specs], (last, status))
+            problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+            self.assertTrue(any(p.startswith("b round 1") for p in problems), problems)
+        # One earlier attempt of another kind spoils it too.
+        tries.append("attempt 3 failed (fio exited 1); ran it again (log z)")
+        doc, calls = self.troubled_round(specs, first([spin]))
+        self.assertEqual(calls, [specs])
+
     def test_the_tsc_rate_comes_from_the_kernel_log(self):
         log = ("[0.000035] tsc: Detected 1996.249 MHz processor\n[0.0001] tsc: Detected 1996.300 MHz TSC\n"
                "[1.9] tsc: Refined TSC clocksource calibration: 1996.251 MHz\n")

@@ -81,6 +81,7 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         api_dir: None,
         vcpu_serves_iommu: cfg.viommu
             && cfg.viommu_kicks == crate::devices::viommu::KickServing::Vcpu,
+        host_load: None,
     };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();

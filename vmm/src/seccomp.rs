@@ -123,6 +123,9 @@ pub struct Known {
     /// vCPUs serve virtio-iommu requests (`--viommu-kicks vcpu`): they
     /// get the device thread's DMA map/unmap ioctls.
     pub vcpu_serves_iommu: bool,
+    /// `/proc/loadavg`, open: the only file the virtio-iommu device thread
+    /// may `pread64` (its spare-CPU check before polling).
+    pub host_load: Option<RawFd>,
 }
 
 /// Whether threads get filters (`--seccomp`).
@@ -430,6 +433,15 @@ fn conditional(kind: ThreadKind, known: &Known) -> Vec<(libc::c_long, Vec<Arg>, 
                     libc::SYS_statx,
                     vec![(0, Dword, Eq, fd(dir))],
                     "the same, where libc's fstatat is statx",
+                ));
+            }
+        }
+        ThreadKind::Device => {
+            if let Some(load) = known.host_load {
+                v.push((
+                    libc::SYS_pread64,
+                    vec![(0, Dword, Eq, fd(load))],
+                    "/proc/loadavg before polling the request queue (a spare CPU?), that file only",
                 ));
             }
         }

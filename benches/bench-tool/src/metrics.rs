@@ -70,6 +70,11 @@ pub struct DeviceCounters {
     /// did not make and a wake-up the device thread did not need.
     #[serde(default)]
     pub polls_found: u64,
+    /// Request-queue notifications the device thread served without
+    /// polling, its window open, because the host had no CPU to spare
+    /// (`viommu_requestq_polls_busy_total`; our VMM only).
+    #[serde(default)]
+    pub polls_busy: u64,
     /// Request-queue notifications served on the vCPU that made them
     /// (`viommu_requestq_vcpu_kicks_total`, `--viommu-kicks vcpu`; our VMM
     /// only): each a wake-up of the device thread that did not happen.
@@ -96,6 +101,7 @@ impl DeviceCounters {
             bytes_unmapped: self.bytes_unmapped.saturating_sub(earlier.bytes_unmapped),
             poll_ns: self.poll_ns.saturating_sub(earlier.poll_ns),
             polls_found: self.polls_found.saturating_sub(earlier.polls_found),
+            polls_busy: self.polls_busy.saturating_sub(earlier.polls_busy),
             vcpu_kicks: self.vcpu_kicks.saturating_sub(earlier.vcpu_kicks),
         }
     }
@@ -243,6 +249,7 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         bytes_unmapped: n("viommu_backend_bytes_unmapped_total"),
         poll_ns: n("viommu_requestq_poll_ns_total"),
         polls_found: n("viommu_requestq_polls_found_total"),
+        polls_busy: n("viommu_requestq_polls_busy_total"),
         vcpu_kicks: n("viommu_requestq_vcpu_kicks_total"),
     })
 }

@@ -227,6 +227,13 @@ impl Liveness {
             );
             metric(
                 &mut out,
+                "viommu_requestq_polls_busy_total",
+                "counter",
+                "Notifications served without polling, the poll window open, because no host CPU was spare (/proc/loadavg's runnable tasks above the online CPUs).",
+                Some(r.polls_busy),
+            );
+            metric(
+                &mut out,
                 "viommu_requestq_poll_window_ns",
                 "gauge",
                 "How long the device thread polls the request queue after serving it, now (adapted to the gaps between requests, up to --viommu-poll-us; 0: not polling).",

@@ -11,6 +11,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use super::{DeviceManager, Endpoint};
 use crate::acpi::ViotConfig;
 use crate::cli::VmConfig;
+use crate::devices::viommu::spare_cpu::SpareCpu;
 use crate::devices::viommu::{KickServing, Model, ViommuDevice};
 use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
 use crate::devices::virtio::VirtioDevice;
@@ -28,9 +29,21 @@ impl DeviceManager<'_> {
         for e in &self.endpoints {
             model.add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
         }
-        let filter = self.seccomp.filter(crate::seccomp::ThreadKind::Device)?;
+        // The spare-CPU check is only read before polling.
+        let spare = if cfg.viommu_poll.is_zero() {
+            SpareCpu::fixed(true)
+        } else {
+            SpareCpu::open()
+        };
+        let known = crate::seccomp::Known {
+            host_load: spare.fd(),
+            ..Default::default()
+        };
+        let filter = self
+            .seccomp
+            .filter_with(crate::seccomp::ThreadKind::Device, &known)?;
         let (device, thread) =
-            ViommuDevice::spawn(model, filter, cfg.viommu_poll, cfg.viommu_kicks)
+            ViommuDevice::spawn(model, filter, cfg.viommu_poll, cfg.viommu_kicks, spare)
                 .map_err(io_err("cannot start the virtio-iommu device thread"))?;
         self.viommu_thread = Some(thread);
         let counters = device.counters();

@@ -191,6 +191,9 @@ pub struct ThreadStatus {
     polls_timed_out: AtomicU64,
     /// Polls that ended because the core went to another task.
     polls_preempted: AtomicU64,
+    /// Notifications served without polling, the window open, because the
+    /// host had no CPU to spare.
+    polls_busy: AtomicU64,
     /// The poll window now, in nanoseconds.
     poll_window_ns: AtomicU64,
     /// Request-queue notifications served on the vCPU that made them
@@ -230,6 +233,9 @@ pub struct StatusReading {
     pub polls_timed_out: u64,
     /// Polls ended by another task taking the core.
     pub polls_preempted: u64,
+    /// Notifications served without polling because the host had no CPU
+    /// to spare.
+    pub polls_busy: u64,
     /// The poll window now, in nanoseconds.
     pub poll_window_ns: u64,
     /// Request-queue notifications served on the vCPU that made them.
@@ -251,6 +257,7 @@ impl ThreadStatus {
             polls_found: AtomicU64::new(0),
             polls_timed_out: AtomicU64::new(0),
             polls_preempted: AtomicU64::new(0),
+            polls_busy: AtomicU64::new(0),
             poll_window_ns: AtomicU64::new(0),
             vcpu_kicks: AtomicU64::new(0),
             vcpu_deferred: AtomicU64::new(0),
@@ -317,6 +324,7 @@ impl ThreadStatus {
             polls_found: self.polls_found.load(Ordering::Relaxed),
             polls_timed_out: self.polls_timed_out.load(Ordering::Relaxed),
             polls_preempted: self.polls_preempted.load(Ordering::Relaxed),
+            polls_busy: self.polls_busy.load(Ordering::Relaxed),
             poll_window_ns: self.poll_window_ns.load(Ordering::Relaxed),
             vcpu_kicks: self.vcpu_kicks.load(Ordering::Relaxed),
             vcpu_deferred: self.vcpu_deferred.load(Ordering::Relaxed),
@@ -396,15 +404,17 @@ impl Drop for DeviceThread {
 impl ViommuDevice {
     /// Start the device thread on `model` (its endpoints added), polling
     /// the request queue for up to `poll_max` after serving it
-    /// ([`DEFAULT_POLL_MAX`]; zero: never), request-queue kicks served as
-    /// `serving` says. The thread installs `seccomp` first, if given.
+    /// ([`DEFAULT_POLL_MAX`]; zero: never) when `spare` finds a CPU to
+    /// spare, request-queue kicks served as `serving` says. The thread
+    /// installs `seccomp` first, if given.
     pub fn spawn(
         model: Model,
         seccomp: Option<crate::seccomp::Filter>,
         poll_max: Duration,
         serving: KickServing,
+        spare: SpareCpu,
     ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
-        Self::spawn_polling(model, seccomp, PollWindow::new(poll_max), serving)
+        Self::spawn_polling(model, seccomp, PollWindow::new(poll_max), serving, spare)
     }
 
     /// [`spawn`](Self::spawn) with this poll window.
@@ -413,6 +423,7 @@ impl ViommuDevice {
         seccomp: Option<crate::seccomp::Filter>,
         window: PollWindow,
         serving: KickServing,
+        spare: SpareCpu,
     ) -> std::io::Result<(ViommuDevice, DeviceThread)> {
         let shared = Arc::new(Shared {
             config: Mutex::new(vec![0; CONFIG_SNAPSHOT]),
@@ -438,6 +449,7 @@ impl ViommuDevice {
             shared: shared.clone(),
             request_kick: kicks[0].try_clone()?,
             window,
+            spare,
             last_taken: None,
         }));
         let worker = Worker {
@@ -703,6 +715,8 @@ struct Core {
     request_kick: EventFd,
     /// How long to poll the request queue after serving it.
     window: PollWindow,
+    /// Whether the host has a CPU to spare for a polling session.
+    spare: SpareCpu,
     /// When a drain last took requests (since the activation): the gap to
     /// the next one adapts the window.
     last_taken: Option<Instant>,
@@ -898,7 +912,19 @@ impl Core {
     fn serve_requests(&mut self) {
         let woke = Instant::now();
         let previous = self.last_taken;
-        let polling = !self.window.current().is_zero();
+        // A session only on a CPU nobody else is waiting for (see
+        // `spare_cpu`): asked once per notification, when the window is
+        // open.
+        let polling = !self.window.current().is_zero() && {
+            let spare = self.spare.spare();
+            if !spare {
+                self.shared
+                    .status
+                    .polls_busy
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            spare
+        };
         let after = if polling {
             Notifications::Suppressed
         } else {
@@ -1038,7 +1064,9 @@ impl Core {
 
 pub mod pending;
 pub mod poll;
+pub mod spare_cpu;
 #[cfg(test)]
 mod tests;
 
 use poll::PollWindow;
+use spare_cpu::SpareCpu;

@@ -32,6 +32,7 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
             vfio_devices: vec![7, 8],
             api_dir: Some(9),
             vcpu_serves_iommu: false,
+            host_load: Some(10),
         };
         for (nr, args, why) in conditional(k, &known) {
             assert!(!args.is_empty(), "{k:?} {nr}: {why}");
@@ -270,6 +271,7 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
         vfio_devices: vec![],
         api_dir: Some(DIR_FD),
         vcpu_serves_iommu: false,
+        host_load: None,
     };
     let main = |f: fn()| in_filtered_child_with(ThreadKind::Main, &known, f);
     let allowed = main(|| {
@@ -388,6 +390,7 @@ fn no_thread_can_reach_another_process_of_its_uid() {
         vfio_devices: vec![7],
         api_dir: Some(9),
         vcpu_serves_iommu: false,
+        host_load: None,
     };
     for k in KINDS {
         let allowed: Vec<libc::c_long> = COMMON
@@ -438,6 +441,7 @@ fn vcpus_read_and_write_only_the_passed_through_devices() {
         vfio_devices: vec![DEVICE_FD],
         api_dir: None,
         vcpu_serves_iommu: false,
+        host_load: None,
     };
     let vcpu = |f: fn()| in_filtered_child_with(ThreadKind::Vcpu, &known, f);
     let device = vcpu(|| {
@@ -474,6 +478,44 @@ fn vcpus_read_and_write_only_the_passed_through_devices() {
         libc::close(OTHER_FD);
     }
     std::fs::remove_file(&d).unwrap();
+}
+
+/// The device thread reads `/proc/loadavg` (its spare-CPU check before
+/// polling) with `pread64` on that descriptor only, and only when it has
+/// one.
+#[test]
+fn the_device_thread_reads_the_host_load_file_only() {
+    const LOAD_FD: RawFd = 912;
+    const OTHER_FD: RawFd = 913;
+    for (path, fd) in [("/proc/loadavg", LOAD_FD), ("/proc/version", OTHER_FD)] {
+        let f = std::fs::File::open(path).unwrap();
+        // SAFETY: duplicating a live fd onto a number this test owns.
+        let r = unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&f), fd) };
+        assert_eq!(r, fd);
+    }
+    fn read(fd: RawFd) {
+        let mut b = [0u8; 64];
+        // SAFETY: a valid buffer of the given length.
+        let n = unsafe { libc::pread64(fd, b.as_mut_ptr().cast(), b.len(), 0) };
+        assert!(n > 0);
+    }
+    let known = Known {
+        host_load: Some(LOAD_FD),
+        ..Known::default()
+    };
+    let device = |f: fn()| in_filtered_child_with(ThreadKind::Device, &known, f);
+    assert_eq!(device(|| read(LOAD_FD)), 0, "/proc/loadavg");
+    assert_eq!(device(|| read(OTHER_FD)), DENIED_EXIT_CODE, "another file");
+    assert_eq!(
+        in_filtered_child_with(ThreadKind::Device, &Known::default(), || read(LOAD_FD)),
+        DENIED_EXIT_CODE,
+        "no check (polling off)"
+    );
+    // SAFETY: closing this test's fds.
+    unsafe {
+        libc::close(LOAD_FD);
+        libc::close(OTHER_FD);
+    }
 }
 
 #[test]

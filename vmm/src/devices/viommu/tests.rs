@@ -139,7 +139,8 @@ fn rig_serving(window: PollWindow, serving: KickServing) -> Rig {
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     let mapper = Arc::new(GateMapper::default());
     model.add_endpoint(EP, mapper.clone()).unwrap();
-    let (dev, thread) = ViommuDevice::spawn_polling(model, None, window, serving).unwrap();
+    let (dev, thread) =
+        ViommuDevice::spawn_polling(model, None, window, serving, SpareCpu::fixed(true)).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -495,7 +496,14 @@ fn busy_rig(
     ));
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, guest.clone()).unwrap();
-    let (mut dev, thread) = ViommuDevice::spawn(model, None, poll, KickServing::Thread).unwrap();
+    let (mut dev, thread) = ViommuDevice::spawn(
+        model,
+        None,
+        poll,
+        KickServing::Thread,
+        SpareCpu::fixed(true),
+    )
+    .unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -668,10 +676,20 @@ fn linux_rig(event_idx: bool, window: PollWindow) -> LinuxRig {
 }
 
 fn linux_rig_serving(event_idx: bool, window: PollWindow, serving: KickServing) -> LinuxRig {
+    linux_rig_on(event_idx, window, serving, SpareCpu::fixed(true))
+}
+
+fn linux_rig_on(
+    event_idx: bool,
+    window: PollWindow,
+    serving: KickServing,
+    spare: SpareCpu,
+) -> LinuxRig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
     let mut model = Model::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, Arc::new(FakeMapper::new())).unwrap();
-    let (mut dev, thread) = ViommuDevice::spawn_polling(model, None, window, serving).unwrap();
+    let (mut dev, thread) =
+        ViommuDevice::spawn_polling(model, None, window, serving, spare).unwrap();
     let irq = Arc::new(EventIrq {
         fd: EventFd::new(EFD_NONBLOCK).unwrap(),
         count: AtomicU64::new(0),
@@ -941,11 +959,20 @@ fn stop_ends_polling() {
 
 /// Without polling, the thread sleeps as soon as it has served: every
 /// request after that is notified, and one that is not stays unserved
-/// until a notification comes.
+/// until a notification comes. The same with the poll window open on a
+/// host with no CPU to spare.
 #[test]
 fn without_polling_the_thread_waits_for_notifications() {
-    for event_idx in [true, false] {
-        let r = linux_rig(event_idx, PollWindow::new(Duration::ZERO));
+    let off = || (PollWindow::new(Duration::ZERO), SpareCpu::fixed(true));
+    let busy = || (minute_window(), SpareCpu::fixed(false));
+    for (event_idx, (window, spare)) in [
+        (true, off()),
+        (false, off()),
+        (true, busy()),
+        (false, busy()),
+    ] {
+        let gated = !window.current().is_zero();
+        let r = linux_rig_on(event_idx, window, KickServing::Thread, spare);
         let mut d = r.driver.lock().unwrap();
         for i in 0..50u64 {
             until("the thread waits", || r.dev.commands_applied());
@@ -967,6 +994,9 @@ fn without_polling_the_thread_waits_for_notifications() {
         let s = r.status.read();
         assert_eq!((s.poll_ns, s.polls_found), (0, 0));
         assert_eq!(s.kicks, 52);
+        // Each notification of the request queue asked the host, and found
+        // no spare CPU.
+        assert_eq!(s.polls_busy, if gated { 52 } else { 0 }, "{s:?}");
         drop(d);
         r.thread.stop();
     }

@@ -1,0 +1,156 @@
+//! Whether the host has a CPU to spare for the device thread's polling.
+//!
+//! Polling pays when the thread would otherwise sleep on a CPU nobody
+//! else wants: it then saves the guest's notify exit and its own wake-up.
+//! On a host whose CPUs are all wanted it takes a CPU from a task that
+//! needs it (on a busy host, often the vCPU about to post the request),
+//! and with notifications suppressed while it polls, a request posted
+//! while the thread waits for its next time slice waits with it. The lab
+//! measured both (`benches/results/levers-8col-2026-11-27.md`): 1.72x
+//! stock QEMU at 4k with one fio job and an idle lab-host CPU, 0.53x with
+//! two jobs and none.
+//!
+//! So before a polling session the thread asks the host how many tasks are
+//! runnable right now: the fourth field of `/proc/loadavg` (`R/T`, R
+//! counting this thread, which is running) against the online CPUs. It
+//! polls only if no runnable task waits for a CPU (R <= CPUs), the check
+//! KVM's halt polling makes per CPU with `single_task_running()`, here for
+//! the whole host because the thread may run on any CPU. One `pread` of
+//! an open file per session (the file is opened before the thread's
+//! seccomp filter, which allows `pread64` on that descriptor only).
+//!
+//! Why not a crate: `procfs` and `sysinfo` parse all of `/proc/loadavg`
+//! per call through a fresh `open`, which the device thread's seccomp
+//! filter does not allow; the load averages of `sysinfo(2)` are minutes
+//! long. A field of one line is a few lines here.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+
+/// Where the answer comes from.
+#[derive(Debug)]
+enum Source {
+    /// `/proc/loadavg`, open, and the host's online CPUs.
+    Proc { file: File, cpus: u32 },
+    /// Always this answer (tests; a host without `/proc/loadavg`: as
+    /// before the check, the thread polls).
+    Fixed(bool),
+}
+
+/// The host's spare-CPU check (see the module doc).
+#[derive(Debug)]
+pub struct SpareCpu(Source);
+
+impl SpareCpu {
+    /// The check on this host: `/proc/loadavg` opened now. Where it cannot
+    /// be opened or read, says so once and answers "spare" (polling as it
+    /// did without the check; the window's own preemption check remains).
+    pub fn open() -> Self {
+        // SAFETY: sysconf has no memory effects.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let cpus = u32::try_from(online).ok().filter(|&c| c > 0);
+        match (File::open("/proc/loadavg"), cpus) {
+            (Ok(file), Some(cpus)) => {
+                let mut s = SpareCpu(Source::Proc { file, cpus });
+                if s.runnable().is_none() {
+                    tracing::warn!(
+                        "/proc/loadavg has no runnable count: the virtio-iommu device thread polls without checking for a spare CPU"
+                    );
+                    s = SpareCpu(Source::Fixed(true));
+                }
+                s
+            }
+            (Err(e), _) => {
+                tracing::warn!(
+                    "cannot open /proc/loadavg ({e}): the virtio-iommu device thread polls without checking for a spare CPU"
+                );
+                SpareCpu(Source::Fixed(true))
+            }
+            (_, None) => {
+                tracing::warn!(
+                    "the host's online CPUs are unknown: the virtio-iommu device thread polls without checking for a spare CPU"
+                );
+                SpareCpu(Source::Fixed(true))
+            }
+        }
+    }
+
+    /// A check that always answers `spare`.
+    pub fn fixed(spare: bool) -> Self {
+        SpareCpu(Source::Fixed(spare))
+    }
+
+    /// The descriptor the thread reads (for its seccomp filter), if any.
+    pub fn fd(&self) -> Option<RawFd> {
+        match &self.0 {
+            Source::Proc { file, .. } => Some(file.as_raw_fd()),
+            Source::Fixed(_) => None,
+        }
+    }
+
+    /// Whether no runnable task waits for a CPU now. A read that fails
+    /// answers "spare" (as without the check).
+    pub fn spare(&self) -> bool {
+        match &self.0 {
+            Source::Fixed(s) => *s,
+            Source::Proc { cpus, .. } => self.runnable().is_none_or(|r| r <= *cpus),
+        }
+    }
+
+    /// Runnable tasks on the host now, from `/proc/loadavg`.
+    fn runnable(&self) -> Option<u32> {
+        let Source::Proc { file, .. } = &self.0 else {
+            return None;
+        };
+        // "0.52 0.58 0.59 3/467 12345\n": 64 bytes hold it on any host.
+        let mut buf = [0u8; 128];
+        let n = file.read_at(&mut buf, 0).ok()?;
+        runnable_of(buf.get(..n)?)
+    }
+}
+
+/// The runnable count (R of the fourth field `R/T`) of a `/proc/loadavg`
+/// line.
+fn runnable_of(line: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(line).ok()?;
+    let field = text.split_ascii_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runnable_count_is_the_fourth_fields_numerator() {
+        assert_eq!(runnable_of(b"0.52 0.58 0.59 3/467 12345\n"), Some(3));
+        assert_eq!(runnable_of(b"12.00 9.10 8.00 17/2048 99"), Some(17));
+        for bad in [
+            &b""[..],
+            b"0.1 0.2 0.3",
+            b"0.1 0.2 0.3 x/4 1",
+            b"0.1 0.2 0.3 34 1",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(runnable_of(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn this_hosts_check_reads_a_count() {
+        let s = SpareCpu::open();
+        assert!(s.fd().is_some(), "/proc/loadavg opened");
+        // This test's thread is running: at least one.
+        assert!(s.runnable().is_some_and(|r| r >= 1));
+        // Twice from the same descriptor (pread at 0, no seek).
+        assert!(s.runnable().is_some());
+    }
+
+    #[test]
+    fn a_fixed_check_answers_as_told() {
+        assert!(SpareCpu::fixed(true).spare());
+        assert!(!SpareCpu::fixed(false).spare());
+        assert_eq!(SpareCpu::fixed(true).fd(), None);
+    }
+}

@@ -45,6 +45,7 @@ use viommu_device::testing::{req, FakeMapper, GuestDriver, DATA_BASE};
 use viommu_device::{ConfigWrite, DeviceConfig};
 use viommu_wire::CONFIG_BYPASS_OFFSET;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vmm::devices::viommu::spare_cpu::SpareCpu;
 use vmm::devices::viommu::{
     DeviceThread, KickServing, Model, ViommuDevice, COMMAND_QUEUE, DEFAULT_POLL_MAX,
     REQUEST_QUEUE_SIZE,
@@ -115,7 +116,7 @@ impl Driver {
         // Polling as the VMM runs it by default: commands and kicks come
         // while the thread polls, and settle points wait for it to stop.
         let (dev, thread) =
-            ViommuDevice::spawn(model, None, DEFAULT_POLL_MAX, serving).expect("device thread");
+            ViommuDevice::spawn(model, None, DEFAULT_POLL_MAX, serving, SpareCpu::fixed(true)).expect("device thread");
         let mut bypass = [0u8];
         dev.read_config(CONFIG_BYPASS_OFFSET, &mut bypass);
         let mut d = Driver {

@@ -101,8 +101,11 @@ pub struct Cli {
     /// exit or a thread wake-up; the price is a host core busy up to this
     /// long after each burst of requests. The thread adapts the window to
     /// the gaps between requests (down to no polling when they are longer
-    /// than this) and yields the core to any other runnable task. At most
-    /// 1000. Needs --viommu. [default: 0, off until measured]
+    /// than this) and yields the core to any other runnable task. It polls
+    /// only while no runnable task on the host waits for a CPU (the
+    /// runnable count in /proc/loadavg against the online CPUs), so a busy
+    /// host pays nothing. At most 1000; 0 turns polling off. Needs
+    /// --viommu; off with --viommu-kicks vcpu. [default: 1000]
     #[arg(long, value_name = "MICROSECONDS")]
     pub viommu_poll_us: Option<u64>,
     /// Who serves the guest's notifications of the virtio-iommu request
@@ -235,8 +238,12 @@ impl Cli {
             });
         }
         let pool_hint = self.check_viommu_options()?;
-        let viommu_poll = self.check_viommu_poll()?;
-        let viommu_kicks = self.check_viommu_kicks(viommu_poll)?;
+        let viommu_kicks = self.check_viommu_kicks()?;
+        let viommu_poll = match viommu_kicks {
+            // Polling is the device thread's (see check_viommu_kicks).
+            crate::devices::viommu::KickServing::Vcpu => std::time::Duration::ZERO,
+            crate::devices::viommu::KickServing::Thread => self.check_viommu_poll()?,
+        };
         let vfio = self
             .vfio
             .iter()
@@ -308,20 +315,17 @@ impl Cli {
         Ok(Some((threshold32, pool_max)))
     }
 
-    /// `--viommu-kicks`, or its default (the device thread); `vcpu` with
-    /// the device thread polling (`poll`, from `--viommu-poll-us`) is
-    /// refused: polling happens after the thread's own drains, so with the
-    /// vCPUs serving the kicks it would never start.
-    fn check_viommu_kicks(
-        &self,
-        poll: std::time::Duration,
-    ) -> Result<crate::devices::viommu::KickServing, ConfigError> {
+    /// `--viommu-kicks`, or its default (the device thread). Polling
+    /// happens after the thread's own drains, so with the vCPUs serving
+    /// the kicks it never starts: `vcpu` turns the default polling off,
+    /// and `vcpu` with `--viommu-poll-us` above 0 is refused.
+    fn check_viommu_kicks(&self) -> Result<crate::devices::viommu::KickServing, ConfigError> {
         use crate::devices::viommu::KickServing;
-        match self.viommu_kicks.unwrap_or_default() {
-            KickServing::Vcpu if !poll.is_zero() => Err(ConfigError::PollWithVcpuKicks {
-                poll_us: poll.as_micros(),
-            }),
-            k => Ok(k),
+        match (self.viommu_kicks.unwrap_or_default(), self.viommu_poll_us) {
+            (KickServing::Vcpu, Some(us)) if us > 0 => {
+                Err(ConfigError::PollWithVcpuKicks { poll_us: us.into() })
+            }
+            (k, _) => Ok(k),
         }
     }
 
@@ -490,6 +494,7 @@ mod tests {
             crate::devices::viommu::DEFAULT_POLL_MAX,
             "polling on by default"
         );
+        assert_eq!(cfg.viommu_poll, std::time::Duration::from_millis(1));
         let cfg = v(&["--viommu", "--viommu-poll-us", "0"]).unwrap();
         assert!(cfg.viommu_poll.is_zero(), "0 turns it off");
         let cfg = v(&["--viommu", "--viommu-poll-us", "1000"]).unwrap();
@@ -532,6 +537,9 @@ mod tests {
             kicks(&["--viommu", "--viommu-kicks", "vcpu"]).unwrap(),
             KickServing::Vcpu
         );
+        // The default polling is the thread's: off with vcpu.
+        let cfg = v(&["--viommu", "--viommu-kicks", "vcpu"]).unwrap();
+        assert!(cfg.viommu_poll.is_zero(), "{:?}", cfg.viommu_poll);
         let msg = v(&[
             "--viommu",
             "--viommu-kicks",

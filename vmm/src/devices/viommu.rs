@@ -100,10 +100,13 @@ pub const EVENT_QUEUE_SIZE: u16 = 64;
 /// in flight (see the module doc), and the thread handle one stop.
 pub const COMMAND_QUEUE: usize = 8;
 /// Default bound of the request queue's poll window (`--viommu-poll-us`):
-/// off until a lab run shows that polling pays (see `vmm/README.md`,
+/// the limit, polling only on a CPU no other task waits for
+/// ([`spare_cpu`]): 1.90x stock QEMU for a stock guest at 4k with one fio
+/// job and level with no polling where no CPU was spare
+/// (`benches/results/levers-gated-2026-11-27.md`; `vmm/README.md`,
 /// "Polling the request queue").
-pub const DEFAULT_POLL_MAX: Duration = Duration::ZERO;
-/// The poll window the docs suggest trying first (`--viommu-poll-us 50`).
+pub const DEFAULT_POLL_MAX: Duration = POLL_MAX_LIMIT;
+/// A short window, for tests of a window that adapts within a burst.
 pub const SUGGESTED_POLL_MAX: Duration = Duration::from_micros(50);
 /// Largest bound `--viommu-poll-us` accepts.
 pub const POLL_MAX_LIMIT: Duration = Duration::from_millis(1);

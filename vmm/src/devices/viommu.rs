@@ -32,7 +32,9 @@
 //!   back after serving the commands that came meanwhile (the driver may
 //!   not kick for them: with EVENT_IDX it does not while the device is
 //!   behind).
-//! - Polling (`--viommu-poll-us`, [`poll`]): after serving a request-queue
+//! - Polling (`--viommu-poll-us`, [`poll`]; on by default, and only when
+//!   no runnable task on the host waits for a CPU, [`spare_cpu`]): after
+//!   serving a request-queue
 //!   kick the thread keeps looking at the ring's avail index for up to the
 //!   poll window, the driver's notifications suppressed (EVENT_IDX:
 //!   `avail_event` half the index space away; without it NO_NOTIFY), and

@@ -50,30 +50,21 @@ impl SpareCpu {
         // SAFETY: sysconf has no memory effects.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
         let cpus = u32::try_from(online).ok().filter(|&c| c > 0);
-        match (File::open("/proc/loadavg"), cpus) {
+        let why = match (File::open("/proc/loadavg"), cpus) {
             (Ok(file), Some(cpus)) => {
-                let mut s = SpareCpu(Source::Proc { file, cpus });
-                if s.runnable().is_none() {
-                    tracing::warn!(
-                        "/proc/loadavg has no runnable count: the virtio-iommu device thread polls without checking for a spare CPU"
-                    );
-                    s = SpareCpu(Source::Fixed(true));
+                let s = SpareCpu(Source::Proc { file, cpus });
+                if s.runnable().is_some() {
+                    return s;
                 }
-                s
+                "/proc/loadavg has no runnable count".to_string()
             }
-            (Err(e), _) => {
-                tracing::warn!(
-                    "cannot open /proc/loadavg ({e}): the virtio-iommu device thread polls without checking for a spare CPU"
-                );
-                SpareCpu(Source::Fixed(true))
-            }
-            (_, None) => {
-                tracing::warn!(
-                    "the host's online CPUs are unknown: the virtio-iommu device thread polls without checking for a spare CPU"
-                );
-                SpareCpu(Source::Fixed(true))
-            }
-        }
+            (Err(e), _) => format!("cannot open /proc/loadavg ({e})"),
+            (_, None) => "the host's online CPUs are unknown".to_string(),
+        };
+        tracing::warn!(
+            "{why}: the virtio-iommu device thread polls without checking for a spare CPU"
+        );
+        SpareCpu(Source::Fixed(true))
     }
 
     /// A check that always answers `spare`.

@@ -150,6 +150,24 @@ pub fn retry_reason(cell: &CellResult, vmm: Vmm) -> Option<String> {
     }
 }
 
+/// A failed `cell` of a `vmm` column that is not run again (out of
+/// attempts) though it failed of something a retry is for: its status
+/// gives the retries' words ("the guest reset itself mid-run (our VMM
+/// exited 4: triple fault)", "guest kernel crashed: ..."), not only the
+/// VMM's exit code, so a reader and the lab see one wording for one
+/// fault; the exit code stays where those words do not say it.
+pub fn name_unretried_fault(cell: &mut CellResult, vmm: Vmm) {
+    if let Some(fault) = retry_reason(cell, vmm) {
+        if let CellStatus::Failed { reason, .. } = &mut cell.status {
+            *reason = if fault.contains("exited") {
+                fault
+            } else {
+                format!("{fault}; {reason}")
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +279,42 @@ mod tests {
         );
         assert_eq!(retry_reason(&hung, Vmm::Qemu), None);
         assert_eq!(retry_reason(&cell(CellStatus::Ok, None), Vmm::Qemu), None);
+    }
+
+    #[test]
+    fn a_fault_out_of_attempts_keeps_its_retries_words() {
+        let status = |reason: &str| CellStatus::Failed {
+            reason: reason.into(),
+            verify_failed: false,
+        };
+        let mut c = cell(status("the VMM exited 4 before the guest finished"), None);
+        c.vmm_rc = Some(4);
+        name_unretried_fault(&mut c, Vmm::Ours);
+        assert_eq!(
+            c.status,
+            status("the guest reset itself mid-run (our VMM exited 4: triple fault)")
+        );
+        let mut c = cell(status("the VMM exited 1 before the guest finished"), None);
+        c.vmm_rc = Some(1);
+        c.guest_crash = Some("Kernel panic - not syncing: fake".into());
+        name_unretried_fault(&mut c, Vmm::Ours);
+        assert_eq!(
+            c.status,
+            status("guest kernel crashed: Kernel panic - not syncing: fake; the VMM exited 1 before the guest finished")
+        );
+        // Anything a retry is not for keeps its reason.
+        let mut c = cell(status("the VMM exited 2 before the guest finished"), None);
+        c.vmm_rc = Some(2);
+        name_unretried_fault(&mut c, Vmm::Ours);
+        assert_eq!(
+            c.status,
+            status("the VMM exited 2 before the guest finished")
+        );
+        let mut c = cell(status("fio verify-4k exited 1"), None);
+        c.vmm_rc = Some(4);
+        c.errors.push("fio verify-4k exited 1".into());
+        name_unretried_fault(&mut c, Vmm::Ours);
+        assert_eq!(c.status, status("fio verify-4k exited 1"));
     }
 
     #[test]

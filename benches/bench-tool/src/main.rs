@@ -10,7 +10,7 @@ use tracing::{error, info, warn};
 
 use viommu_bench::bind::BindGuard;
 use viommu_bench::chart;
-use viommu_bench::checks::{apply_bar0, retry_reason};
+use viommu_bench::checks::{apply_bar0, name_unretried_fault, retry_reason};
 use viommu_bench::cli::{Args, Config};
 use viommu_bench::columns::{launch, Kernel, LaunchInputs};
 use viommu_bench::image::{self, ImageInputs};
@@ -465,7 +465,7 @@ async fn run(mut cfg: Config) -> u8 {
             let retry = (earlier.len() < a.retries as usize)
                 .then(|| {
                     retry_reason(&r, col.vmm).or_else(|| match &r.status {
-                        viommu_bench::results::CellStatus::Hung {
+                        CellStatus::Hung {
                             phase,
                             after_s,
                             device_owes: false,
@@ -477,6 +477,7 @@ async fn run(mut cfg: Config) -> u8 {
                 })
                 .flatten();
             let Some(mut why) = retry else {
+                name_unretried_fault(&mut r, col.vmm);
                 r.warnings.append(&mut earlier);
                 break Ok(r);
             };

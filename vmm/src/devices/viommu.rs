@@ -17,7 +17,7 @@
 //!   runtime would stall its other tasks (or need `spawn_blocking`, a
 //!   second hop), and it keeps the thread's seccomp list short.
 //! - What the transport asks of the model (features acked, config
-//!   writes, activation, reset, stop) goes to the thread as a [`Command`]
+//!   writes, activation, reset, stop) goes to the thread as a `Command`
 //!   through a channel, in order, before the kicks of the same wake-up.
 //!   The channel is bounded ([`COMMAND_QUEUE`]) and a vCPU never waits on
 //!   it: every command but config writes is bounded by the protocol (one
@@ -57,7 +57,7 @@
 //!   behind a mutex the thread holds for each wake-up; the request
 //!   queue has no ioeventfd, and its notify write, on the vCPU that made
 //!   it, serves the queue there when the lock is free and no command
-//!   waits ([`ViommuDevice::serve_on_this_vcpu`]): one drain, no polling,
+//!   waits (`ViommuDevice::serve_on_this_vcpu`): one drain, no polling,
 //!   the rest to the thread through its eventfd. Otherwise (and for the
 //!   event queue) the kick goes to the thread as above. This gives up
 //!   "no vCPU waits for a VFIO call" for the vCPU that asked for the

@@ -36,7 +36,7 @@ pub struct VcpuSample {
     pub cs: u16,
     /// Page table root.
     pub cr3: u64,
-    /// The words on the stack from `rsp` up (at most [`STACK_WORDS`], to
+    /// The words on the stack from `rsp` up (at most `STACK_WORDS`, to
     /// the end of rsp's page) that fall in the kernel's image and module
     /// range, in stack order: a hung kernel's call chain, to symbolize
     /// with the guest kernel's System.map (`ci/lab/symbolize`). Empty for

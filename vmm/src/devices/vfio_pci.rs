@@ -37,7 +37,7 @@ pub trait VfioRegions: Send + Sync {
     fn disable_msix(&self) -> std::io::Result<()>;
 }
 
-/// Region accesses are checked and made here ([`region`]), not with
+/// Region accesses are checked and made here (`region`), not with
 /// `region_read`/`region_write`, which log every access a region refuses
 /// without a limit.
 impl VfioRegions for vfio_ioctls::VfioDevice {

@@ -729,9 +729,9 @@ async fn breakdown_phase(
     let after = src.snapshot().await.ok().flatten();
     let device = before.zip(after).map(|(b, a)| a.since(&b));
     // The thread that made the most map/unmap ioctls serves the requests,
-    // found the same way for both VMMs: ours' device thread `viommu` by
-    // default, a vCPU for stock QEMU and for ours with `--viommu-kicks
-    // vcpu`.
+    // found the same way for both VMMs: a vCPU for stock QEMU and for
+    // ours by default (`--viommu-kicks vcpu`), ours' device thread
+    // `viommu` with `--viommu-kicks thread`.
     match stopped.and_then(|()| rec.collect(Serving::DmaCaller, device)) {
         Ok(b) => {
             if let Some(why) = &b.server_missing {

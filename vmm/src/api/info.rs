@@ -145,7 +145,7 @@ mod tests {
             reserve_iova: Vec::new(),
             host_pci_reserve: true,
             viommu_poll: std::time::Duration::from_micros(20),
-            viommu_kicks: Default::default(),
+            viommu_kicks: crate::devices::viommu::KickServing::Thread,
             seccomp: Default::default(),
             user: None,
         };

@@ -105,7 +105,8 @@ pub struct Cli {
     /// only while no runnable task on the host waits for a CPU (the
     /// runnable count in /proc/loadavg against the online CPUs), so a busy
     /// host pays nothing. At most 1000 (the value to try; 0: off). Needs
-    /// --viommu and --viommu-kicks thread. [default: 0]
+    /// --viommu; above 0 the device thread serves the kicks
+    /// (--viommu-kicks thread, which it then defaults to). [default: 0]
     #[arg(long, value_name = "MICROSECONDS")]
     pub viommu_poll_us: Option<u64>,
     /// Who serves the guest's notifications of the virtio-iommu request
@@ -116,7 +117,8 @@ pub struct Cli {
     /// wake-up of another thread per request; a guest that waits for each
     /// request, as a stock Linux guest does for every map, waits no
     /// longer). Polling (--viommu-poll-us) is the device thread's, so it
-    /// needs `thread`. Needs --viommu. [default: thread]
+    /// needs `thread`. Needs --viommu. [default: vcpu; thread with
+    /// --viommu-poll-us above 0]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// For debugging only: do not reserve the host's PCI windows and the
@@ -315,17 +317,21 @@ impl Cli {
         Ok(Some((threshold32, pool_max)))
     }
 
-    /// `--viommu-kicks`, or its default (the device thread). Polling
+    /// `--viommu-kicks`, or its default: the vCPUs, unless
+    /// `--viommu-poll-us` above 0 asks the device thread to poll. Polling
     /// happens after the thread's own drains, so with the vCPUs serving
-    /// the kicks it never starts: `vcpu` turns the default polling off,
-    /// and `vcpu` with `--viommu-poll-us` above 0 is refused.
+    /// the kicks it would never start: `vcpu` with `--viommu-poll-us`
+    /// above 0 is refused.
     fn check_viommu_kicks(&self) -> Result<crate::devices::viommu::KickServing, ConfigError> {
         use crate::devices::viommu::KickServing;
-        match (self.viommu_kicks.unwrap_or_default(), self.viommu_poll_us) {
-            (KickServing::Vcpu, Some(us)) if us > 0 => {
+        let poll_us = self.viommu_poll_us.filter(|&us| us > 0);
+        match (self.viommu_kicks, poll_us) {
+            (Some(KickServing::Vcpu), Some(us)) => {
                 Err(ConfigError::PollWithVcpuKicks { poll_us: us.into() })
             }
-            (k, _) => Ok(k),
+            (Some(k), _) => Ok(k),
+            (None, Some(_)) => Ok(KickServing::Thread),
+            (None, None) => Ok(KickServing::Vcpu),
         }
     }
 
@@ -513,11 +519,20 @@ mod tests {
             })
         ));
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--viommu-poll-us", "-1"]).is_err());
-        // Who serves the request queue's kicks: the device thread by
-        // default; vCPUs and polling both asked for is refused.
+        // Who serves the request queue's kicks: the vCPUs by default, the
+        // device thread when it is to poll; vCPUs and polling both asked
+        // for is refused.
         use crate::devices::viommu::KickServing;
         let kicks = |args: &[&str]| v(args).map(|c| c.viommu_kicks);
-        assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Thread);
+        assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Vcpu);
+        assert_eq!(
+            kicks(&["--viommu", "--viommu-poll-us", "0"]).unwrap(),
+            KickServing::Vcpu
+        );
+        assert_eq!(
+            kicks(&["--viommu", "--viommu-kicks", "thread"]).unwrap(),
+            KickServing::Thread
+        );
         assert_eq!(
             kicks(&[
                 "--viommu",

@@ -2,10 +2,13 @@
 //! served by a thread of its own.
 //!
 //! # Threads and locks
-//! The model ([`VirtioIommu`]) belongs to the device thread (`viommu`):
-//! by default no vCPU ever waits for it, so no vCPU waits for a VFIO call
-//! (for `--viommu-kicks vcpu`, see below).
-//! - A kick is an ioeventfd per queue (`KVM_IOEVENTFD` on the queue's
+//! The model ([`VirtioIommu`]) belongs to the device thread (`viommu`),
+//! except that by default ([`KickServing::Vcpu`], see below) the vCPU that
+//! notified the request queue serves it while the thread is idle. With
+//! `--viommu-kicks thread` no vCPU ever waits for the model, so no vCPU
+//! waits for a VFIO call.
+//! - A kick is an ioeventfd per queue (the request queue's only with
+//!   `--viommu-kicks thread`) (`KVM_IOEVENTFD` on the queue's
 //!   notify address, registered by the device manager): KVM signals the
 //!   eventfd and resumes the guest without leaving the kernel. A notify
 //!   write that reaches the transport anyway (no ioeventfd, tests) signals
@@ -53,7 +56,8 @@
 //!   in progress). A reset does not wait: the transport keeps showing the
 //!   old device status until the thread has destroyed the domains (their
 //!   host unmaps included), and the driver waits for status 0.
-//! - With [`KickServing::Vcpu`] (`--viommu-kicks vcpu`) the model sits
+//! - With [`KickServing::Vcpu`] (`--viommu-kicks vcpu`, the default
+//!   unless the thread is to poll) the model sits
 //!   behind a mutex the thread holds for each wake-up; the request
 //!   queue has no ioeventfd, and its notify write, on the vCPU that made
 //!   it, serves the queue there when the lock is free and no command
@@ -733,18 +737,20 @@ struct Core {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum KickServing {
     /// The device thread, woken by the queue's ioeventfd (KVM signals it
-    /// without leaving the kernel). The default.
-    #[default]
+    /// without leaving the kernel). The one that can poll the queue
+    /// (`--viommu-poll-us`), so the default when polling is asked for.
     Thread,
     /// The vCPU that wrote the notify register, when the device thread is
     /// idle and no command waits for it; otherwise the device thread, as
     /// with `thread`. The notify write leaves KVM for the VMM (no
     /// ioeventfd on the request queue), and the vCPU makes the VFIO calls
     /// itself: no wake-up of another thread on another core per request.
-    /// Ahead of `thread` beyond the noise in 3 of 8 phases, never behind
-    /// (`benches/results/vcpu-kicks-4rounds-2026-11-27.md`), but not the
-    /// default: the 7.3 lazy guest's idle check failed with it twice in a
-    /// row (smoke-7.3-ci, 2026-11-27), not yet understood.
+    /// The default: ahead of `thread` beyond the noise in 3 of 8 phases,
+    /// never behind (`benches/results/vcpu-kicks-4rounds-2026-11-27.md`).
+    /// (Taken back once because the 7.3 lazy guest's idle check failed
+    /// with it; that was the check reading the guest's counters outside
+    /// the host's window, `benches/results/smoke-7.3-ci-vcpu-2026-11-27.md`.)
+    #[default]
     Vcpu,
 }
 

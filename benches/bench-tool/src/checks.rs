@@ -120,10 +120,28 @@ pub fn apply_bar0(cell: &mut CellResult, col: &Column, bar0: Option<&str>) {
 /// reported (a failed verify), never for a guest that hung after its boot
 /// (a result), never when our VMM failed on its own.
 pub fn retry_reason(cell: &CellResult, vmm: Vmm) -> Option<String> {
+    retry_fault(cell, vmm).map(|f| f.words)
+}
+
+/// A fault a retry is for, in [`retry_reason`]'s words.
+struct RetryFault {
+    words: String,
+    /// The words say how the VMM exited (a reset or triple fault), so the
+    /// exit code needs no repeating beside them.
+    names_exit: bool,
+}
+
+fn retry_fault(cell: &CellResult, vmm: Vmm) -> Option<RetryFault> {
+    let other = |words: String| RetryFault {
+        words,
+        names_exit: false,
+    };
     if cell.boot.is_none() && cell.errors.is_empty() {
         if let Some(s) = &cell.boot_stall {
             if !matches!(cell.status, CellStatus::Ok) {
-                return Some(format!("the guest kernel stalled before its init ({s})"));
+                return Some(other(format!(
+                    "the guest kernel stalled before its init ({s})"
+                )));
             }
         }
     }
@@ -131,23 +149,21 @@ pub fn retry_reason(cell: &CellResult, vmm: Vmm) -> Option<String> {
         return None;
     }
     if let Some(c) = &cell.guest_crash {
-        return Some(format!("guest kernel crashed: {c}"));
+        return Some(other(format!("guest kernel crashed: {c}")));
     }
     if cell.guest_rc.is_some() {
         return None;
     }
-    match (vmm, cell.vmm_rc) {
-        (Vmm::Qemu, Some(0)) => Some(
-            "the guest reset itself mid-run (stock QEMU exited 0 before the guest finished)".into(),
-        ),
-        (Vmm::Ours, Some(3)) => {
-            Some("the guest reset itself mid-run (our VMM exited 3: reset)".into())
-        }
-        (Vmm::Ours, Some(4)) => {
-            Some("the guest reset itself mid-run (our VMM exited 4: triple fault)".into())
-        }
-        _ => None,
-    }
+    let exit = match (vmm, cell.vmm_rc) {
+        (Vmm::Qemu, Some(0)) => "stock QEMU exited 0 before the guest finished",
+        (Vmm::Ours, Some(3)) => "our VMM exited 3: reset",
+        (Vmm::Ours, Some(4)) => "our VMM exited 4: triple fault",
+        _ => return None,
+    };
+    Some(RetryFault {
+        words: format!("the guest reset itself mid-run ({exit})"),
+        names_exit: true,
+    })
 }
 
 /// A failed `cell` of a `vmm` column that is not run again (out of
@@ -157,12 +173,12 @@ pub fn retry_reason(cell: &CellResult, vmm: Vmm) -> Option<String> {
 /// VMM's exit code, so a reader and the lab see one wording for one
 /// fault; the exit code stays where those words do not say it.
 pub fn name_unretried_fault(cell: &mut CellResult, vmm: Vmm) {
-    if let Some(fault) = retry_reason(cell, vmm) {
+    if let Some(fault) = retry_fault(cell, vmm) {
         if let CellStatus::Failed { reason, .. } = &mut cell.status {
-            *reason = if fault.contains("exited") {
-                fault
+            *reason = if fault.names_exit {
+                fault.words
             } else {
-                format!("{fault}; {reason}")
+                format!("{}; {reason}", fault.words)
             };
         }
     }

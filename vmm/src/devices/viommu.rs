@@ -733,8 +733,10 @@ struct Core {
     last_taken: Option<Instant>,
 }
 
-/// Who serves a notification of the request queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+/// Who serves a notification of the request queue. The default is the
+/// CLI's (`vcpu`, or `thread` when `--viommu-poll-us` asks for polling:
+/// `Cli::check_viommu_kicks`), so the type has none of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum KickServing {
     /// The device thread, woken by the queue's ioeventfd (KVM signals it
     /// without leaving the kernel). The one that can poll the queue
@@ -750,7 +752,6 @@ pub enum KickServing {
     /// (Taken back once because the 7.3 lazy guest's idle check failed
     /// with it; that was the check reading the guest's counters outside
     /// the host's window, `benches/results/smoke-7.3-ci-vcpu-2026-11-27.md`.)
-    #[default]
     Vcpu,
 }
 

@@ -124,7 +124,9 @@ pub struct Known {
     /// get the device thread's DMA map/unmap ioctls.
     pub vcpu_serves_iommu: bool,
     /// `/proc/loadavg`, open: the only file the virtio-iommu device thread
-    /// may `pread64` (its spare-CPU check before polling).
+    /// may `pread64` (its spare-CPU check before polling), and the vCPUs
+    /// with [`vcpu_serves_iommu`](Self::vcpu_serves_iommu) (the same check
+    /// before they hand over to that polling).
     pub host_load: Option<RawFd>,
 }
 
@@ -436,16 +438,21 @@ fn conditional(kind: ThreadKind, known: &Known) -> Vec<(libc::c_long, Vec<Arg>, 
                 ));
             }
         }
-        ThreadKind::Device => {
-            if let Some(load) = known.host_load {
-                v.push((
-                    libc::SYS_pread64,
-                    vec![(0, Dword, Eq, fd(load))],
-                    "/proc/loadavg before polling the request queue (a spare CPU?), that file only",
-                ));
-            }
-        }
         _ => {}
+    }
+    // The spare-CPU check before polling: the device thread's, and a
+    // vCPU's that serves the request queue and may hand over to it.
+    let reads_load = match kind {
+        ThreadKind::Device => true,
+        ThreadKind::Vcpu => known.vcpu_serves_iommu,
+        _ => false,
+    };
+    if let (true, Some(load)) = (reads_load, known.host_load) {
+        v.push((
+            libc::SYS_pread64,
+            vec![(0, Dword, Eq, fd(load))],
+            "/proc/loadavg before polling the request queue (a spare CPU?), that file only",
+        ));
     }
     v
 }

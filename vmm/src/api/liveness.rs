@@ -229,7 +229,7 @@ impl Liveness {
                 &mut out,
                 "viommu_requestq_polls_busy_total",
                 "counter",
-                "Notifications served without polling, the poll window open, because no host CPU was spare (/proc/loadavg's runnable tasks above the online CPUs).",
+                "Notifications served without polling, the poll window open, or a vCPU's hand-over to polling not made, because no host CPU was spare (/proc/loadavg's runnable tasks above the online CPUs).",
                 Some(r.polls_busy),
             );
             metric(
@@ -252,6 +252,13 @@ impl Liveness {
                 "counter",
                 "Request queue notifications a vCPU left to the device thread, busy or with a command waiting (--viommu-kicks vcpu).",
                 Some(r.vcpu_deferred),
+            );
+            metric(
+                &mut out,
+                "viommu_requestq_vcpu_handovers_total",
+                "counter",
+                "Times a vCPU that served the request queue woke the device thread to poll for the next request, the poll window open and a host CPU free for it (--viommu-kicks vcpu with --viommu-poll-us).",
+                Some(r.vcpu_handovers),
             );
         }
         out

@@ -102,12 +102,6 @@ pub enum ConfigError {
         /// The largest value accepted.
         limit: u128,
     },
-    /// `--viommu-poll-us` above 0 with `--viommu-kicks vcpu`.
-    #[error("--viommu-poll-us {poll_us} with --viommu-kicks vcpu: polling is the device thread's, and with the vCPUs serving the request queue's notifications the thread never starts a poll; use --viommu-kicks thread to poll, or drop --viommu-poll-us")]
-    PollWithVcpuKicks {
-        /// The poll bound asked for.
-        poll_us: u128,
-    },
     /// `--pin-guest-ram` without the iommufd backend.
     #[error("--pin-guest-ram: needs every --vfio device on the iommufd backend, but {why}; drop --pin-guest-ram or use --vfio-backend iommufd on a host with it")]
     PinNeedsIommufd {

@@ -105,8 +105,10 @@ pub struct Cli {
     /// only while no runnable task on the host waits for a CPU (the
     /// runnable count in /proc/loadavg against the online CPUs), so a busy
     /// host pays nothing. At most 1000 (the value to try; 0: off). Needs
-    /// --viommu; above 0 the device thread serves the kicks
-    /// (--viommu-kicks thread, which it then defaults to). [default: 0]
+    /// --viommu; above 0 the device thread serves the kicks unless
+    /// --viommu-kicks vcpu is given too (then a vCPU that served a kick
+    /// wakes the thread to poll for the next, when a CPU is free for
+    /// it). [default: 0]
     #[arg(long, value_name = "MICROSECONDS")]
     pub viommu_poll_us: Option<u64>,
     /// Who serves the guest's notifications of the virtio-iommu request
@@ -116,8 +118,9 @@ pub struct Cli {
     /// comes out to the VMM, and that vCPU makes the VFIO calls: no
     /// wake-up of another thread per request; a guest that waits for each
     /// request, as a stock Linux guest does for every map, waits no
-    /// longer). Polling (--viommu-poll-us) is the device thread's, so it
-    /// needs `thread`. Needs --viommu. [default: vcpu; thread with
+    /// longer). With --viommu-poll-us, `vcpu` hands over to the device
+    /// thread's polling after a kick it served, when a host CPU is free
+    /// for the thread. Needs --viommu. [default: vcpu; thread with
     /// --viommu-poll-us above 0]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
@@ -241,11 +244,7 @@ impl Cli {
         }
         let pool_hint = self.check_viommu_options()?;
         let viommu_kicks = self.check_viommu_kicks()?;
-        let viommu_poll = match viommu_kicks {
-            // Polling is the device thread's (see check_viommu_kicks).
-            crate::devices::viommu::KickServing::Vcpu => std::time::Duration::ZERO,
-            crate::devices::viommu::KickServing::Thread => self.check_viommu_poll()?,
-        };
+        let viommu_poll = self.check_viommu_poll()?;
         let vfio = self
             .vfio
             .iter()
@@ -318,17 +317,13 @@ impl Cli {
     }
 
     /// `--viommu-kicks`, or its default: the vCPUs, unless
-    /// `--viommu-poll-us` above 0 asks the device thread to poll. Polling
-    /// happens after the thread's own drains, so with the vCPUs serving
-    /// the kicks it would never start: `vcpu` with `--viommu-poll-us`
-    /// above 0 is refused.
+    /// `--viommu-poll-us` above 0 asks the device thread to poll (then
+    /// the thread; `vcpu` asked for with it hands over to the thread's
+    /// polling after each kick a vCPU served, when a CPU is spare).
     fn check_viommu_kicks(&self) -> Result<crate::devices::viommu::KickServing, ConfigError> {
         use crate::devices::viommu::KickServing;
         let poll_us = self.viommu_poll_us.filter(|&us| us > 0);
         match (self.viommu_kicks, poll_us) {
-            (Some(KickServing::Vcpu), Some(us)) => {
-                Err(ConfigError::PollWithVcpuKicks { poll_us: us.into() })
-            }
             (Some(k), _) => Ok(k),
             (None, Some(_)) => Ok(KickServing::Thread),
             (None, None) => Ok(KickServing::Vcpu),
@@ -520,8 +515,7 @@ mod tests {
         ));
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--viommu-poll-us", "-1"]).is_err());
         // Who serves the request queue's kicks: the vCPUs by default, the
-        // device thread when it is to poll; vCPUs and polling both asked
-        // for is refused.
+        // device thread when it is to poll, unless vcpu is asked for.
         use crate::devices::viommu::KickServing;
         let kicks = |args: &[&str]| v(args).map(|c| c.viommu_kicks);
         assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Vcpu);
@@ -555,22 +549,17 @@ mod tests {
         // The default polling is the thread's: off with vcpu.
         let cfg = v(&["--viommu", "--viommu-kicks", "vcpu"]).unwrap();
         assert!(cfg.viommu_poll.is_zero(), "{:?}", cfg.viommu_poll);
-        let msg = v(&[
+        // Both asked for: the vCPUs serve and hand over to the polling.
+        let cfg = v(&[
             "--viommu",
             "--viommu-kicks",
             "vcpu",
             "--viommu-poll-us",
             "50",
         ])
-        .unwrap_err()
-        .to_string();
-        assert!(
-            msg.starts_with(
-                "--viommu-poll-us 50 with --viommu-kicks vcpu: polling is the device thread's"
-            ),
-            "{msg}"
-        );
-        assert!(msg.contains("use --viommu-kicks thread"), "{msg}");
+        .unwrap();
+        assert_eq!(cfg.viommu_kicks, KickServing::Vcpu);
+        assert_eq!(cfg.viommu_poll, std::time::Duration::from_micros(50));
         let cfg = v(&["--viommu", "--no-lazy-unmap", "--pool-threshold", "0"]).unwrap();
         assert!(!cfg.lazy_unmap);
         assert_eq!(cfg.pool_hint, None);

@@ -74,6 +74,10 @@ pub struct DeviceManager<'a> {
     viot: Option<ViotConfig>,
     viommu_counters: Option<Arc<Mutex<viommu_device::Counters>>>,
     viommu_status: Option<Arc<ThreadStatus>>,
+    /// `/proc/loadavg` as the virtio-iommu's spare-CPU check holds it open
+    /// (polling only), for the vCPUs' seccomp filter: a vCPU that serves a
+    /// kick reads it before handing over to the thread's polling.
+    viommu_host_load: Option<std::os::fd::RawFd>,
     /// The virtio-iommu's device thread: stopped before the DMA mappings
     /// are removed.
     viommu_thread: Option<DeviceThread>,
@@ -124,6 +128,7 @@ impl<'a> DeviceManager<'a> {
             viot: None,
             viommu_counters: None,
             viommu_status: None,
+            viommu_host_load: None,
             viommu_thread: None,
             seccomp,
             armed: true,
@@ -214,6 +219,15 @@ impl<'a> DeviceManager<'a> {
     pub fn vfio_fds(&self) -> Vec<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         self.vfio.iter().map(|d| d.as_raw_fd()).collect()
+    }
+
+    /// `/proc/loadavg`'s descriptor, open while the virtio-iommu's device
+    /// thread runs, when it polls: the file a vCPU that serves its kicks
+    /// may `pread64` ([`Known::host_load`]).
+    ///
+    /// [`Known::host_load`]: crate::seccomp::Known::host_load
+    pub fn viommu_host_load(&self) -> Option<std::os::fd::RawFd> {
+        self.viommu_host_load
     }
 
     /// Release nothing on drop: a vCPU did not stop and may still access

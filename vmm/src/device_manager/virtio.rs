@@ -35,6 +35,7 @@ impl DeviceManager<'_> {
         } else {
             SpareCpu::open()
         };
+        self.viommu_host_load = spare.fd();
         let known = crate::seccomp::Known {
             host_load: spare.fd(),
             ..Default::default()

@@ -213,6 +213,9 @@ pub struct ThreadStatus {
     /// Notifications a vCPU left to the thread (busy, or a command
     /// waiting) with [`KickServing::Vcpu`].
     vcpu_deferred: AtomicU64,
+    /// Times a vCPU, having served a notification with the poll window
+    /// open and a CPU to spare, woke the thread to poll for the next.
+    vcpu_handovers: AtomicU64,
 }
 
 /// A reading of [`ThreadStatus`].
@@ -253,6 +256,8 @@ pub struct StatusReading {
     pub vcpu_kicks: u64,
     /// Notifications a vCPU left to the thread.
     pub vcpu_deferred: u64,
+    /// Times a vCPU handed the queue over to the thread's polling.
+    pub vcpu_handovers: u64,
 }
 
 impl ThreadStatus {
@@ -272,6 +277,7 @@ impl ThreadStatus {
             poll_window_ns: AtomicU64::new(0),
             vcpu_kicks: AtomicU64::new(0),
             vcpu_deferred: AtomicU64::new(0),
+            vcpu_handovers: AtomicU64::new(0),
         }
     }
 
@@ -339,6 +345,7 @@ impl ThreadStatus {
             poll_window_ns: self.poll_window_ns.load(Ordering::Relaxed),
             vcpu_kicks: self.vcpu_kicks.load(Ordering::Relaxed),
             vcpu_deferred: self.vcpu_deferred.load(Ordering::Relaxed),
+            vcpu_handovers: self.vcpu_handovers.load(Ordering::Relaxed),
         }
     }
 }
@@ -533,6 +540,9 @@ impl ViommuDevice {
     /// thread is idle and no command waits for it; whether it did. The
     /// drain is the thread's, without polling: a queue size of requests
     /// at most, the rest left to the thread through its kick eventfd.
+    /// With the poll window open and a host CPU free for the thread
+    /// ([`SpareCpu::spare_for_another`]) it then wakes the thread, which
+    /// polls for the next request (the hand-over).
     /// A command queued before this looks is applied by the thread first
     /// (this leaves the kick to it); one queued after is ordered after
     /// this kick anyway.
@@ -554,7 +564,19 @@ impl ViommuDevice {
         };
         status.begin();
         status.vcpu_kicks.fetch_add(1, Ordering::Relaxed);
-        if core.drain(Notifications::On).0 == Drained::More {
+        let woke = Instant::now();
+        let previous = core.last_taken;
+        let (r, took) = core.drain(Notifications::On);
+        if let (true, Some(p)) = (took, previous) {
+            // The gap the thread's polling would have had to cover: the
+            // window adapts as when the thread serves (`poll`).
+            core.window.observe_gap(woke.saturating_duration_since(p));
+            core.publish_window();
+        }
+        if r == Drained::More {
+            core.rekick();
+        } else if core.hand_over() {
+            status.vcpu_handovers.fetch_add(1, Ordering::Relaxed);
             core.rekick();
         }
         status.end(core.model.request_queue_next_avail());
@@ -888,6 +910,28 @@ impl Core {
         if let Err(e) = self.request_kick.write(1) {
             tracing::error!("cannot re-kick the virtio-iommu request queue: {e}");
         }
+    }
+
+    /// Whether a vCPU that served the queue should wake the thread to poll
+    /// for the next request: the window is open (requests have been coming
+    /// within its bound of each other) and a host CPU is free for the
+    /// thread beside the running tasks, this vCPU among them. Without that
+    /// CPU the wake-up takes one from a vCPU: ungated, the hand-over was
+    /// 0.37-0.69x stock QEMU with two fio jobs on the lab's two CPUs
+    /// (`benches/results/levers-vpoll-2026-11-27.md`). Counted in
+    /// `polls_busy` when the CPU is missing.
+    fn hand_over(&self) -> bool {
+        if self.window.current().is_zero() {
+            return false;
+        }
+        let spare = self.spare.spare_for_another();
+        if !spare {
+            self.shared
+                .status
+                .polls_busy
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        spare
     }
 
     /// Drains the request queue, leaving the driver's notifications as

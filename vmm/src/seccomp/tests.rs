@@ -482,7 +482,7 @@ fn vcpus_read_and_write_only_the_passed_through_devices() {
 
 /// The device thread reads `/proc/loadavg` (its spare-CPU check before
 /// polling) with `pread64` on that descriptor only, and only when it has
-/// one.
+/// one; a vCPU only when it serves the request queue.
 #[test]
 fn the_device_thread_reads_the_host_load_file_only() {
     const LOAD_FD: RawFd = 912;
@@ -510,6 +510,24 @@ fn the_device_thread_reads_the_host_load_file_only() {
         in_filtered_child_with(ThreadKind::Device, &Known::default(), || read(LOAD_FD)),
         DENIED_EXIT_CODE,
         "no check (polling off)"
+    );
+    // A vCPU reads it only when it serves the request queue (its
+    // hand-over to the polling asks the same question).
+    let serving = Known {
+        vcpu_serves_iommu: true,
+        ..known.clone()
+    };
+    let vcpu = |k: &Known, f: fn()| in_filtered_child_with(ThreadKind::Vcpu, k, f);
+    assert_eq!(vcpu(&serving, || read(LOAD_FD)), 0, "a serving vCPU");
+    assert_eq!(
+        vcpu(&serving, || read(OTHER_FD)),
+        DENIED_EXIT_CODE,
+        "a serving vCPU, another file"
+    );
+    assert_eq!(
+        vcpu(&known, || read(LOAD_FD)),
+        DENIED_EXIT_CODE,
+        "a vCPU of --viommu-kicks thread"
     );
     // SAFETY: closing this test's fds.
     unsafe {

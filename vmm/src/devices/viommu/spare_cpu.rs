@@ -80,12 +80,24 @@ impl SpareCpu {
         }
     }
 
-    /// Whether no runnable task waits for a CPU now. A read that fails
-    /// answers "spare" (as without the check).
+    /// Whether no runnable task waits for a CPU now (the caller, which is
+    /// running, counted: the device thread about to poll). A read that
+    /// fails answers "spare" (as without the check).
     pub fn spare(&self) -> bool {
+        self.spare_beside(0)
+    }
+
+    /// Whether a CPU is free for one more task beside the runnable ones
+    /// (the caller counted): a vCPU that would wake the device thread to
+    /// poll asks this, the thread not yet runnable.
+    pub fn spare_for_another(&self) -> bool {
+        self.spare_beside(1)
+    }
+
+    fn spare_beside(&self, more: u32) -> bool {
         match &self.0 {
             Source::Fixed(s) => *s,
-            Source::Proc { cpus, .. } => self.runnable().is_none_or(|r| r <= *cpus),
+            Source::Proc { cpus, .. } => fits(self.runnable(), more, *cpus),
         }
     }
 
@@ -99,6 +111,12 @@ impl SpareCpu {
         let n = file.read_at(&mut buf, 0).ok()?;
         runnable_of(buf.get(..n)?)
     }
+}
+
+/// Whether `runnable` tasks and `more` fit on `cpus` (an unknown count
+/// fits: polling as without the check).
+fn fits(runnable: Option<u32>, more: u32, cpus: u32) -> bool {
+    runnable.is_none_or(|r| r.saturating_add(more) <= cpus)
 }
 
 /// The runnable count (R of the fourth field `R/T`) of a `/proc/loadavg`
@@ -129,6 +147,18 @@ mod tests {
     }
 
     #[test]
+    fn one_more_task_needs_a_cpu_nobody_runs_on() {
+        // Two CPUs: the poller itself and one vCPU fit; a vCPU asking for
+        // the poller beside another running vCPU does not.
+        assert!(fits(Some(2), 0, 2));
+        assert!(!fits(Some(3), 0, 2));
+        assert!(fits(Some(1), 1, 2));
+        assert!(!fits(Some(2), 1, 2));
+        assert!(!fits(Some(u32::MAX), 1, 2));
+        assert!(fits(None, 1, 2));
+    }
+
+    #[test]
     fn this_hosts_check_reads_a_count() {
         let s = SpareCpu::open();
         assert!(s.fd().is_some(), "/proc/loadavg opened");
@@ -141,7 +171,9 @@ mod tests {
     #[test]
     fn a_fixed_check_answers_as_told() {
         assert!(SpareCpu::fixed(true).spare());
+        assert!(SpareCpu::fixed(true).spare_for_another());
         assert!(!SpareCpu::fixed(false).spare());
+        assert!(!SpareCpu::fixed(false).spare_for_another());
         assert_eq!(SpareCpu::fixed(true).fd(), None);
     }
 }

@@ -80,6 +80,12 @@ pub struct DeviceCounters {
     /// only): each a wake-up of the device thread that did not happen.
     #[serde(default)]
     pub vcpu_kicks: u64,
+    /// Times a vCPU that served a request-queue notification woke the
+    /// device thread to poll for the next one, a host CPU free for it
+    /// (`viommu_requestq_vcpu_handovers_total`, `--viommu-kicks vcpu` with
+    /// `--viommu-poll-us`; our VMM only).
+    #[serde(default)]
+    pub vcpu_handovers: u64,
 }
 
 impl DeviceCounters {
@@ -103,6 +109,7 @@ impl DeviceCounters {
             polls_found: self.polls_found.saturating_sub(earlier.polls_found),
             polls_busy: self.polls_busy.saturating_sub(earlier.polls_busy),
             vcpu_kicks: self.vcpu_kicks.saturating_sub(earlier.vcpu_kicks),
+            vcpu_handovers: self.vcpu_handovers.saturating_sub(earlier.vcpu_handovers),
         }
     }
 
@@ -251,6 +258,7 @@ pub fn parse_prometheus(text: &str) -> Result<DeviceCounters, MetricsError> {
         polls_found: n("viommu_requestq_polls_found_total"),
         polls_busy: n("viommu_requestq_polls_busy_total"),
         vcpu_kicks: n("viommu_requestq_vcpu_kicks_total"),
+        vcpu_handovers: n("viommu_requestq_vcpu_handovers_total"),
     })
 }
 
@@ -364,12 +372,13 @@ mod tests {
         // The device thread's polling (the request queue's gauges, served
         // beside the device's counters).
         let polled = parse_prometheus(&format!(
-            "{text}viommu_requestq_poll_ns_total 7000\nviommu_requestq_polls_found_total 12\nviommu_requestq_vcpu_kicks_total 5\n"
+            "{text}viommu_requestq_poll_ns_total 7000\nviommu_requestq_polls_found_total 12\nviommu_requestq_vcpu_kicks_total 5\nviommu_requestq_vcpu_handovers_total 3\n"
         ))
         .unwrap();
         assert_eq!((polled.poll_ns, polled.polls_found), (7000, 12));
         assert_eq!(polled.since(&c).polls_found, 12);
         assert_eq!((c.vcpu_kicks, polled.since(&c).vcpu_kicks), (0, 5));
+        assert_eq!((c.vcpu_handovers, polled.since(&c).vcpu_handovers), (0, 3));
         // No virtio-iommu: the VMM serves an empty text.
         assert_eq!(parse_prometheus("").unwrap(), DeviceCounters::default());
         assert!(parse_prometheus("garbage").is_err());

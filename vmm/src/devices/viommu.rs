@@ -61,9 +61,15 @@
 //!   behind a mutex the thread holds for each wake-up; the request
 //!   queue has no ioeventfd, and its notify write, on the vCPU that made
 //!   it, serves the queue there when the lock is free and no command
-//!   waits (`ViommuDevice::serve_on_this_vcpu`): one drain, no polling,
-//!   the rest to the thread through its eventfd. Otherwise (and for the
-//!   event queue) the kick goes to the thread as above. This gives up
+//!   waits (`ViommuDevice::serve_on_this_vcpu`): one drain, no polling
+//!   on the vCPU, the rest to the thread through its eventfd. With a poll
+//!   window (`--viommu-poll-us`) open and a host CPU free for the thread
+//!   beside the running tasks (`SpareCpu::spare_for_another`), the vCPU
+//!   then kicks the thread, which polls for the next request (the
+//!   hand-over): a guest whose requests keep coming is polled, one whose
+//!   requests come far apart, or a host with no CPU to spare, is served
+//!   on the vCPUs alone. Otherwise (and for the event queue) the kick
+//!   goes to the thread as above. This gives up
 //!   "no vCPU waits for a VFIO call" for the vCPU that asked for the
 //!   call, which (a stock guest's sync) waits for its reply anyway.
 //! - Config-space reads are served from a snapshot the thread refreshes
@@ -920,7 +926,7 @@ impl Core {
     /// 0.37-0.69x stock QEMU with two fio jobs on the lab's two CPUs
     /// (`benches/results/levers-vpoll-2026-11-27.md`). Counted in
     /// `polls_busy` when the CPU is missing.
-    fn hand_over(&self) -> bool {
+    fn hand_over(&mut self) -> bool {
         if self.window.current().is_zero() {
             return false;
         }

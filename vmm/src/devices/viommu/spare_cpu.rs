@@ -15,9 +15,15 @@
 //! counting this thread, which is running) against the online CPUs. It
 //! polls only if no runnable task waits for a CPU (R <= CPUs), the check
 //! KVM's halt polling makes per CPU with `single_task_running()`, here for
-//! the whole host because the thread may run on any CPU. One `pread` of
-//! an open file per session (the file is opened before the thread's
-//! seccomp filter, which allows `pread64` on that descriptor only).
+//! the whole host because the thread may run on any CPU. A `pread` of an
+//! open file (opened before the thread's seccomp filter, which allows
+//! `pread64` on that descriptor only), at most once per [`REFRESH`]: the
+//! count is a sample of a load that changes as fast as tasks sleep and
+//! wake, and one read per notification was measured to cost more than it
+//! decides. With `--viommu-kicks vcpu` a vCPU asks it after every kick it
+//! serves, on the guest's critical path: read per kick, the lab's stock
+//! guest with two fio jobs (no CPU spare, so nothing else changed) lost
+//! 6-11% against no polling (`benches/results/levers-2026-11-27.md`).
 //!
 //! Why not a crate: `procfs` and `sysinfo` parse all of `/proc/loadavg`
 //! per call through a fresh `open`, which the device thread's seccomp
@@ -27,12 +33,22 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// How long a reading of the runnable count is used before the file is
+/// read again.
+pub const REFRESH: Duration = Duration::from_millis(10);
 
 /// Where the answer comes from.
 #[derive(Debug)]
 enum Source {
-    /// `/proc/loadavg`, open, and the host's online CPUs.
-    Proc { file: File, cpus: u32 },
+    /// `/proc/loadavg`, open, the host's online CPUs, and the last
+    /// reading (when, and the runnable count it gave, if any).
+    Proc {
+        file: File,
+        cpus: u32,
+        last: Option<(Instant, Option<u32>)>,
+    },
     /// Always this answer (tests; a host without `/proc/loadavg`: as
     /// before the check, the thread polls).
     Fixed(bool),
@@ -52,9 +68,12 @@ impl SpareCpu {
         let cpus = u32::try_from(online).ok().filter(|&c| c > 0);
         let why = match (File::open("/proc/loadavg"), cpus) {
             (Ok(file), Some(cpus)) => {
-                let s = SpareCpu(Source::Proc { file, cpus });
-                if s.runnable().is_some() {
-                    return s;
+                if runnable_in(&file).is_some() {
+                    return SpareCpu(Source::Proc {
+                        file,
+                        cpus,
+                        last: None,
+                    });
                 }
                 "/proc/loadavg has no runnable count".to_string()
             }
@@ -83,34 +102,42 @@ impl SpareCpu {
     /// Whether no runnable task waits for a CPU now (the caller, which is
     /// running, counted: the device thread about to poll). A read that
     /// fails answers "spare" (as without the check).
-    pub fn spare(&self) -> bool {
+    pub fn spare(&mut self) -> bool {
         self.spare_beside(0)
     }
 
     /// Whether a CPU is free for one more task beside the runnable ones
     /// (the caller counted): a vCPU that would wake the device thread to
     /// poll asks this, the thread not yet runnable.
-    pub fn spare_for_another(&self) -> bool {
+    pub fn spare_for_another(&mut self) -> bool {
         self.spare_beside(1)
     }
 
-    fn spare_beside(&self, more: u32) -> bool {
-        match &self.0 {
+    fn spare_beside(&mut self, more: u32) -> bool {
+        match &mut self.0 {
             Source::Fixed(s) => *s,
-            Source::Proc { cpus, .. } => fits(self.runnable(), more, *cpus),
+            Source::Proc { file, cpus, last } => {
+                let now = Instant::now();
+                let runnable = match *last {
+                    Some((at, r)) if now.saturating_duration_since(at) < REFRESH => r,
+                    _ => {
+                        let r = runnable_in(file);
+                        *last = Some((now, r));
+                        r
+                    }
+                };
+                fits(runnable, more, *cpus)
+            }
         }
     }
+}
 
-    /// Runnable tasks on the host now, from `/proc/loadavg`.
-    fn runnable(&self) -> Option<u32> {
-        let Source::Proc { file, .. } = &self.0 else {
-            return None;
-        };
-        // "0.52 0.58 0.59 3/467 12345\n": 64 bytes hold it on any host.
-        let mut buf = [0u8; 128];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        runnable_of(buf.get(..n)?)
-    }
+/// Runnable tasks on the host now, from `/proc/loadavg` open as `file`.
+fn runnable_in(file: &File) -> Option<u32> {
+    // "0.52 0.58 0.59 3/467 12345\n": 64 bytes hold it on any host.
+    let mut buf = [0u8; 128];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    runnable_of(buf.get(..n)?)
 }
 
 /// Whether `runnable` tasks and `more` fit on `cpus` (an unknown count
@@ -159,13 +186,31 @@ mod tests {
     }
 
     #[test]
-    fn this_hosts_check_reads_a_count() {
-        let s = SpareCpu::open();
+    fn this_hosts_check_reads_a_count_and_keeps_it_a_while() {
+        let mut s = SpareCpu::open();
         assert!(s.fd().is_some(), "/proc/loadavg opened");
+        let Source::Proc { file, .. } = &s.0 else {
+            panic!("{s:?}");
+        };
         // This test's thread is running: at least one.
-        assert!(s.runnable().is_some_and(|r| r >= 1));
+        assert!(runnable_in(file).is_some_and(|r| r >= 1));
         // Twice from the same descriptor (pread at 0, no seek).
-        assert!(s.runnable().is_some());
+        assert!(runnable_in(file).is_some());
+        s.spare();
+        let Source::Proc { last, .. } = &s.0 else {
+            panic!("{s:?}");
+        };
+        let first = last.expect("a reading kept");
+        assert!(first.1.is_some_and(|r| r >= 1));
+        // Asked again within REFRESH: the same reading (checked only if
+        // this thread was not held off the CPU for REFRESH in between).
+        s.spare_for_another();
+        let Source::Proc { last, .. } = &s.0 else {
+            panic!("{s:?}");
+        };
+        if first.0.elapsed() < REFRESH {
+            assert_eq!(last.map(|l| l.0), Some(first.0));
+        }
     }
 
     #[test]

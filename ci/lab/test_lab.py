@@ -174,17 +174,18 @@ class CollectorTest(unittest.TestCase):
         specs = ["ours-stock:vmm:viommu:baseline-6.12:--viommu-poll-us=0",
                  "ours-stock+poll:vmm:viommu:baseline-6.12:--viommu-poll-us=1000",
                  "ours-strict+poll:vmm:viommu:patched-6.12:strict+--viommu-poll-us=1000"]
-        base = {"map_requests": 100, "vfio_calls": 100, "poll_ns": 0, "polls_found": 0, "polls_busy": 0}
-        def run(found, busy, off_busy=0):
+        base = {"map_requests": 100, "vfio_calls": 100, "poll_ns": 0, "polls_found": 0, "polls_busy": 0,
+                "vcpu_kicks": 50, "vcpu_handovers": 0}
+        def run(handovers, busy, off_busy=0):
             cells = [cell("ours-stock", device={**base, "polls_busy": off_busy}),
-                     cell("ours-stock+poll", device={**base, "polls_found": found, "polls_busy": busy}),
-                     cell("ours-strict+poll", device={**base, "polls_found": found})]
+                     cell("ours-stock+poll", device={**base, "vcpu_handovers": handovers, "polls_busy": busy}),
+                     cell("ours-strict+poll", device={**base, "vcpu_handovers": handovers})]
             _, (problems, _) = judge("poll-smoke", specs, [HOST] + [line(c) for c in cells] + ["@@LAB-DONE@@ rc=0"])
             return problems
-        self.assertEqual(run(found=5, busy=0), [])
-        self.assertEqual(run(found=0, busy=9), [
-            "ours-strict+poll: each of polls_found, polls_busy stayed 0 in every phase (the path under test was not taken)"])
-        self.assertEqual(run(found=5, busy=0, off_busy=2), ["ours-stock: polls_busy moved (2) where it must stay 0"])
+        self.assertEqual(run(handovers=5, busy=0), [])
+        self.assertEqual(run(handovers=0, busy=9), [
+            "ours-strict+poll: each of vcpu_handovers, polls_busy stayed 0 in every phase (the path under test was not taken)"])
+        self.assertEqual(run(handovers=5, busy=0, off_busy=2), ["ours-stock: polls_busy moved (2) where it must stay 0"])
 
     def test_idle_phase_of_the_reuse_cache(self):
         def idle(entries, held, unmapped, flushes, hits=0, mapped=0, lent=0):

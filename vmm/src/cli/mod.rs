@@ -103,12 +103,13 @@ pub struct Cli {
     /// the gaps between requests (down to no polling when they are longer
     /// than this) and yields the core to any other runnable task. It polls
     /// only while no runnable task on the host waits for a CPU (the
-    /// runnable count in /proc/loadavg against the online CPUs), so a busy
-    /// host pays nothing. At most 1000 (the value to try; 0: off). Needs
-    /// --viommu; above 0 the device thread serves the kicks unless
-    /// --viommu-kicks vcpu is given too (then a vCPU that served a kick
-    /// wakes the thread to poll for the next, when a CPU is free for
-    /// it). [default: 0]
+    /// runnable count in /proc/loadavg, read at most every 10 ms, against
+    /// the online CPUs), so a busy host pays next to nothing. At most
+    /// 1000; 0 turns it off. Needs --viommu. With --viommu-kicks vcpu
+    /// (the default) a vCPU that served a kick wakes the thread to poll
+    /// for the next request when a host CPU is free for it; with `thread`
+    /// the thread polls after each notification it served.
+    /// [default: 1000]
     #[arg(long, value_name = "MICROSECONDS")]
     pub viommu_poll_us: Option<u64>,
     /// Who serves the guest's notifications of the virtio-iommu request
@@ -120,8 +121,7 @@ pub struct Cli {
     /// request, as a stock Linux guest does for every map, waits no
     /// longer). With --viommu-poll-us, `vcpu` hands over to the device
     /// thread's polling after a kick it served, when a host CPU is free
-    /// for the thread. Needs --viommu. [default: vcpu; thread with
-    /// --viommu-poll-us above 0]
+    /// for the thread. Needs --viommu. [default: vcpu]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// For debugging only: do not reserve the host's PCI windows and the
@@ -243,7 +243,11 @@ impl Cli {
             });
         }
         let pool_hint = self.check_viommu_options()?;
-        let viommu_kicks = self.check_viommu_kicks()?;
+        // The vCPUs serve kicks unless told otherwise, polling or not
+        // (with --viommu-poll-us they hand over to the thread's polling).
+        let viommu_kicks = self
+            .viommu_kicks
+            .unwrap_or(crate::devices::viommu::KickServing::Vcpu);
         let viommu_poll = self.check_viommu_poll()?;
         let vfio = self
             .vfio
@@ -314,20 +318,6 @@ impl Cli {
             );
         }
         Ok(Some((threshold32, pool_max)))
-    }
-
-    /// `--viommu-kicks`, or its default: the vCPUs, unless
-    /// `--viommu-poll-us` above 0 asks the device thread to poll (then
-    /// the thread; `vcpu` asked for with it hands over to the thread's
-    /// polling after each kick a vCPU served, when a CPU is spare).
-    fn check_viommu_kicks(&self) -> Result<crate::devices::viommu::KickServing, ConfigError> {
-        use crate::devices::viommu::KickServing;
-        let poll_us = self.viommu_poll_us.filter(|&us| us > 0);
-        match (self.viommu_kicks, poll_us) {
-            (Some(k), _) => Ok(k),
-            (None, Some(_)) => Ok(KickServing::Thread),
-            (None, None) => Ok(KickServing::Vcpu),
-        }
     }
 
     /// `--viommu-poll-us`, within its limit, or the default.
@@ -493,9 +483,9 @@ mod tests {
         assert_eq!(
             cfg.viommu_poll,
             crate::devices::viommu::DEFAULT_POLL_MAX,
-            "polling off by default"
+            "polling on by default"
         );
-        assert!(cfg.viommu_poll.is_zero());
+        assert_eq!(cfg.viommu_poll, std::time::Duration::from_millis(1));
         let cfg = v(&["--viommu", "--viommu-poll-us", "0"]).unwrap();
         assert!(cfg.viommu_poll.is_zero(), "0 turns it off");
         let cfg = v(&["--viommu", "--viommu-poll-us", "1000"]).unwrap();
@@ -514,8 +504,8 @@ mod tests {
             })
         ));
         assert!(Cli::try_parse_from(["vmm", "--kernel", "k", "--viommu-poll-us", "-1"]).is_err());
-        // Who serves the request queue's kicks: the vCPUs by default, the
-        // device thread when it is to poll, unless vcpu is asked for.
+        // Who serves the request queue's kicks: the vCPUs by default,
+        // polling or not.
         use crate::devices::viommu::KickServing;
         let kicks = |args: &[&str]| v(args).map(|c| c.viommu_kicks);
         assert_eq!(kicks(&["--viommu"]).unwrap(), KickServing::Vcpu);
@@ -540,15 +530,26 @@ mod tests {
         );
         assert_eq!(
             kicks(&["--viommu", "--viommu-poll-us", "50"]).unwrap(),
+            KickServing::Vcpu
+        );
+        assert_eq!(
+            kicks(&[
+                "--viommu",
+                "--viommu-poll-us",
+                "50",
+                "--viommu-kicks",
+                "thread"
+            ])
+            .unwrap(),
             KickServing::Thread
         );
         assert_eq!(
             kicks(&["--viommu", "--viommu-kicks", "vcpu"]).unwrap(),
             KickServing::Vcpu
         );
-        // The default polling is the thread's: off with vcpu.
+        // The default polling goes with either: vcpu hands over to it.
         let cfg = v(&["--viommu", "--viommu-kicks", "vcpu"]).unwrap();
-        assert!(cfg.viommu_poll.is_zero(), "{:?}", cfg.viommu_poll);
+        assert!(!cfg.viommu_poll.is_zero(), "{:?}", cfg.viommu_poll);
         // Both asked for: the vCPUs serve and hand over to the polling.
         let cfg = v(&[
             "--viommu",

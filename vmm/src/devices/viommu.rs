@@ -35,7 +35,7 @@
 //!   back after serving the commands that came meanwhile (the driver may
 //!   not kick for them: with EVENT_IDX it does not while the device is
 //!   behind).
-//! - Polling (`--viommu-poll-us`, [`poll`]; off by default, and only when
+//! - Polling (`--viommu-poll-us`, [`poll`]; 1 ms by default, and only when
 //!   no runnable task on the host waits for a CPU, [`spare_cpu`]): after
 //!   serving a request-queue
 //!   kick the thread keeps looking at the ring's avail index for up to the
@@ -56,8 +56,8 @@
 //!   in progress). A reset does not wait: the transport keeps showing the
 //!   old device status until the thread has destroyed the domains (their
 //!   host unmaps included), and the driver waits for status 0.
-//! - With [`KickServing::Vcpu`] (`--viommu-kicks vcpu`, the default
-//!   unless the thread is to poll) the model sits
+//! - With [`KickServing::Vcpu`] (`--viommu-kicks vcpu`, the default)
+//!   the model sits
 //!   behind a mutex the thread holds for each wake-up; the request
 //!   queue has no ioeventfd, and its notify write, on the vCPU that made
 //!   it, serves the queue there when the lock is free and no command
@@ -112,14 +112,13 @@ pub const EVENT_QUEUE_SIZE: u16 = 64;
 /// in flight (see the module doc), and the thread handle one stop.
 pub const COMMAND_QUEUE: usize = 8;
 /// Default bound of the request queue's poll window (`--viommu-poll-us`):
-/// off. With `--viommu-poll-us 1000` the thread polls only on a CPU no
-/// other task waits for ([`spare_cpu`]): 1.90x stock QEMU for a stock
-/// guest at 4k with one fio job and level with no polling where no CPU
-/// was spare (`benches/results/levers-gated-2026-11-27.md`); made the
-/// default and taken back the same day: CI's 6.12 smoke failed with it on
-/// the lab's nested-emulation faults, not yet told apart from a sick lab
-/// host (`vmm/README.md`, "Polling the request queue").
-pub const DEFAULT_POLL_MAX: Duration = Duration::ZERO;
+/// 1 ms, polled only on a CPU no other task waits for ([`spare_cpu`]) and,
+/// with the default `--viommu-kicks vcpu`, started by a vCPU's hand-over:
+/// 1.66x stock QEMU for a stock guest at 4k with one fio job (every round
+/// ahead) and level with no polling where no CPU was spare (two jobs)
+/// (`benches/results/levers-vpoll-cached-2026-11-27.md`; `vmm/README.md`,
+/// "Polling the request queue").
+pub const DEFAULT_POLL_MAX: Duration = Duration::from_millis(1);
 /// A short window, for tests of a window that adapts within a burst.
 pub const SUGGESTED_POLL_MAX: Duration = Duration::from_micros(50);
 /// Largest bound `--viommu-poll-us` accepts.
@@ -762,13 +761,12 @@ struct Core {
 }
 
 /// Who serves a notification of the request queue. The default is the
-/// CLI's (`vcpu`, or `thread` when `--viommu-poll-us` asks for polling:
-/// `Cli::check_viommu_kicks`), so the type has none of its own.
+/// CLI's (`vcpu`, `Cli::validate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum KickServing {
     /// The device thread, woken by the queue's ioeventfd (KVM signals it
-    /// without leaving the kernel). The one that can poll the queue
-    /// (`--viommu-poll-us`), so the default when polling is asked for.
+    /// without leaving the kernel); with `--viommu-poll-us` it polls after
+    /// each notification it served.
     Thread,
     /// The vCPU that wrote the notify register, when the device thread is
     /// idle and no command waits for it; otherwise the device thread, as

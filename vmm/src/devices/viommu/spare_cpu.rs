@@ -23,7 +23,7 @@
 //! decides. With `--viommu-kicks vcpu` a vCPU asks it after every kick it
 //! serves, on the guest's critical path: read per kick, the lab's stock
 //! guest with two fio jobs (no CPU spare, so nothing else changed) lost
-//! 6-11% against no polling (`benches/results/levers-2026-11-27.md`).
+//! 5-11% per round against no polling (`benches/results/levers-2026-11-27.md`).
 //!
 //! Why not a crate: `procfs` and `sysinfo` parse all of `/proc/loadavg`
 //! per call through a fresh `open`, which the device thread's seccomp

@@ -572,12 +572,9 @@ impl ViommuDevice {
         let woke = Instant::now();
         let previous = core.last_taken;
         let (r, took) = core.drain(Notifications::On);
-        if let (true, Some(p)) = (took, previous) {
-            // The gap the thread's polling would have had to cover: the
-            // window adapts as when the thread serves (`poll`).
-            core.window.observe_gap(woke.saturating_duration_since(p));
-            core.publish_window();
-        }
+        // The gap the thread's polling would have had to cover: the window
+        // adapts as when the thread serves.
+        core.adapt_window(took, previous, woke);
         if r == Drained::More {
             core.rekick();
         } else if core.hand_over() {
@@ -925,10 +922,22 @@ impl Core {
     /// (`benches/results/levers-vpoll-2026-11-27.md`). Counted in
     /// `polls_busy` when the CPU is missing.
     fn hand_over(&mut self) -> bool {
+        self.may_poll(true)
+    }
+
+    /// Whether a polling session may start now: the window is open and a
+    /// host CPU is spare for it (for the caller, the thread itself, or,
+    /// `beside` the running tasks, for the thread a vCPU would wake).
+    /// Counted in `polls_busy` when the window is open and no CPU is.
+    fn may_poll(&mut self, beside: bool) -> bool {
         if self.window.current().is_zero() {
             return false;
         }
-        let spare = self.spare.spare_for_another();
+        let spare = if beside {
+            self.spare.spare_for_another()
+        } else {
+            self.spare.spare()
+        };
         if !spare {
             self.shared
                 .status
@@ -936,6 +945,15 @@ impl Core {
                 .fetch_add(1, Ordering::Relaxed);
         }
         spare
+    }
+
+    /// After a drain that began at `woke`: if it `took` requests, the gap
+    /// since the `previous` drain that took some adapts the window.
+    fn adapt_window(&mut self, took: bool, previous: Option<Instant>, woke: Instant) {
+        if let (true, Some(p)) = (took, previous) {
+            self.window.observe_gap(woke.saturating_duration_since(p));
+            self.publish_window();
+        }
     }
 
     /// Drains the request queue, leaving the driver's notifications as
@@ -977,28 +995,16 @@ impl Core {
         // A session only on a CPU nobody else is waiting for (see
         // `spare_cpu`): asked once per notification, when the window is
         // open.
-        let polling = !self.window.current().is_zero() && {
-            let spare = self.spare.spare();
-            if !spare {
-                self.shared
-                    .status
-                    .polls_busy
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            spare
-        };
+        let polling = self.may_poll(false);
         let after = if polling {
             Notifications::Suppressed
         } else {
             Notifications::On
         };
         let (r, took) = self.drain(after);
-        if let (true, Some(p)) = (took, previous) {
-            // The gap since the last request the thread took, which it
-            // slept through (or a poll was cut short in).
-            self.window.observe_gap(woke.saturating_duration_since(p));
-            self.publish_window();
-        }
+        // The gap since the last request taken, which the thread slept
+        // through (or a poll was cut short in).
+        self.adapt_window(took, previous, woke);
         if r == Drained::More {
             self.rekick();
             return;

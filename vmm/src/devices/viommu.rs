@@ -770,6 +770,8 @@ pub enum KickServing {
     /// with `thread`. The notify write leaves KVM for the VMM (no
     /// ioeventfd on the request queue), and the vCPU makes the VFIO calls
     /// itself: no wake-up of another thread on another core per request.
+    /// With a poll window it then hands over to the thread's polling when
+    /// a host CPU is free for it (`Core::hand_over`).
     /// The default: ahead of `thread` beyond the noise in 3 of 8 phases,
     /// never behind (`benches/results/vcpu-kicks-4rounds-2026-11-27.md`).
     /// (Taken back once because the 7.3 lazy guest's idle check failed

@@ -203,6 +203,12 @@ fn bind_in(
         std::os::unix::net::UnixListener::bind(&at)?
     };
     let inner = cstr(OsStr::new(INNER))?;
+    // The mode set explicitly: the umask above is process-wide, so another
+    // thread's umask change (tests binding in parallel did) can come
+    // between it and the bind. Nobody else can reach the socket before
+    // this: the directory is ours alone (checked above).
+    // SAFETY: `inner` is a valid C string.
+    check(unsafe { libc::fchmodat(dir.as_raw_fd(), inner.as_ptr(), 0o600, 0) })?;
     if let Some(ids) = owner {
         // SAFETY: `inner` is a valid C string.
         check(unsafe {

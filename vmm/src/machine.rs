@@ -76,17 +76,14 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
 
     let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop)?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
-    let vcpu_serves_iommu =
-        cfg.viommu && cfg.viommu_kicks == crate::devices::viommu::KickServing::Vcpu;
     let known = Known {
         vfio_devices: machine.devices().vfio_fds(),
         api_dir: None,
-        vcpu_serves_iommu,
-        // Its hand-over to the device thread's polling asks for a spare CPU.
-        host_load: machine
-            .devices()
-            .viommu_host_load()
-            .filter(|_| vcpu_serves_iommu),
+        vcpu_serves_iommu: cfg.viommu
+            && cfg.viommu_kicks == crate::devices::viommu::KickServing::Vcpu,
+        // Read by a vCPU's hand-over to the polling; the filter grants it
+        // only with vcpu_serves_iommu.
+        host_load: machine.devices().viommu_host_load(),
     };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();

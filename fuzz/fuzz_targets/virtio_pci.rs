@@ -6,13 +6,16 @@
 //! a recorder. Any panic is a finding; after a reset the device finished,
 //! the status reads 0.
 //!
-//! Input: records, each a tag byte (`tag % 6` selects) and its operands:
+//! The transport offers port notify registers too (BAR 2).
+//!
+//! Input: records, each a tag byte (`tag % 7` selects) and its operands:
 //! 0 BAR read: offset u16 (in the 32 KiB BAR), len 1-8
 //! 1 BAR write: offset u16, len 1-8, value u64
 //! 2 config read: register u8
 //! 3 config write: register u8, offset u8 (0-3), len 1-4, value u32
 //! 4 device raises: queue u8 (0xff: config)
 //! 5 reset pending: bool (the device's reset finishes when cleared)
+//! 6 port notify write: offset u8 (in the 4 ports), len 1-2, value u16
 
 #![no_main]
 
@@ -23,7 +26,7 @@ use libfuzzer_sys::fuzz_target;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 use vmm::bus::BusDevice;
-use vmm::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
+use vmm::devices::virtio::pci::{PortNotify, VirtioPciDevice, BAR_SIZE};
 use vmm::devices::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
 use vmm::pci::msix::MsiSender;
 use vmm::pci::PciDevice;
@@ -91,24 +94,28 @@ impl MsiSender for NoMsi {
 fuzz_target!(|data: &[u8]| {
     let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x1_0000)]).unwrap();
     let state = Arc::new(State::default());
-    let mut dev = VirtioPciDevice::new(
-        Box::new(Recorder(state.clone())),
-        mem,
-        Arc::new(NoMsi),
-        0xc000_0000,
-    )
-    .unwrap();
+    let dev = Arc::new(Mutex::new(
+        VirtioPciDevice::new(
+            Box::new(Recorder(state.clone())),
+            mem,
+            Arc::new(NoMsi),
+            0xc000_0000,
+            Some(0x1000),
+        )
+        .unwrap(),
+    ));
+    let mut ports = PortNotify(dev.clone());
     let mut input = Input(data);
     let mut status_zeroed = false;
     while let Some(tag) = input.u8() {
         let step = (|| -> Option<()> {
-            match tag % 6 {
+            match tag % 7 {
                 0 => {
                     let off = u64::from(input.u16()?) % BAR_SIZE;
                     let len = usize::from(input.u8()? % 8 + 1);
                     if off + len as u64 <= BAR_SIZE {
                         let mut b = [0u8; 8];
-                        BusDevice::read(&mut dev, off, &mut b[..len]);
+                        BusDevice::read(&mut *dev.lock().unwrap(), off, &mut b[..len]);
                         if off == 0x14 && len == 1 && status_zeroed {
                             assert_eq!(b[0], 0, "status after a finished reset");
                         }
@@ -119,7 +126,7 @@ fuzz_target!(|data: &[u8]| {
                     let len = usize::from(input.u8()? % 8 + 1);
                     let v = input.u64()?;
                     if off + len as u64 <= BAR_SIZE {
-                        BusDevice::write(&mut dev, off, &v.to_le_bytes()[..len]);
+                        BusDevice::write(&mut *dev.lock().unwrap(), off, &v.to_le_bytes()[..len]);
                         status_zeroed = off == 0x14
                             && len == 1
                             && v as u8 == 0
@@ -128,14 +135,19 @@ fuzz_target!(|data: &[u8]| {
                 }
                 2 => {
                     let reg = usize::from(input.u8()?) % 64;
-                    PciDevice::read_config(&mut dev, reg);
+                    PciDevice::read_config(&mut *dev.lock().unwrap(), reg);
                 }
                 3 => {
                     let reg = usize::from(input.u8()?) % 64;
                     let off = usize::from(input.u8()? % 4);
                     let len = usize::from(input.u8()? % 4 + 1).min(4 - off);
                     let v = input.u32()?;
-                    PciDevice::write_config(&mut dev, reg, off, &v.to_le_bytes()[..len]);
+                    PciDevice::write_config(
+                        &mut *dev.lock().unwrap(),
+                        reg,
+                        off,
+                        &v.to_le_bytes()[..len],
+                    );
                 }
                 4 => {
                     let q = input.u8()?;
@@ -147,6 +159,12 @@ fuzz_target!(|data: &[u8]| {
                             irq.trigger_queue(u16::from(q))
                         };
                     }
+                }
+                6 => {
+                    let off = u64::from(input.u8()? % 4);
+                    let len = usize::from(input.u8()? % 2 + 1);
+                    let v = input.u16()?;
+                    ports.write(off, &v.to_le_bytes()[..len]);
                 }
                 _ => {
                     let p = input.u8()? & 1 == 1;

@@ -77,6 +77,11 @@ pub const ACPI_RESET_PORT: u16 = 0x602;
 pub const ACPI_RESET_VALUE: u8 = 0x1;
 /// PCI configuration mechanism #1 address port (data at 0xcfc).
 pub const PCI_CONFIG_IO_PORT: u16 = 0xcf8;
+/// Ports for port I/O BARs (the virtio notify registers): inside the host
+/// bridge's I/O window above 0xd00 in the DSDT, clear of the platform ports.
+pub const PCI_IO_START: u16 = 0x1000;
+/// Size of the port window for BARs.
+pub const PCI_IO_SIZE: u16 = 0x1000;
 
 // Fixed low structures stay clear of each other and below the EBDA.
 const _: () = assert!(ZERO_PAGE_START + 0x1000 <= BOOT_STACK_POINTER);

@@ -423,9 +423,11 @@ pub struct Analysis {
     pub end_ns: u64,
     /// Every thread seen, by tid.
     pub threads: Vec<ThreadStats>,
-    /// The guest's MMIO write exits (`kvm_fast_mmio`, `kvm_mmio` writes)
-    /// on the VMM's threads; `None` when no such event was recorded.
-    pub mmio_writes: Option<u64>,
+    /// The guest's write exits (`kvm_fast_mmio`, `kvm_mmio` writes, and
+    /// `kvm_pio` writes: notifications by MMIO or port) on the VMM's
+    /// threads; `None` when no such event was recorded.
+    #[serde(alias = "mmio_writes")]
+    pub write_exits: Option<u64>,
     /// Events the buffer lost (`[LOST N EVENTS]` lines, and written but no
     /// longer in the buffer per the header).
     pub lost_events: u64,
@@ -634,9 +636,12 @@ pub fn analyze<'a>(
                     }
                 }
             }
-            "kvm_fast_mmio" | "kvm_mmio" => {
+            "kvm_fast_mmio" | "kvm_mmio" | "kvm_pio" => {
                 let n = mmio.get_or_insert(0);
-                if e.name == "kvm_fast_mmio" || e.fields.starts_with("mmio write") {
+                if e.name == "kvm_fast_mmio"
+                    || e.fields.starts_with("mmio write")
+                    || e.fields.starts_with("pio_write")
+                {
                     *n += 1;
                 }
                 if e.tid != 0 {
@@ -684,7 +689,7 @@ pub fn analyze<'a>(
     };
     a.start_ns = start;
     a.end_ns = end_ns.max(start);
-    a.mmio_writes = mmio;
+    a.write_exits = mmio;
     // The VMM's threads that left no event are listed too.
     for tid in names.keys() {
         th.entry(*tid).or_insert_with(|| Thread::new(*tid));
@@ -765,8 +770,9 @@ pub struct BreakdownRow {
     /// The requests are stock QEMU's lower bounds (from its counting
     /// pass), so every per-request value is an upper bound.
     pub requests_lower_bound: bool,
-    /// MMIO write exits (the guest's notifications) per request.
-    pub mmio_exits_per_request: Option<f64>,
+    /// MMIO and port write exits (the guest's notifications) per request.
+    #[serde(alias = "mmio_exits_per_request")]
+    pub write_exits_per_request: Option<f64>,
     /// Wake-ups of the serving thread per request.
     pub wakeups_per_request: Option<f64>,
     /// Mean wake-up latency (waking to on a CPU), us.
@@ -852,7 +858,7 @@ pub fn rows(
                 let us = |ns: u64| ns as f64 / 1e3;
                 let vals = [
                     req.filter(|_| ios > 0.0).map(|r| r / ios),
-                    b.analysis.mmio_writes.and_then(|m| per_req(m as f64)),
+                    b.analysis.write_exits.and_then(|m| per_req(m as f64)),
                     per_req(s.wakeups as f64),
                     (s.wakeups_timed > 0).then(|| us(s.wake_latency_ns) / s.wakeups_timed as f64),
                     per_req(us(s.run_ns)),
@@ -881,7 +887,7 @@ pub fn rows(
                 column: col.tag.clone(),
                 requests_per_io: m(&v[0]),
                 requests_lower_bound: lower,
-                mmio_exits_per_request: m(&v[1]),
+                write_exits_per_request: m(&v[1]),
                 wakeups_per_request: m(&v[2]),
                 wake_latency_us: m(&v[3]),
                 run_us_per_request: m(&v[4]),
@@ -905,7 +911,7 @@ pub const HEADER: [&str; 16] = [
     "phase",
     "column",
     "requests/IO",
-    "MMIO exits/req",
+    "write exits/req",
     "wake-ups/req",
     "wake-up us",
     "run us/req",
@@ -934,7 +940,7 @@ pub fn cells(r: &BreakdownRow) -> Vec<String> {
         r.phase.clone(),
         r.column.clone(),
         f(r.requests_per_io, 2, ge),
-        f(r.mmio_exits_per_request, 2, le),
+        f(r.write_exits_per_request, 2, le),
         f(r.wakeups_per_request, 2, le),
         f(r.wake_latency_us, 1, ""),
         f(r.run_us_per_request, 1, le),
@@ -956,7 +962,7 @@ pub fn cells(r: &BreakdownRow) -> Vec<String> {
 }
 
 /// What the table shows, for the Markdown report.
-pub const NOTE: &str = "Where a request's time goes in the VMM (--breakdown: the host's tracefs over an untimed pass of each fio job after the timed ones, recording only the VMM's threads; medians over rounds). The request-serving thread is ours' `viommu` and, for stock QEMU, the thread that made the VFIO/iommufd map and unmap ioctls. requests/IO: ours' device counters over the traced window (exact), stock QEMU's from its counting pass (`>=`, lower bounds, so its per-request values are upper bounds, `<=`); I/Os = the pass's fio IOPS x the window. MMIO exits: the guest's MMIO writes that exit to KVM (kvm_fast_mmio, kvm_mmio writes: the notifications, and any other). wake-up us: sched_waking to the thread's switch-in. run: the thread on a CPU. us/ioctl: entry to return (raw_syscalls); pinning: time in pin_user_pages_remote/_fast inside them (kprobes; `-` where the host has no kprobe events); rest: run time outside ioctls (drain, planning, completion and interrupt, the wake-up's and the sleep's own kernel time). missing events: lost or dropped by the trace buffer in a round: counts and times of that round are lower bounds";
+pub const NOTE: &str = "Where a request's time goes in the VMM (--breakdown: the host's tracefs over an untimed pass of each fio job after the timed ones, recording only the VMM's threads; medians over rounds). The request-serving thread is ours' `viommu` and, for stock QEMU, the thread that made the VFIO/iommufd map and unmap ioctls. requests/IO: ours' device counters over the traced window (exact), stock QEMU's from its counting pass (`>=`, lower bounds, so its per-request values are upper bounds, `<=`); I/Os = the pass's fio IOPS x the window. write exits: the guest's MMIO and port writes that exit to KVM (kvm_fast_mmio, kvm_mmio and kvm_pio writes: the notifications, by MMIO or port, and any other). wake-up us: sched_waking to the thread's switch-in. run: the thread on a CPU. us/ioctl: entry to return (raw_syscalls); pinning: time in pin_user_pages_remote/_fast inside them (kprobes; `-` where the host has no kprobe events); rest: run time outside ioctls (drain, planning, completion and interrupt, the wake-up's and the sleep's own kernel time). missing events: lost or dropped by the trace buffer in a round: counts and times of that round are lower bounds";
 
 #[cfg(test)]
 mod tests {
@@ -1078,7 +1084,7 @@ mod tests {
         );
         let a = analyze(text.lines(), &names(), None);
         assert_eq!(a.lost_events, 0);
-        assert_eq!(a.mmio_writes, Some(2));
+        assert_eq!(a.write_exits, Some(2));
         let s = Serving::Named("viommu".into()).pick(&a).unwrap();
         assert_eq!(s.tid, 1234);
         assert_eq!(
@@ -1132,6 +1138,8 @@ mod tests {
           viommu-1234    [001] .....   10.000010: sys_exit: NR 16 = 0
        CPU 0/KVM-1236    [000] d..5.   10.000500: kvm_mmio: mmio write len 2 gpa 0xfe003000 val 0x0
        CPU 0/KVM-1236    [000] d..5.   10.000600: kvm_mmio: mmio read len 4 gpa 0xfe003004 val 0x0
+       CPU 0/KVM-1236    [000] d..5.   10.000700: kvm_pio: pio_write at 0x1000 size 2 count 1 val 0x0 
+       CPU 0/KVM-1236    [000] d..5.   10.000800: kvm_pio: pio_read at 0x1000 size 2 count 1 val 0x0 
           viommu-1234    [001] .....   10.001000: sys_enter: NR 16 (9, 3b72, 0, 0, 0, 0)
 ";
         let begin = format!(
@@ -1142,7 +1150,11 @@ mod tests {
         );
         let a = analyze(format!("{begin}{text}{end}").lines(), &names(), None);
         assert_eq!((a.start_ns, a.end_ns), (9_999_000_000, 10_002_000_000));
-        assert_eq!(a.mmio_writes, Some(1), "reads are not notifications");
+        assert_eq!(
+            a.write_exits,
+            Some(2),
+            "an MMIO and a port write; reads are not notifications"
+        );
         let s = a.thread(1234).unwrap();
         assert_eq!(
             s.run_ns, 3_000_000,
@@ -1154,7 +1166,7 @@ mod tests {
         assert!(!s.run_lower_bound);
         // No MMIO events at all: not measured, not 0.
         assert_eq!(
-            analyze(text.lines().take(2), &names(), None).mmio_writes,
+            analyze(text.lines().take(2), &names(), None).write_exits,
             None
         );
     }
@@ -1208,7 +1220,7 @@ mod tests {
             (1, 0),
             "the later waking is past the cut"
         );
-        assert_eq!(a.mmio_writes, Some(1));
+        assert_eq!(a.write_exits, Some(1));
     }
 
     #[test]
@@ -1323,7 +1335,7 @@ mod tests {
         assert!((o.ioctl_us.unwrap() - 20.0).abs() < 1e-9);
         assert!((o.pin_us_per_request.unwrap() - 8.0).abs() < 1e-9);
         assert!((o.rest_us_per_request.unwrap() - 20.0).abs() < 1e-9);
-        assert!((o.mmio_exits_per_request.unwrap() - 1.0).abs() < 1e-9);
+        assert!((o.write_exits_per_request.unwrap() - 1.0).abs() < 1e-9);
         assert!((o.run_share.unwrap() - 80.0 / 1046.0).abs() < 1e-9);
         let c = cells(q);
         assert_eq!(c.len(), HEADER.len());

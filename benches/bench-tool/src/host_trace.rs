@@ -72,7 +72,7 @@ pub enum HostTraceError {
 }
 
 /// The events recorded: (group/event, required, the kernel option).
-const EVENTS: [(&str, bool, &str); 7] = [
+const EVENTS: [(&str, bool, &str); 8] = [
     (
         "sched/sched_switch",
         true,
@@ -92,6 +92,7 @@ const EVENTS: [(&str, bool, &str); 7] = [
     ("raw_syscalls/sys_exit", true, "CONFIG_FTRACE_SYSCALLS"),
     ("kvm/kvm_fast_mmio", false, "KVM loaded"),
     ("kvm/kvm_mmio", false, "KVM loaded"),
+    ("kvm/kvm_pio", false, "KVM loaded"),
 ];
 
 /// The kernel functions whose time is page pinning: (function, kprobe name).

@@ -26,6 +26,9 @@ struct VmInfo<'a> {
     /// Who serves request-queue notifications (`--viommu-kicks`): "thread"
     /// or "vcpu".
     viommu_kicks: Option<&'static str>,
+    /// Where the notify registers are offered first (`--viommu-notify`):
+    /// "port" or "mmio".
+    viommu_notify: Option<&'static str>,
     pool_hint: Option<PoolHintInfo>,
     vfio: Vec<VfioInfo<'a>>,
 }
@@ -68,6 +71,10 @@ pub fn state(
         viommu_kicks: cfg.viommu.then_some(match cfg.viommu_kicks {
             crate::devices::viommu::KickServing::Thread => "thread",
             crate::devices::viommu::KickServing::Vcpu => "vcpu",
+        }),
+        viommu_notify: cfg.viommu.then_some(match cfg.viommu_notify {
+            crate::devices::virtio::pci::NotifyRegister::Port => "port",
+            crate::devices::virtio::pci::NotifyRegister::Mmio => "mmio",
         }),
         pool_hint: cfg
             .pool_hint
@@ -146,6 +153,7 @@ mod tests {
             host_pci_reserve: true,
             viommu_poll: std::time::Duration::from_micros(20),
             viommu_kicks: crate::devices::viommu::KickServing::Thread,
+            viommu_notify: crate::devices::virtio::pci::NotifyRegister::Port,
             seccomp: Default::default(),
             user: None,
         };

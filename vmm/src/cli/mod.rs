@@ -124,6 +124,15 @@ pub struct Cli {
     /// for the thread. Needs --viommu. [default: vcpu]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
+    /// Where the virtio-iommu offers the guest its notify registers:
+    /// `port`, port I/O registers first and the MMIO ones second (a
+    /// driver takes the first it can use; Linux takes the port); or
+    /// `mmio`, MMIO only. A notify that exits to the VMM (the request
+    /// queue's, with --viommu-kicks vcpu) costs KVM the emulation of the
+    /// guest's instruction when it is an MMIO write, and none when it is
+    /// a port write. Needs --viommu. [default: port]
+    #[arg(long, value_enum, value_name = "WHERE")]
+    pub viommu_notify: Option<crate::devices::virtio::pci::NotifyRegister>,
     /// For debugging only: do not reserve the host's PCI windows and the
     /// passed-through devices' BARs in the guest's IOVA space. A guest IOVA
     /// equal to a host MMIO address can then be taken for peer-to-peer
@@ -214,6 +223,8 @@ pub struct VmConfig {
     pub viommu_poll: std::time::Duration,
     /// Who serves request-queue notifications (`--viommu-kicks`).
     pub viommu_kicks: crate::devices::viommu::KickServing,
+    /// Where the virtio-iommu's notify registers are (`--viommu-notify`).
+    pub viommu_notify: crate::devices::virtio::pci::NotifyRegister,
     /// Whether threads get seccomp filters.
     pub seccomp: crate::seccomp::Policy,
     /// Who to run as after the setup (`--user`).
@@ -274,6 +285,9 @@ impl Cli {
             host_pci_reserve: !self.no_host_pci_reserve,
             viommu_poll,
             viommu_kicks,
+            viommu_notify: self
+                .viommu_notify
+                .unwrap_or(crate::devices::virtio::pci::NotifyRegister::Port),
             seccomp: crate::seccomp::Policy {
                 enabled: self.seccomp,
             },
@@ -293,6 +307,7 @@ impl Cli {
                 ("no-host-pci-reserve", self.no_host_pci_reserve),
                 ("viommu-poll-us", self.viommu_poll_us.is_some()),
                 ("viommu-kicks", self.viommu_kicks.is_some()),
+                ("viommu-notify", self.viommu_notify.is_some()),
             ];
             if let Some((flag, _)) = given.into_iter().find(|(_, set)| *set) {
                 return Err(ConfigError::NeedsViommu { flag });

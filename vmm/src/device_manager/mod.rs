@@ -36,7 +36,7 @@ use crate::devices::serial::{KvmIrqLine, SerialDevice};
 use crate::devices::viommu::{DeviceThread, ThreadStatus};
 use crate::error::{io_err, VmmError};
 use crate::layout::*;
-use crate::pci::alloc::BarWindows;
+use crate::pci::alloc::{BarWindow, BarWindows};
 use crate::pci::msix::{MsiRouter, MsiSender};
 use crate::pci::{Bdf, PciConfigIo, PciEcam, PciRoot};
 use crate::vm::{KvmMsiRouter, KvmMsiSender, Vm};
@@ -60,6 +60,8 @@ pub struct DeviceManager<'a> {
     /// [`DeviceManager::add_pci_config_access`].
     root: PciRoot,
     bars: BarWindows,
+    /// Ports for port I/O BARs.
+    ports: BarWindow,
     msi: Arc<dyn MsiSender>,
     router: Arc<dyn MsiRouter>,
     /// The KVM-VFIO pseudo device, created with the first VFIO device.
@@ -120,6 +122,7 @@ impl<'a> DeviceManager<'a> {
             mmio: Arc::new(Bus::new()),
             root: PciRoot::new(),
             bars: BarWindows::default(),
+            ports: BarWindow::ports(),
             msi: Arc::new(KvmMsiSender(vm.fd().clone())),
             router: Arc::new(KvmMsiRouter::new(vm.fd().clone())),
             kvm_vfio: None,

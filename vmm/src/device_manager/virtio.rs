@@ -13,7 +13,9 @@ use crate::acpi::ViotConfig;
 use crate::cli::VmConfig;
 use crate::devices::viommu::spare_cpu::SpareCpu;
 use crate::devices::viommu::{KickServing, Model, ViommuDevice};
-use crate::devices::virtio::pci::{VirtioPciDevice, BAR_SIZE};
+use crate::devices::virtio::pci::{
+    port_notify_size, NotifyRegister, PortNotify, VirtioPciDevice, BAR_SIZE,
+};
 use crate::devices::virtio::VirtioDevice;
 use crate::error::{io_err, kvm_err, VmmError};
 use crate::pci::Bdf;
@@ -52,21 +54,24 @@ impl DeviceManager<'_> {
         let kicks = device
             .kick_eventfds()
             .map_err(io_err("cannot copy the virtio-iommu kick eventfds"))?;
-        let (bdf, bar, notify) = self.add_virtio_pci(Box::new(device))?;
-        for (q, (evt, addr)) in kicks.iter().zip(notify).enumerate() {
+        let (bdf, bar, notify) = self.add_virtio_pci(Box::new(device), cfg.viommu_notify)?;
+        for (q, (evt, addrs)) in kicks.iter().zip(notify).enumerate() {
             if q == 0 && cfg.viommu_kicks == KickServing::Vcpu {
                 // The notify write leaves KVM for the vCPU thread, which
                 // serves it (see `KickServing::Vcpu`).
                 continue;
             }
-            self.vm
-                .fd()
-                .register_ioevent(evt, &IoEventAddress::Mmio(addr), NoDatamatch)
-                .map_err(kvm_err("KVM_IOEVENTFD (virtio-iommu notify)"))?;
+            for addr in addrs {
+                self.vm
+                    .fd()
+                    .register_ioevent(evt, &addr, NoDatamatch)
+                    .map_err(kvm_err("KVM_IOEVENTFD (virtio-iommu notify)"))?;
+            }
         }
         tracing::info!(
             slot = bdf.device,
             bar,
+            notify = ?cfg.viommu_notify,
             endpoints = self.endpoints.len(),
             "virtio-iommu on PCI"
         );
@@ -78,23 +83,43 @@ impl DeviceManager<'_> {
         Ok(())
     }
 
-    /// Put `device` on a virtio-pci transport of its own: BAR placed, on
-    /// the root bus and the MMIO bus. Returns its BDF, BAR address and the
-    /// notify address of each queue.
+    /// Put `device` on a virtio-pci transport of its own: BARs placed, on
+    /// the root bus, the MMIO bus and (port notify registers) the port
+    /// bus. Returns its BDF, BAR 0's address and the notify addresses of
+    /// each queue.
     fn add_virtio_pci(
         &mut self,
         device: Box<dyn VirtioDevice>,
-    ) -> Result<(Bdf, u64, Vec<u64>), VmmError> {
-        // The transport's one BAR is 64-bit.
+        notify_register: NotifyRegister,
+    ) -> Result<(Bdf, u64, Vec<Vec<IoEventAddress>>), VmmError> {
+        // The transport's memory BAR is 64-bit.
         let bar = self.bars.allocate(BAR_SIZE, true)?;
-        let mut transport =
-            VirtioPciDevice::new(device, self.vm.memory().clone(), self.msi.clone(), bar)?;
+        let ports = port_notify_size(device.queue_max_sizes().len());
+        let port = match notify_register {
+            // The port window lies below 0x2000 (`layout::PCI_IO_START`).
+            NotifyRegister::Port => Some(self.ports.allocate(u64::from(ports))? as u16),
+            NotifyRegister::Mmio => None,
+        };
+        let mut transport = VirtioPciDevice::new(
+            device,
+            self.vm.memory().clone(),
+            self.msi.clone(),
+            bar,
+            port,
+        )?;
         transport
             .use_irqfds(self.router.clone())
             .map_err(io_err("cannot set up the virtio-pci interrupt irqfds"))?;
         let notify = transport.notify_addresses();
         let transport = Arc::new(Mutex::new(transport));
         let slot = self.root.add_device(transport.clone())?;
+        if let Some(port) = port {
+            self.pio.insert(
+                Arc::new(Mutex::new(PortNotify(transport.clone()))),
+                u64::from(port),
+                u64::from(ports),
+            )?;
+        }
         self.mmio.insert(transport, bar, BAR_SIZE)?;
         Ok((Bdf::slot(slot), bar, notify))
     }

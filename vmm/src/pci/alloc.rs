@@ -10,7 +10,9 @@
 
 use vm_allocator::{AddressAllocator, AllocPolicy};
 
-use crate::layout::{PCI_MMIO32_SIZE, PCI_MMIO32_START, PCI_MMIO64_SIZE, PCI_MMIO64_START};
+use crate::layout::{
+    PCI_IO_SIZE, PCI_IO_START, PCI_MMIO32_SIZE, PCI_MMIO32_START, PCI_MMIO64_SIZE, PCI_MMIO64_START,
+};
 
 /// BARs are at least a page so each can be mapped on its own.
 pub const MIN_BAR_ALIGN: u64 = 0x1000;
@@ -37,27 +39,43 @@ pub enum AllocError {
     },
 }
 
-/// One PCI MMIO window handing out naturally aligned BAR ranges.
+/// One PCI window (MMIO or ports) handing out naturally aligned BAR ranges.
 #[derive(Debug, Clone)]
 pub struct BarWindow {
     space: AddressAllocator,
+    /// The least a BAR takes: a page in MMIO windows, nothing more than
+    /// its size for ports (they are not mapped).
+    min: u64,
 }
 
 impl BarWindow {
-    /// The window `[start, start + size)`; `None` if it is empty or wraps.
+    /// The MMIO window `[start, start + size)`; `None` if it is empty or
+    /// wraps.
     pub fn new(start: u64, size: u64) -> Option<Self> {
         AddressAllocator::new(start, size)
             .ok()
-            .map(|space| BarWindow { space })
+            .map(|space| BarWindow {
+                space,
+                min: MIN_BAR_ALIGN,
+            })
+    }
+
+    /// The port window of the layout, for port I/O BARs.
+    pub fn ports() -> Self {
+        BarWindow {
+            space: AddressAllocator::new(u64::from(PCI_IO_START), u64::from(PCI_IO_SIZE))
+                .expect("the port window of the layout is a valid range"),
+            min: 1,
+        }
     }
 
     /// A range of `size` bytes (a power of two) aligned to its size and to
-    /// at least a page; returns its first address.
+    /// at least a page in an MMIO window; returns its first address.
     pub fn allocate(&mut self, size: u64) -> Result<u64, AllocError> {
         if !size.is_power_of_two() {
             return Err(AllocError::Size(size));
         }
-        let len = size.max(MIN_BAR_ALIGN);
+        let len = size.max(self.min);
         self.space
             .allocate(len, len, AllocPolicy::FirstMatch)
             .map(|r| r.start())
@@ -141,5 +159,15 @@ mod tests {
         );
         assert_eq!(w.allocate(LARGE_BAR, true), Ok(PCI_MMIO64_START));
         assert_eq!(w.allocate(0x8000, false), Ok(PCI_MMIO32_START + 0x8000));
+    }
+
+    #[test]
+    fn port_bars_take_only_their_size() {
+        let mut p = BarWindow::ports();
+        let base = u64::from(PCI_IO_START);
+        assert_eq!(p.allocate(4), Ok(base));
+        assert_eq!(p.allocate(8), Ok(base + 8));
+        assert_eq!(p.allocate(4), Ok(base + 4));
+        assert!(p.allocate(u64::from(PCI_IO_SIZE)).is_err());
     }
 }

@@ -12,6 +12,7 @@ const CAP_PTR_REG: usize = 0xd;
 const FIRST_CAP_OFFSET: usize = 0x40;
 const BAR_MEM_64: u32 = 0b100;
 const BAR_PREFETCH: u32 = 0b1000;
+const BAR_IO: u32 = 0b1;
 
 /// What kind of memory a BAR decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,8 @@ pub enum BarKind {
     Mmio32,
     /// 64-bit memory BAR (takes two BAR slots).
     Mmio64,
+    /// Port I/O BAR (x86 port space; 4 to 256 bytes).
+    Io,
 }
 
 /// Why a BAR or capability could not be added.
@@ -28,8 +31,9 @@ pub enum ConfigError {
     /// Bad BAR index, or its slot (or its upper half's) is taken.
     #[error("BAR {0} is out of range or already used")]
     BarSlot(usize),
-    /// BAR sizes are powers of two, at least 16 bytes.
-    #[error("BAR size {0:#x} is not a power of two >= 16")]
+    /// BAR sizes are powers of two: memory BARs at least 16 bytes, port
+    /// I/O BARs 4 to 256.
+    #[error("BAR size {0:#x} is not a power of two >= 16 (memory) or 4-256 (port I/O)")]
     BarSize(u64),
     /// The capability does not fit below 256 bytes.
     #[error("capability of {0} bytes does not fit in the config space")]
@@ -109,12 +113,12 @@ impl PciConfig {
         if index + slots > NUM_BARS || self.bars[index..index + slots].iter().any(Option::is_some) {
             return Err(ConfigError::BarSlot(index));
         }
-        let max = if kind == BarKind::Mmio64 {
-            u64::MAX
-        } else {
-            1 << 31
+        let sizes = match kind {
+            BarKind::Mmio32 => 16..=1 << 31,
+            BarKind::Mmio64 => 16..=u64::MAX,
+            BarKind::Io => 4..=256,
         };
-        if !size.is_power_of_two() || !(16..=max).contains(&size) {
+        if !size.is_power_of_two() || !sizes.contains(&size) {
             return Err(ConfigError::BarSize(size));
         }
         let mask = !(size - 1);
@@ -122,6 +126,10 @@ impl PciConfig {
         match kind {
             BarKind::Mmio32 => {
                 self.writable[reg] = mask as u32;
+            }
+            BarKind::Io => {
+                self.regs[reg] = BAR_IO;
+                self.writable[reg] = mask as u32 & !0x3;
             }
             BarKind::Mmio64 => {
                 self.regs[reg] = BAR_MEM_64 | BAR_PREFETCH;
@@ -146,6 +154,7 @@ impl PciConfig {
         let lo = u64::from(self.regs[BAR0_REG + index] & !0xf);
         Some(match bar.kind {
             BarKind::Mmio32 => lo,
+            BarKind::Io => u64::from(self.regs[BAR0_REG + index] & !0x3),
             BarKind::Mmio64 => lo | u64::from(self.regs[BAR0_REG + index + 1]) << 32,
         })
     }
@@ -156,7 +165,9 @@ impl PciConfig {
             return;
         };
         let reg = BAR0_REG + index;
-        self.regs[reg] = (self.regs[reg] & 0xf) | (addr as u32 & self.writable[reg]);
+        // The bits the guest cannot write are the BAR's kind and zeros.
+        self.regs[reg] =
+            (self.regs[reg] & !self.writable[reg]) | (addr as u32 & self.writable[reg]);
         if bar.kind == BarKind::Mmio64 {
             self.regs[reg + 1] = (addr >> 32) as u32 & self.writable[reg + 1];
         }
@@ -299,6 +310,24 @@ mod tests {
         // Unused BARs read zero and ignore writes.
         c.write_reg(7, 0, &[0xff; 4]);
         assert_eq!(c.read_reg(7), 0);
+    }
+
+    #[test]
+    fn port_io_bar_sizes_reads_its_kind_and_programs() {
+        let mut c = cfg();
+        assert_eq!(c.add_bar(4, 2, BarKind::Io), Err(ConfigError::BarSize(2)));
+        assert_eq!(
+            c.add_bar(4, 512, BarKind::Io),
+            Err(ConfigError::BarSize(512))
+        );
+        c.add_bar(4, 8, BarKind::Io).unwrap();
+        assert_eq!(c.read_reg(8), 0x1, "bit 0: port I/O space");
+        c.write_reg(8, 0, &[0xff; 4]);
+        assert_eq!(c.read_reg(8), 0xffff_fff9, "size 8, I/O bit kept");
+        c.set_bar_address(4, 0x1008);
+        assert_eq!(c.read_reg(8), 0x1009);
+        assert_eq!(c.bar_address(4), Some(0x1008));
+        assert_eq!(c.bar_size(4), Some(8));
     }
 
     #[test]

@@ -1,6 +1,16 @@
 //! The virtio-pci modern transport: capabilities in config space, one
 //! 64-bit memory BAR holding the common, ISR, device and notify regions
-//! and the MSI-X table and PBA.
+//! and the MSI-X table and PBA, and optionally a port I/O BAR with notify
+//! registers of its own, offered first.
+//!
+//! Why notify by port: a notify write that leaves KVM for the VMM (the
+//! vCPU serves the virtio-iommu's kicks, `--viommu-kicks vcpu`) costs KVM
+//! an instruction emulation when it is an MMIO write (the exit says only
+//! the address; KVM decodes the guest's instruction to learn the value),
+//! and none for an `out` (the exit carries port, size and value, and the
+//! next instruction's address on AMD). Both notify capabilities describe
+//! the same queues; the spec lets a device offer several of a type, in
+//! its order of preference, and Linux takes the first one it can use.
 //!
 //! Interrupts are MSI-X only (no INTx): a queue or config vector of
 //! `NO_VECTOR` raises nothing but the ISR bit. The optional
@@ -9,6 +19,7 @@
 use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
+use kvm_ioctls::IoEventAddress;
 use virtio_bindings::virtio_config::{
     VIRTIO_CONFIG_S_DRIVER_OK, VIRTIO_CONFIG_S_FEATURES_OK, VIRTIO_CONFIG_S_NEEDS_RESET,
     VIRTIO_F_VERSION_1,
@@ -37,6 +48,10 @@ const DEVICE_CFG_OFFSET: u64 = 0x2000;
 const DEVICE_CFG_SIZE: u64 = 0x1000;
 const NOTIFY_OFFSET: u64 = 0x3000;
 const NOTIFY_MULTIPLIER: u32 = 4;
+/// Port notify registers: 2 bytes per queue (the driver writes the
+/// queue's index as a 16-bit value), in BAR 2.
+const PORT_NOTIFY_MULTIPLIER: u32 = 2;
+const PORT_NOTIFY_BAR: u8 = 2;
 const MSIX_TABLE_OFFSET: u64 = 0x4000;
 const MSIX_PBA_OFFSET: u64 = 0x6000;
 const REGION_SIZE: u64 = 0x1000;
@@ -50,10 +65,42 @@ const CFG_TYPE_DEVICE: u8 = 4;
 const MSIX_ENABLE: u32 = 1 << 31; // in the dword holding message control
 const MSIX_FUNCTION_MASK: u32 = 1 << 30;
 
-/// A virtio_pci_cap (16 bytes), or virtio_pci_notify_cap with the multiplier.
+/// Where a driver is offered the queues' notify registers
+/// (`--viommu-notify`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NotifyRegister {
+    /// Port I/O registers offered first, the MMIO ones second (for drivers
+    /// that map only memory): a notify that exits to the VMM needs no
+    /// instruction emulation in KVM (module doc).
+    Port,
+    /// MMIO registers in BAR 0 only.
+    Mmio,
+}
+
+/// Size of the port notify BAR for `queues` queues (a power of two, at
+/// least the 4 bytes of the smallest I/O BAR).
+pub fn port_notify_size(queues: usize) -> u16 {
+    (PORT_NOTIFY_MULTIPLIER as usize * queues)
+        .next_power_of_two()
+        .max(4) as u16
+}
+
+/// A virtio_pci_cap (16 bytes) in BAR 0, or virtio_pci_notify_cap with the
+/// multiplier.
 fn virtio_cap(cfg_type: u8, offset: u64, length: u64, multiplier: Option<u32>) -> Vec<u8> {
+    virtio_cap_in(0, cfg_type, offset, length, multiplier)
+}
+
+/// [`virtio_cap`] in BAR `bar`.
+fn virtio_cap_in(
+    bar: u8,
+    cfg_type: u8,
+    offset: u64,
+    length: u64,
+    multiplier: Option<u32>,
+) -> Vec<u8> {
     let len: u8 = if multiplier.is_some() { 20 } else { 16 };
-    let mut c = vec![CAP_VENDOR, 0, len, cfg_type, 0 /* bar */, 0, 0, 0];
+    let mut c = vec![CAP_VENDOR, 0, len, cfg_type, bar, 0, 0, 0];
     c.extend_from_slice(&(offset as u32).to_le_bytes());
     c.extend_from_slice(&(length as u32).to_le_bytes());
     if let Some(m) = multiplier {
@@ -183,7 +230,9 @@ impl VirtioInterrupt for PciInterrupt {
 }
 
 /// A virtio device on PCI. Plug it into the PCI root (config space) and
-/// map [`BAR_SIZE`] bytes of it on the MMIO bus at the address of BAR 0.
+/// map [`BAR_SIZE`] bytes of it on the MMIO bus at the address of BAR 0;
+/// with port notify registers, a [`PortNotify`] of it on the port bus at
+/// the BAR 2 port.
 pub struct VirtioPciDevice {
     config: PciConfig,
     msix_cap: usize,
@@ -210,12 +259,15 @@ pub struct VirtioPciDevice {
 }
 
 impl VirtioPciDevice {
-    /// Wrap `device`; its BAR 0 is programmed at `bar_addr`.
+    /// Wrap `device`; its BAR 0 is programmed at `bar_addr`, and with
+    /// `notify_port` BAR 2 holds port notify registers from that port
+    /// ([`port_notify_size`] ports), offered before BAR 0's.
     pub fn new(
         device: Box<dyn VirtioDevice>,
         mem: GuestMemoryMmap,
         msi: Arc<dyn MsiSender>,
         bar_addr: u64,
+        notify_port: Option<u16>,
     ) -> Result<Self, ConfigError> {
         let max_sizes = device.queue_max_sizes();
         let nvec = max_sizes.len() as u16 + 1; // one per queue plus config
@@ -230,6 +282,23 @@ impl VirtioPciDevice {
         });
         config.add_bar(0, BAR_SIZE, BarKind::Mmio64)?;
         config.set_bar_address(0, bar_addr);
+        if let Some(port) = notify_port {
+            let bar = usize::from(PORT_NOTIFY_BAR);
+            config.add_bar(
+                bar,
+                u64::from(port_notify_size(max_sizes.len())),
+                BarKind::Io,
+            )?;
+            config.set_bar_address(bar, u64::from(port));
+            let cap = virtio_cap_in(
+                PORT_NOTIFY_BAR,
+                CFG_TYPE_NOTIFY,
+                0,
+                u64::from(PORT_NOTIFY_MULTIPLIER) * max_sizes.len() as u64,
+                Some(PORT_NOTIFY_MULTIPLIER),
+            );
+            config.add_capability(CAP_VENDOR, &cap, &[])?;
+        }
         for cap in [
             virtio_cap(CFG_TYPE_COMMON, COMMON_OFFSET, COMMON_SIZE, None),
             virtio_cap(CFG_TYPE_ISR, ISR_OFFSET, 1, None),
@@ -298,11 +367,22 @@ impl VirtioPciDevice {
         self.config.bar_address(0).unwrap_or(0)
     }
 
-    /// Guest-physical address of each queue's notify register (for
-    /// ioeventfds), in queue order.
-    pub fn notify_addresses(&self) -> Vec<u64> {
+    /// Where each queue's notify registers are (for ioeventfds), in queue
+    /// order: its MMIO register, and its port when there are port
+    /// registers.
+    pub fn notify_addresses(&self) -> Vec<Vec<IoEventAddress>> {
+        let port = self.config.bar_address(usize::from(PORT_NOTIFY_BAR));
         (0..self.queues.len() as u64)
-            .map(|q| self.bar_address() + NOTIFY_OFFSET + q * u64::from(NOTIFY_MULTIPLIER))
+            .map(|q| {
+                let mmio = self.bar_address() + NOTIFY_OFFSET + q * u64::from(NOTIFY_MULTIPLIER);
+                let mut at = vec![IoEventAddress::Mmio(mmio)];
+                if let Some(port) = port {
+                    at.push(IoEventAddress::Pio(
+                        port + q * u64::from(PORT_NOTIFY_MULTIPLIER),
+                    ));
+                }
+                at
+            })
             .collect()
     }
 
@@ -594,6 +674,24 @@ impl BusDevice for VirtioPciDevice {
                 send_all(&self.msi, msgs);
             }
             _ => tracing::debug!(offset, "ignored virtio-pci BAR write"),
+        }
+    }
+}
+
+/// The port notify registers of a [`VirtioPciDevice`], on the port bus.
+pub struct PortNotify(pub Arc<Mutex<VirtioPciDevice>>);
+
+impl BusDevice for PortNotify {
+    fn read(&mut self, _offset: u64, data: &mut [u8]) {
+        data.fill(0);
+    }
+
+    fn write(&mut self, offset: u64, _data: &[u8]) {
+        let q = offset / u64::from(PORT_NOTIFY_MULTIPLIER);
+        if offset.is_multiple_of(u64::from(PORT_NOTIFY_MULTIPLIER)) {
+            if let Ok(q) = u16::try_from(q) {
+                self.0.lock().unwrap_or_else(|e| e.into_inner()).notify(q);
+            }
         }
     }
 }

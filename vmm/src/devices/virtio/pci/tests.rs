@@ -101,6 +101,11 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(None)
+}
+
+/// A transport with port notify registers at `notify_port`, if any.
+fn rig_with(notify_port: Option<u16>) -> Rig {
     let state = Arc::new(Mutex::new(DummyState::default()));
     let msis = Arc::new(Msis::default());
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
@@ -109,6 +114,7 @@ fn rig() -> Rig {
         mem,
         msis.clone(),
         0xc000_0000,
+        notify_port,
     )
     .unwrap();
     Rig { dev, state, msis }
@@ -161,6 +167,53 @@ fn config_space_describes_a_modern_virtio_device() {
     assert_eq!(r.cfg(msix / 4) >> 16, 2, "3 vectors: table size - 1");
     assert_eq!(r.cfg(msix / 4 + 1), MSIX_TABLE_OFFSET as u32);
     assert_eq!(r.cfg(msix / 4 + 2), MSIX_PBA_OFFSET as u32);
+}
+
+#[test]
+fn port_notify_registers_come_first_and_notify_their_queue() {
+    let mut r = rig_with(Some(0x1010));
+    assert_eq!(r.cfg(6), 0x1011, "BAR 2: port I/O at 0x1010");
+    r.dev.config.write_reg(6, 0, &[0xff; 4]);
+    assert_eq!(r.cfg(6), 0xffff_fffd, "4 ports: 2 bytes per queue");
+    r.dev.config.set_bar_address(2, 0x1010);
+    let caps = r.caps();
+    let vendor: Vec<u8> = caps.iter().filter(|c| c.1 == 0x09).map(|c| c.2).collect();
+    assert_eq!(vendor, [2, 1, 3, 4, 2], "the port notify capability first");
+    let first = caps.iter().find(|c| c.1 == 0x09 && c.2 == 2).unwrap().0;
+    assert_eq!(r.cfg_byte(first + 4), 2, "in BAR 2");
+    assert_eq!(r.cfg(first / 4 + 2), 0, "offset");
+    assert_eq!(r.cfg(first / 4 + 3), 4, "length: 2 queues");
+    assert_eq!(r.cfg(first / 4 + 4), PORT_NOTIFY_MULTIPLIER);
+    for (q, at) in r.dev.notify_addresses().iter().enumerate() {
+        let (mmio, port) = (
+            0xc000_0000 + NOTIFY_OFFSET + 4 * q as u64,
+            0x1010 + 2 * q as u64,
+        );
+        assert!(
+            matches!(at[..], [IoEventAddress::Mmio(m), IoEventAddress::Pio(p)] if m == mmio && p == port),
+            "queue {q}: {at:?}"
+        );
+    }
+
+    // Minimal bring-up: VERSION_1, FEATURES_OK, DRIVER_OK.
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    assert_eq!(r.r(STATUS, 1), 15);
+    let Rig { dev, state, .. } = r;
+    let mut ports = PortNotify(Arc::new(Mutex::new(dev)));
+    ports.write(0, &0u16.to_le_bytes());
+    ports.write(2, &1u16.to_le_bytes());
+    ports.write(1, &[0]); // not a register's start
+    ports.write(6, &3u16.to_le_bytes()); // no such queue
+    let mut b = [0xffu8; 2];
+    ports.read(0, &mut b);
+    assert_eq!(b, [0, 0]);
+    assert_eq!(state.lock().unwrap().notified, vec![0, 1]);
+    assert_eq!(port_notify_size(1), 4);
+    assert_eq!(port_notify_size(3), 8);
 }
 
 #[test]
@@ -232,10 +285,15 @@ fn linux_style_bring_up_notify_and_interrupt() {
     r.w(NOTIFY_OFFSET + 4, 1, 2);
     r.w(NOTIFY_OFFSET + 4 * 7, 7, 2); // no such queue
     assert_eq!(r.state.lock().unwrap().notified, vec![0, 1]);
-    assert_eq!(
-        r.dev.notify_addresses(),
-        vec![0xc000_0000 + NOTIFY_OFFSET, 0xc000_0000 + NOTIFY_OFFSET + 4]
-    );
+    let at = r.dev.notify_addresses();
+    assert_eq!(at.len(), 2);
+    for (q, at) in at.iter().enumerate() {
+        let want = 0xc000_0000 + NOTIFY_OFFSET + 4 * q as u64;
+        assert!(
+            matches!(at[..], [IoEventAddress::Mmio(a)] if a == want),
+            "queue {q}: {at:?}"
+        );
+    }
 
     // The device raises queue 0: MSI vector 1; config: vector 0.
     let irq = r.state.lock().unwrap().interrupt.clone().unwrap();

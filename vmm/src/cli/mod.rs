@@ -127,10 +127,10 @@ pub struct Cli {
     /// Where the virtio-iommu offers the guest its notify registers:
     /// `port`, port I/O registers first and the MMIO ones second (a
     /// driver takes the first it can use; Linux takes the port); or
-    /// `mmio`, MMIO only. A notify that exits to the VMM (the request
-    /// queue's, with --viommu-kicks vcpu) costs KVM the emulation of the
-    /// guest's instruction when it is an MMIO write, and none when it is
-    /// a port write. Needs --viommu. [default: port]
+    /// `mmio`, MMIO only. KVM emulates the guest's instruction for an MMIO
+    /// notify (save Intel's fast path for an ioeventfd, not taken when the
+    /// vCPU serves the kick, --viommu-kicks vcpu), and not for a port
+    /// write. Needs --viommu. [default: port]
     #[arg(long, value_enum, value_name = "WHERE")]
     pub viommu_notify: Option<crate::devices::virtio::pci::NotifyRegister>,
     /// For debugging only: do not reserve the host's PCI windows and the

@@ -513,7 +513,7 @@ pub fn analyze<'a>(
     let mut th: BTreeMap<u32, Thread> = BTreeMap::new();
     let mut a = Analysis::default();
     let (mut start, mut last, mut mark_end) = (None::<u64>, 0u64, None::<u64>);
-    let mut mmio = None::<u64>;
+    let mut write_exits = None::<u64>;
     for l in lines {
         let e = match parse_line(l) {
             Some(Line::Event(e)) => e,
@@ -637,7 +637,7 @@ pub fn analyze<'a>(
                 }
             }
             "kvm_fast_mmio" | "kvm_mmio" | "kvm_pio" => {
-                let n = mmio.get_or_insert(0);
+                let n = write_exits.get_or_insert(0);
                 if e.name == "kvm_fast_mmio"
                     || e.fields.starts_with("mmio write")
                     || e.fields.starts_with("pio_write")
@@ -689,7 +689,7 @@ pub fn analyze<'a>(
     };
     a.start_ns = start;
     a.end_ns = end_ns.max(start);
-    a.write_exits = mmio;
+    a.write_exits = write_exits;
     // The VMM's threads that left no event are listed too.
     for tid in names.keys() {
         th.entry(*tid).or_insert_with(|| Thread::new(*tid));

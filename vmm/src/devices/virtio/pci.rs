@@ -687,11 +687,12 @@ impl BusDevice for PortNotify {
     }
 
     fn write(&mut self, offset: u64, _data: &[u8]) {
-        let q = offset / u64::from(PORT_NOTIFY_MULTIPLIER);
-        if offset.is_multiple_of(u64::from(PORT_NOTIFY_MULTIPLIER)) {
-            if let Ok(q) = u16::try_from(q) {
-                self.0.lock().unwrap_or_else(|e| e.into_inner()).notify(q);
-            }
+        let step = u64::from(PORT_NOTIFY_MULTIPLIER);
+        if !offset.is_multiple_of(step) {
+            return;
+        }
+        if let Ok(q) = u16::try_from(offset / step) {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).notify(q);
         }
     }
 }

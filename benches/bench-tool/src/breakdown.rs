@@ -424,8 +424,9 @@ pub struct Analysis {
     /// Every thread seen, by tid.
     pub threads: Vec<ThreadStats>,
     /// The guest's write exits (`kvm_fast_mmio`, `kvm_mmio` writes, and
-    /// `kvm_pio` writes: notifications by MMIO or port) on the VMM's
-    /// threads; `None` when no such event was recorded.
+    /// `kvm_pio` writes to a port a PCI BAR can hold: notifications by MMIO
+    /// or port) on the VMM's threads; `None` when no such event was
+    /// recorded.
     #[serde(alias = "mmio_writes")]
     pub write_exits: Option<u64>,
     /// Events the buffer lost (`[LOST N EVENTS]` lines, and written but no
@@ -500,6 +501,23 @@ pub fn cutoff<'a>(lines: impl IntoIterator<Item = &'a str>, full: &[u32]) -> Opt
         }
     }
     last.values().min().copied()
+}
+
+/// Ports below this are the PC's fixed ones (the serial console, the
+/// PCI configuration mechanism at 0xcf8, ACPI's registers, the timers);
+/// PCI I/O BARs, where a virtio notify register can be, start here in
+/// both VMMs' layouts.
+const FIRST_BAR_PORT: u64 = 0x1000;
+
+/// Whether a `kvm_pio` event's fields are a write to a port a PCI BAR can
+/// hold (`pio_write at 0x1000 size 2 ...`): a guest's console output is
+/// not a notification.
+fn is_device_port_write(fields: &str) -> bool {
+    fields
+        .strip_prefix("pio_write at 0x")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|port| u64::from_str_radix(port, 16).ok())
+        .is_some_and(|port| port >= FIRST_BAR_PORT)
 }
 
 /// Reduce a `trace` text to what each thread did. `names`: tid to name
@@ -640,7 +658,7 @@ pub fn analyze<'a>(
                 let n = write_exits.get_or_insert(0);
                 if e.name == "kvm_fast_mmio"
                     || e.fields.starts_with("mmio write")
-                    || e.fields.starts_with("pio_write")
+                    || is_device_port_write(e.fields)
                 {
                     *n += 1;
                 }
@@ -962,7 +980,7 @@ pub fn cells(r: &BreakdownRow) -> Vec<String> {
 }
 
 /// What the table shows, for the Markdown report.
-pub const NOTE: &str = "Where a request's time goes in the VMM (--breakdown: the host's tracefs over an untimed pass of each fio job after the timed ones, recording only the VMM's threads; medians over rounds). The request-serving thread is ours' `viommu` and, for stock QEMU, the thread that made the VFIO/iommufd map and unmap ioctls. requests/IO: ours' device counters over the traced window (exact), stock QEMU's from its counting pass (`>=`, lower bounds, so its per-request values are upper bounds, `<=`); I/Os = the pass's fio IOPS x the window. write exits: the guest's MMIO and port writes that exit to KVM (kvm_fast_mmio, kvm_mmio and kvm_pio writes: the notifications, by MMIO or port, and any other). wake-up us: sched_waking to the thread's switch-in. run: the thread on a CPU. us/ioctl: entry to return (raw_syscalls); pinning: time in pin_user_pages_remote/_fast inside them (kprobes; `-` where the host has no kprobe events); rest: run time outside ioctls (drain, planning, completion and interrupt, the wake-up's and the sleep's own kernel time). missing events: lost or dropped by the trace buffer in a round: counts and times of that round are lower bounds";
+pub const NOTE: &str = "Where a request's time goes in the VMM (--breakdown: the host's tracefs over an untimed pass of each fio job after the timed ones, recording only the VMM's threads; medians over rounds). The request-serving thread is ours' `viommu` and, for stock QEMU, the thread that made the VFIO/iommufd map and unmap ioctls. requests/IO: ours' device counters over the traced window (exact), stock QEMU's from its counting pass (`>=`, lower bounds, so its per-request values are upper bounds, `<=`); I/Os = the pass's fio IOPS x the window. write exits: the guest's MMIO and port writes that exit to KVM (kvm_fast_mmio and kvm_mmio writes, kvm_pio writes at port 0x1000 and above where PCI I/O BARs are: the notifications, by MMIO or port, and any other MMIO or BAR write; not the console or other fixed PC ports). wake-up us: sched_waking to the thread's switch-in. run: the thread on a CPU. us/ioctl: entry to return (raw_syscalls); pinning: time in pin_user_pages_remote/_fast inside them (kprobes; `-` where the host has no kprobe events); rest: run time outside ioctls (drain, planning, completion and interrupt, the wake-up's and the sleep's own kernel time). missing events: lost or dropped by the trace buffer in a round: counts and times of that round are lower bounds";
 
 #[cfg(test)]
 mod tests {
@@ -1140,6 +1158,7 @@ mod tests {
        CPU 0/KVM-1236    [000] d..5.   10.000600: kvm_mmio: mmio read len 4 gpa 0xfe003004 val 0x0
        CPU 0/KVM-1236    [000] d..5.   10.000700: kvm_pio: pio_write at 0x1000 size 2 count 1 val 0x0 
        CPU 0/KVM-1236    [000] d..5.   10.000800: kvm_pio: pio_read at 0x1000 size 2 count 1 val 0x0 
+       CPU 0/KVM-1236    [000] d..5.   10.000900: kvm_pio: pio_write at 0x3f8 size 1 count 1 val 0x41 
           viommu-1234    [001] .....   10.001000: sys_enter: NR 16 (9, 3b72, 0, 0, 0, 0)
 ";
         let begin = format!(
@@ -1153,7 +1172,7 @@ mod tests {
         assert_eq!(
             a.write_exits,
             Some(2),
-            "an MMIO and a port write; reads are not notifications"
+            "an MMIO and a port write; reads and console output are not notifications"
         );
         let s = a.thread(1234).unwrap();
         assert_eq!(

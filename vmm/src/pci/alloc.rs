@@ -5,9 +5,10 @@
 //! ours is the PCI policy on top: a BAR is naturally aligned (a PCI
 //! requirement: its low address bits are its size bits), a memory BAR
 //! takes at least a page so that each BAR can be mapped into the guest on
-//! its own, and a large 64-bit BAR goes to the window above 4 GiB. Allocation is first
-//! fit from the bottom of the window (`AllocPolicy::FirstMatch`), so a gap
-//! left by an alignment is filled by a later, smaller BAR.
+//! its own, and a large 64-bit BAR goes to the window above 4 GiB.
+//! Allocation is first fit from the bottom of the window
+//! (`AllocPolicy::FirstMatch`), so a gap left by an alignment is filled by
+//! a later, smaller BAR.
 
 use vm_allocator::{AddressAllocator, AllocPolicy};
 

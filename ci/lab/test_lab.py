@@ -96,6 +96,36 @@ class CollectorTest(unittest.TestCase):
                          [("power-off", False), ("unreadable-check-marker", False), ("sigterm", True)])
         self.assertIn("quoted", col.checks[1]["detail"])
 
+    def test_a_marker_a_kernel_message_cut_is_joined_again(self):
+        # CI cold run at 775af2a: the lab host's "hrtimer: interrupt took"
+        # warning landed inside a cell's JSON, which then failed as an
+        # unreadable marker and lost its round.
+        text = line(cell("ours"))
+        at = text.index('"phases"')
+        col = lab.Collector()
+        self.assertTrue(col.feed(HOST))
+        self.assertTrue(col.feed(text[:at] + "[   48.538531] hrtimer: interrupt took 8995550 ns"))
+        self.assertTrue(col.feed("[   48.538600] Call Trace:"))
+        self.assertTrue(col.feed(text[at:] + "\r"))
+        self.assertTrue(col.feed('@@LAB-CHECK@@ {"name":"after","ok":true}'))
+        self.assertEqual([c["column"] for c in col.cells], ["ours"])
+        self.assertEqual([(c["name"], c["ok"]) for c in col.checks], [("after", True)])
+        self.assertIsNone(col.host_crash)
+        # A crash the kernel printed into the marker is still the host's.
+        col = lab.Collector()
+        col.feed(text[:at] + "[   49.0] BUG: unable to handle page fault")
+        self.assertEqual(col.host_crash, "BUG: unable to handle page fault")
+        # Cut and never continued: another marker follows, or the console
+        # ends; each a failed check, and the next marker still taken.
+        col = lab.Collector()
+        col.feed(text[:at] + "[   50.1] hrtimer: interrupt took 1 ns")
+        col.feed('@@LAB-CHECK@@ {"name":"after","ok":true}')
+        col.feed(text[:at] + "[   50.2] hrtimer: interrupt took 1 ns")
+        col.finish(0)
+        self.assertEqual([(c["name"], c["ok"]) for c in col.checks],
+                         [("unreadable-cell-marker", False), ("after", True), ("unreadable-cell-marker", False)])
+        self.assertEqual(col.cells, [])
+
     def test_failed_cell_and_fio_error_fail(self):
         bad = cell("ours", status={"status": "failed", "reason": "fio verify-4k exited 1: verify failed", "verify_failed": True})
         bad["phases"]["verify-4k"]["fio"]["error"] = 84

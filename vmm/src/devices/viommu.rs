@@ -201,7 +201,9 @@ pub struct ThreadStatus {
     /// the ring between requests, drains not included).
     poll_ns: AtomicU64,
     /// Looks at the ring that found requests (each one a notification the
-    /// guest did not make and a wake-up the thread did not need).
+    /// guest did not make and a wake-up the thread did not need; one that
+    /// ends a session of [`SESSION_MAX`] counts too, the request then taken
+    /// after a self-kick).
     polls_found: AtomicU64,
     /// Polls that ended with the window spent and no request.
     polls_timed_out: AtomicU64,
@@ -1074,6 +1076,10 @@ impl Core {
                 Ok(true) => {
                     polled += now.saturating_duration_since(start);
                     if now.saturating_duration_since(session) >= SESSION_MAX {
+                        // Found without a notification all the same: the
+                        // self-kick only bounds the session, and the main
+                        // loop takes it next.
+                        status.polls_found.fetch_add(1, Ordering::Relaxed);
                         self.rekick();
                         start = now;
                         break PollEnd::Rekicked;

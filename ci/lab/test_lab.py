@@ -442,6 +442,17 @@ class SettingsTest(unittest.TestCase):
         k = lab.knobs_of(self.args("run", outer_qemu="11.1"), lab.SCENARIOS["smoke"])
         self.assertEqual(k["outer_qemu"], "11.1")
 
+    def test_outer_tcg_threading_is_multi_unless_asked(self):
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        k = lab.knobs_of(self.args("run"), lab.SCENARIOS["smoke"])
+        self.assertEqual(k["outer_tcg"], "multi")
+        cmd = lab.host_command(image, Path("/d"), "c", 2)
+        self.assertEqual(cmd[cmd.index("-accel") + 1], "tcg,thread=multi")
+        k = lab.knobs_of(self.args("run", outer_tcg="single"), lab.SCENARIOS["smoke"])
+        cmd = lab.host_command(image, Path("/d"), "c", 2, tcg_thread=k["outer_tcg"])
+        self.assertEqual(cmd[cmd.index("-accel") + 1], "tcg,thread=single")
+        self.assertEqual(cmd.count("-accel"), 1)
+
     def test_host_iommu_picks_device_kernel_and_cmdline(self):
         k = lab.knobs_of(self.args("run"), lab.SCENARIOS["compare"])
         self.assertEqual(k["host_iommu"], "vtd")

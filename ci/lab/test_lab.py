@@ -1209,3 +1209,12 @@ class FaultCensusTableTest(unittest.TestCase):
         # The demo's workload is a cell of its own, and both add up.
         self.assertIn("| QEMU 11.1.3 | 6.12 virtio | compare | ours | 1 | 0 | 0 | 0 | 0.00 | - |", text)
         self.assertIn("| QEMU 11.1.3 | ours | 4 | 1 | 1 | 0 | 0.50 | - |", text)
+
+    def test_single_threaded_tcg_is_an_outer_emulator_of_its_own(self):
+        doc = {"outer_qemu": "QEMU emulator version 11.1.3", "outer_tcg": "single", "scenario": "fault-census", "host_iommu": "virtio",
+               "runs": ["o:vmm:viommu:p"], "boots": [{"host": {"kernel": "6.12.117"}}],
+               "cells": [{"column": "o", "status": {"status": "ok"}, "warnings": []}]}
+        multi = {**doc, "outer_tcg": "multi"}
+        _, guests = fault_census.census([doc, multi])
+        self.assertEqual(guests[("QEMU 11.1.3 (TCG single)", "6.12 virtio", "fault-census", "vmm")]["guest boots"], 1)
+        self.assertEqual(guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "vmm")]["guest boots"], 1)

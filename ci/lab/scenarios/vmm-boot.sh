@@ -1,6 +1,6 @@
 # Scenario: our VMM boots the guest (no devices) to its init, which reports
 # and powers off; the VMM exits 0.
-out=$(timeout "$(lab_arg guest_timeout 600)" vmm --kernel /lab/guest/baseline.bzImage \
+out=$(timeout "$(lab_arg guest_timeout 600)" vmm --kernel "/lab/guest/$(lab_arg kernel_stock baseline).bzImage" \
 	--initrd /lab/guest/initramfs.cpio --memory 1024M \
 	--cmdline "console=ttyS0 quiet panic=-1 lab.mode=boot" </dev/null 2>&1)
 rc=$?

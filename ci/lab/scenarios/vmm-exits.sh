@@ -20,6 +20,9 @@
 # vCPUs are stopped before the devices are released either way);
 # smp-smoke and the guest scenarios run 2-vCPU guests.
 EXITS_CPUS=1
+# The patched guest this lab host was given (the scenario's guest_kernels:
+# patched 6.12).
+GUEST_KERNEL=/lab/guest/$(lab_arg kernel_patched patched).bzImage
 
 # start_guest VMM LOG CMDLINE_EXTRA [VMM_FLAGS]: boot the patched guest
 # with the NVMe behind a virtio-iommu, under our VMM (vmm, with VMM_FLAGS)
@@ -29,11 +32,11 @@ start_guest() {
 	if [ "$1" = qemu ]; then
 		qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp $EXITS_CPUS -m 1024 -nodefaults \
 			-display none -monitor none -serial stdio -no-reboot -net none \
-			-kernel /lab/guest/patched.bzImage -initrd /lab/guest/initramfs.cpio \
+			-kernel "$GUEST_KERNEL" -initrd /lab/guest/initramfs.cpio \
 			-device virtio-iommu-pci -device "vfio-pci,host=$BDF" -append "$cmdline" \
 			</dev/null >"$2" 2>&1 &
 	else
-		vmm --kernel /lab/guest/patched.bzImage --initrd /lab/guest/initramfs.cpio \
+		vmm --kernel "$GUEST_KERNEL" --initrd /lab/guest/initramfs.cpio \
 			--memory 1024M --cpus $EXITS_CPUS --vfio "/sys/bus/pci/devices/$BDF" --viommu \
 			--cmdline "$cmdline" ${4:-} </dev/null >"$2" 2>&1 &
 	fi

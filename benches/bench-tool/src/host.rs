@@ -221,11 +221,12 @@ impl HostInfo {
 
 /// The first line of `qemu --version`.
 pub fn qemu_version(qemu: &Path) -> Option<String> {
-    let out = std::process::Command::new(qemu)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()?;
+    let out = crate::exec::output(
+        std::process::Command::new(qemu)
+            .arg("--version")
+            .stdin(std::process::Stdio::null()),
+    )
+    .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().next()?.trim();
     (out.status.success() && !line.is_empty()).then(|| line.to_string())

@@ -18,6 +18,7 @@ pub mod checks;
 pub mod cli;
 pub mod columns;
 pub mod cpu_time;
+pub mod exec;
 pub mod footprint;
 pub mod guest;
 pub mod guest_time;

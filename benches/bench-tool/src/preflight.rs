@@ -281,10 +281,11 @@ pub fn namespaces_of(r: &Root, bdf: &str) -> Vec<String> {
 
 /// Why `fio --enghelp=libaio` says `fio` has no libaio engine; `None` when it has.
 fn libaio_missing(fio: &Path) -> Option<String> {
-    let out = std::process::Command::new(fio)
-        .arg("--enghelp=libaio")
-        .stdin(std::process::Stdio::null())
-        .output();
+    let out = crate::exec::output(
+        std::process::Command::new(fio)
+            .arg("--enghelp=libaio")
+            .stdin(std::process::Stdio::null()),
+    );
     match out {
         Ok(o) if o.status.success() => None,
         Ok(o) => {

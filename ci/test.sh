@@ -25,9 +25,9 @@ if [ $lab = 1 ]; then
 	# steps ordered by the kernel they need). The other series are checked
 	# by checkpatch here and booted by hand: the frozen 6.1
 	# (patched-smoke, lazy-smoke, compare-6.1) and the mainline-facing 7.3
-	# (smoke-7.3-ci). With 6.1 and 7.3 built too, a cold run on 2 cores
-	# took 69-88 minutes, over the hour CI should take
-	# (benches/results/ci-timings-cold-64cb516.txt). CI's minutes go to
+	# (smoke-7.3-ci). With 6.1 and 7.3 built too a cold run on 2 cores
+	# took 69 minutes, with 7.3 alone 86, over the hour CI should take
+	# (benches/results/ci-timings-cold-{775af2a,64cb516}.txt). CI's minutes go to
 	# 6.12's reuse cache (smoke-6.12-ci, without its lazy guest that has
 	# the cache off; vmm-smoke's guest, ours + stock, is hostile's calm
 	# twin).

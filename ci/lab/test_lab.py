@@ -894,6 +894,47 @@ class RoundTest(unittest.TestCase):
         doc, calls = self.troubled_round(specs, first([spin]))
         self.assertEqual(calls, [specs])
 
+    def test_a_guests_hangs_on_a_lab_host_that_then_crashed_run_in_a_fresh_host(self):
+        # Demo of 2026-11-28: stock QEMU's guest (no vCPU state to read)
+        # hung twice in boot, hung again and reset itself, out of
+        # attempts; the lab host crashed two guests later. On a host that
+        # crashed or wedged such a guest runs again in the fresh one.
+        tries = ["attempt 1 failed (the guest hung in boot (no I/O for 120 s; --retry-hung)); ran it again (log x)",
+                 "attempt 2 failed (the guest hung in after randread-4k-j2 (no I/O for 60 s; --retry-hung)); ran it again (log y)"]
+        reset = {"status": "failed", "reason": "the guest reset itself mid-run (stock QEMU exited 0 before the guest finished)"}
+        crash = "[   24.05] BUG: TASK stack guard page was hit at 000000006e3250f1"
+        specs = [f"{t}:qemu:viommu:baseline" for t in "abc"]
+
+        def first(status=reset, warnings=(), end=crash):
+            return lambda todo: [HOST, line(cell("a")), line(cell("b", status=status, warnings=tries + list(warnings))),
+                                 line(cell("c")), end]
+        doc, calls = self.troubled_round(specs, first())
+        self.assertEqual(calls, [specs, specs[1:2]])
+        self.assertEqual([c["status"]["status"] for c in sorted(doc["cells"], key=lambda c: c["column"])], ["ok"] * 3)
+        problems, warnings = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertEqual(problems, [])
+        self.assertTrue(any("crashed" in w and "ran again in a fresh one" in w for w in warnings), warnings)
+        # The lab host running on: the same guest is judged as it is.
+        doc, calls = self.troubled_round(specs, first(end="@@LAB-DONE@@ rc=0"))
+        self.assertEqual(calls, [specs])
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertTrue(any(p.startswith("b round 1") for p in problems), problems)
+        # A request owed stays a problem even when the lab host crashed
+        # after it; a hang whose diagnosis names the virtio-iommu is not
+        # run again either.
+        owed = {"status": "hung", "phase": "randread-4k", "after_s": 60, "device_owes": True}
+        doc, calls = self.troubled_round(specs, first(owed))
+        self.assertEqual(calls, [specs])
+        problems, _ = lab.judge(doc, lab.SCENARIOS["compare"], specs)
+        self.assertTrue(any(p.startswith("b round 1") and "owed" in p for p in problems), problems)
+        untaken = {**owed, "device_owes": False}
+        doc, calls = self.troubled_round(specs, first(untaken, [
+            "state at the hang: the driver published virtio-iommu requests the device has not taken (avail 5, device at 4)"]))
+        self.assertEqual(calls, [specs])
+        tries[0] = tries[0].replace("in boot", "in boot; the device took virtio-iommu requests it has not completed")
+        doc, calls = self.troubled_round(specs, first())
+        self.assertEqual(calls, [specs])
+
     def test_the_tsc_rate_comes_from_the_kernel_log(self):
         log = ("[0.000035] tsc: Detected 1996.249 MHz processor\n[0.0001] tsc: Detected 1996.300 MHz TSC\n"
                "[1.9] tsc: Refined TSC clocksource calibration: 1996.251 MHz\n")

@@ -246,6 +246,10 @@ pub struct Launch {
     /// QEMU's QMP socket, which turns them on and off.
     #[serde(default)]
     pub qmp: Option<PathBuf>,
+    /// QEMU's second QMP socket, every QEMU column's: where its vCPUs are
+    /// when its guest hangs ([`crate::qemu_hang`]).
+    #[serde(default)]
+    pub monitor: Option<PathBuf>,
     /// Our VMM's API socket.
     pub api_socket: Option<PathBuf>,
     /// The guest kernel it boots (its System.map beside it names a hung
@@ -325,6 +329,7 @@ pub fn launch(
     let mut args = Vec::new();
     let mut trace = None;
     let mut qmp = None;
+    let mut monitor = None;
     let mut api_socket = None;
     let mut counting = Counting::None;
     let program = match col.vmm {
@@ -352,6 +357,11 @@ pub fn launch(
             args.push(p(kernel));
             args.push(s("-initrd"));
             args.push(p(&inp.initramfs));
+            // An idle socket: nothing on the hot path, as our VMM's API.
+            let m = run_dir.join(format!("{name}.mon"));
+            args.push(s("-qmp"));
+            args.push(format!("unix:{},server=on,wait=off", p(&m)));
+            monitor = Some(m);
             if col.iommu == Iommu::Viommu {
                 args.extend(["-device", "virtio-iommu-pci"].map(s));
                 if col.counts_in_pass() && inp.count_runtime > 0 {
@@ -412,6 +422,7 @@ pub fn launch(
         args,
         trace,
         qmp,
+        monitor,
         api_socket,
         kernel: Some(kernel.clone()),
         counting,
@@ -549,10 +560,11 @@ mod tests {
         assert!(line.starts_with("/usr/bin/qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp 2 -m 1024 -nodefaults"), "{line}");
         // Untraced: the log file open, no event on, a QMP socket to turn
         // them on in the counting runs the guest is asked for.
-        assert!(line.contains("-kernel /k/stock -initrd /c/initramfs.cpio -device virtio-iommu-pci -D /run/qemu+stock-r1.trace -qmp unix:/run/qemu+stock-r1.qmp,server=on,wait=off -device vfio-pci,host=0000:01:00.0 -append 'console=ttyS0 lab.count=3'"), "{line}");
+        assert!(line.contains("-kernel /k/stock -initrd /c/initramfs.cpio -qmp unix:/run/qemu+stock-r1.mon,server=on,wait=off -device virtio-iommu-pci -D /run/qemu+stock-r1.trace -qmp unix:/run/qemu+stock-r1.qmp,server=on,wait=off -device vfio-pci,host=0000:01:00.0 -append 'console=ttyS0 lab.count=3'"), "{line}");
         assert!(!line.contains("-trace"), "{line}");
         assert_eq!(l.trace, Some(PathBuf::from("/run/qemu+stock-r1.trace")));
         assert_eq!(l.qmp, Some(PathBuf::from("/run/qemu+stock-r1.qmp")));
+        assert_eq!(l.monitor, Some(PathBuf::from("/run/qemu+stock-r1.mon")));
         assert_eq!(l.counting, Counting::Pass);
         let none = launch(
             &builtin("no-viommu").unwrap(),
@@ -563,9 +575,11 @@ mod tests {
         );
         let line = none.display();
         assert!(
-            !line.contains("virtio-iommu") && !line.contains(" -D ") && !line.contains("-qmp"),
+            !line.contains("virtio-iommu") && !line.contains(" -D ") && !line.contains(".qmp"),
             "{line}"
         );
+        // Every QEMU column has the monitor for a hang's vCPU registers.
+        assert_eq!(none.monitor, Some(PathBuf::from("/run/n.mon")));
         assert!(!line.contains("lab.count="), "{line}");
         assert_eq!((none.trace, none.qmp), (None, None));
         assert_eq!(none.counting, Counting::None);
@@ -577,7 +591,7 @@ mod tests {
         let l = launch(&c, &off, "console=ttyS0", Path::new("/run"), "q");
         let line = l.display();
         assert!(
-            !line.contains(" -D ") && !line.contains("-qmp") && !line.contains("lab.count="),
+            !line.contains(" -D ") && !line.contains(".qmp") && !line.contains("lab.count="),
             "{line}"
         );
         assert!(

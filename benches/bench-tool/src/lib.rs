@@ -34,6 +34,7 @@ pub mod order;
 pub mod paired;
 pub mod plan;
 pub mod preflight;
+pub mod qemu_hang;
 pub mod qmp;
 pub mod report;
 pub mod results;

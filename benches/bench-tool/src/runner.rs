@@ -224,9 +224,14 @@ pub async fn run_cell(
     }
     let mut log = std::fs::File::create(&log_path).map_err(log_err)?;
     writeln!(log, "# {}", launch.display()).map_err(log_err)?;
-    for stale in [&launch.trace, &launch.qmp, &launch.api_socket]
-        .into_iter()
-        .flatten()
+    for stale in [
+        &launch.trace,
+        &launch.qmp,
+        &launch.monitor,
+        &launch.api_socket,
+    ]
+    .into_iter()
+    .flatten()
     {
         let _ = std::fs::remove_file(stale);
     }
@@ -360,9 +365,15 @@ pub async fn run_cell(
                         let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
                         warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
                         let mut device_owes = false;
-                        if let Some(sock) = &launch.api_socket {
-                            let syms = launch.kernel.as_deref().and_then(crate::symbols::Symbols::beside);
-                            let (why, owes) = hang_state(sock, syms.as_ref()).await;
+                        let syms = launch.kernel.as_deref().and_then(crate::symbols::Symbols::beside);
+                        let state = if let Some(sock) = &launch.api_socket {
+                            Some(hang_state(sock, syms.as_ref()).await)
+                        } else if let Some(mon) = &launch.monitor {
+                            Some(qemu_hang_state(mon, pid, syms.as_ref()).await)
+                        } else {
+                            None
+                        };
+                        if let Some((why, owes)) = state {
                             device_owes = owes;
                             warn!("{column} round {}: state at the hang: {why}", round + 1);
                             let _ = writeln!(log, "# state at the hang: {why}");
@@ -457,25 +468,67 @@ async fn hang_state(
     );
     // Where the vCPUs are (our VMM's vm.vcpus; older builds have none).
     let vcpus = ep.body("/api/v1/vm.vcpus").await.unwrap_or_default();
-    // The host's symbols name a vCPU address the guest's do not (root
-    // reads real addresses in /proc/kallsyms; elsewhere they are zeros
-    // and name nothing).
-    let host = std::fs::read_to_string("/proc/kallsyms")
-        .ok()
-        .map(|t| crate::symbols::Symbols::parse(&t));
+    let host = host_symbols();
     let where_ = crate::liveness::vcpus(&vcpus, syms, host.as_ref());
     let verdict = crate::liveness::owed(&b, &where_, syms.is_some());
     let mut text = format!("{} [{:?}]", crate::liveness::diagnose(&a, &b), b);
     if let Some(v) = &verdict {
         text = format!("{v}; {text}");
     }
+    (with_vcpus(text, &where_, &vcpus), verdict.is_some())
+}
+
+/// `text` followed by where the vCPUs are (`where_`, or the VMM's
+/// answer `raw` as it is when it could not be read).
+fn with_vcpus(mut text: String, where_: &[crate::liveness::VcpuWhere], raw: &str) -> String {
     if !where_.is_empty() {
         let list: Vec<String> = where_.iter().map(|v| v.to_string()).collect();
         text += &format!("; vCPUs: {}", list.join("; "));
-    } else if !vcpus.trim().is_empty() {
-        text += &format!("; vCPUs: {}", vcpus.trim());
+    } else if !raw.trim().is_empty() {
+        text += &format!("; vCPUs: {}", raw.trim());
     }
-    (text, verdict.is_some())
+    text
+}
+
+/// The host kernel's symbols (root reads real addresses in
+/// /proc/kallsyms; elsewhere they are zeros and name nothing): they name
+/// a vCPU address the guest's do not.
+fn host_symbols() -> Option<crate::symbols::Symbols> {
+    std::fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .map(|t| crate::symbols::Symbols::parse(&t))
+}
+
+/// Stock QEMU at a hang, through its monitor socket `mon`
+/// ([`crate::qemu_hang`]): its virtio-iommu's request queue, its vCPUs'
+/// registers and stacks and their threads' CPU time over a second, read
+/// and judged as ours are (see [`hang_state`]).
+async fn qemu_hang_state(
+    mon: &std::path::Path,
+    pid: Option<u32>,
+    syms: Option<&crate::symbols::Symbols>,
+) -> (String, bool) {
+    let first = match crate::qemu_hang::read(mon, pid).await {
+        Ok(r) => r,
+        Err(e) => return (format!("stock QEMU's monitor did not answer ({e})"), false),
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let then = crate::qemu_hang::read(mon, pid)
+        .await
+        .map(|r| r.gauges)
+        .unwrap_or_default();
+    let raw = first.vcpus.to_string();
+    let where_ = crate::liveness::vcpus(&raw, syms, host_symbols().as_ref());
+    let verdict = crate::liveness::owed(&then, &where_, syms.is_some());
+    let mut text = format!(
+        "stock QEMU: {} [{:?}]",
+        crate::liveness::diagnose(&first.gauges, &then),
+        then
+    );
+    if let Some(v) = &verdict {
+        text = format!("{v}; {text}");
+    }
+    (with_vcpus(text, &where_, &raw), verdict.is_some())
 }
 
 /// What a VMM that SIGKILL does not end is reported as.
@@ -834,6 +887,7 @@ mod tests {
             args: vec![p.to_string_lossy().into_owned()],
             trace: None,
             qmp: None,
+            monitor: None,
             api_socket: None,
             kernel: None,
             counting: Counting::None,
@@ -994,6 +1048,59 @@ while :; do echo '@@LAB-PROGRESS@@ 5 0'; sleep 0.2; done
             r.status
         );
         assert!(t.elapsed() < Duration::from_secs(20));
+    }
+
+    #[tokio::test]
+    async fn a_hung_qemu_guest_says_where_its_vcpus_are() {
+        let d = tempfile::tempdir().unwrap();
+        let (_tx, rx) = watch::channel(false);
+        let started = d.path().join("started");
+        let body = format!(
+            r#"touch {}
+echo '@@LAB-GUEST@@ {{"event":"boot","kernel":"6.1","nvme":true,"iommu_groups":"","cmdline":""}}'
+echo '@@LAB-PHASE@@ begin randread-4k'
+while :; do echo '@@LAB-PROGRESS@@ 5 0'; sleep 0.2; done
+"#,
+            started.display()
+        );
+        let mut l = script_launch(d.path(), &body);
+        let mon = d.path().join("q.mon");
+        l.monitor = Some(mon.clone());
+        let _server = crate::qmp::tests::serve_after(
+            &mon,
+            Some(started),
+            Some(crate::qmp::tests::GREETING),
+            |cmd, _| {
+                Some(match cmd {
+                    "query-cpus-fast" => r#"{"return": [{"cpu-index": 0}]}"#.into(),
+                    "human-monitor-command" => {
+                        r#"{"return": "RIP=0000000000401000 RSP=00007ffc00000000 RFL=00000002 CPL=3 HLT=0"}"#.into()
+                    }
+                    _ => r#"{"return": {}}"#.into(),
+                })
+            },
+        );
+        let p = Progress::new(1, 1, Duration::from_secs(10));
+        let mut c = ctx(d.path(), rx, 1);
+        c.stall = Duration::from_millis(800);
+        let r = run_cell(&l, "qemu", 0, &mut c, &p).await.unwrap();
+        assert!(
+            matches!(
+                &r.status,
+                CellStatus::Hung {
+                    device_owes: false,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.status
+        );
+        let w = r.warnings.join("\n");
+        assert!(
+            w.contains("state at the hang: stock QEMU: ")
+                && w.contains("vCPUs: vCPU0 at 0x401000 (interrupts off)"),
+            "{w}"
+        );
     }
 
     #[tokio::test]

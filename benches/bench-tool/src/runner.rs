@@ -468,26 +468,32 @@ async fn hang_state(
     );
     // Where the vCPUs are (our VMM's vm.vcpus; older builds have none).
     let vcpus = ep.body("/api/v1/vm.vcpus").await.unwrap_or_default();
-    let host = host_symbols();
-    let where_ = crate::liveness::vcpus(&vcpus, syms, host.as_ref());
-    let verdict = crate::liveness::owed(&b, &where_, syms.is_some());
-    let mut text = format!("{} [{:?}]", crate::liveness::diagnose(&a, &b), b);
+    judge_hang(&a, &b, &vcpus, syms)
+}
+
+/// A hang judged from the gauges read a second apart (`a`, `b`) and the
+/// vCPUs' answer `raw` (`vm.vcpus` JSON), the same for both VMMs: the
+/// diagnosis, where the vCPUs are, and whether the device owes the
+/// driver a request (see [`crate::liveness`]).
+fn judge_hang(
+    a: &crate::liveness::Gauges,
+    b: &crate::liveness::Gauges,
+    raw: &str,
+    syms: Option<&crate::symbols::Symbols>,
+) -> (String, bool) {
+    let where_ = crate::liveness::vcpus(raw, syms, host_symbols().as_ref());
+    let verdict = crate::liveness::owed(b, &where_, syms.is_some());
+    let mut text = format!("{} [{:?}]", crate::liveness::diagnose(a, b), b);
     if let Some(v) = &verdict {
         text = format!("{v}; {text}");
     }
-    (with_vcpus(text, &where_, &vcpus), verdict.is_some())
-}
-
-/// `text` followed by where the vCPUs are (`where_`, or the VMM's
-/// answer `raw` as it is when it could not be read).
-fn with_vcpus(mut text: String, where_: &[crate::liveness::VcpuWhere], raw: &str) -> String {
     if !where_.is_empty() {
         let list: Vec<String> = where_.iter().map(|v| v.to_string()).collect();
         text += &format!("; vCPUs: {}", list.join("; "));
     } else if !raw.trim().is_empty() {
         text += &format!("; vCPUs: {}", raw.trim());
     }
-    text
+    (text, verdict.is_some())
 }
 
 /// The host kernel's symbols (root reads real addresses in
@@ -517,18 +523,8 @@ async fn qemu_hang_state(
         .await
         .map(|r| r.gauges)
         .unwrap_or_default();
-    let raw = first.vcpus.to_string();
-    let where_ = crate::liveness::vcpus(&raw, syms, host_symbols().as_ref());
-    let verdict = crate::liveness::owed(&then, &where_, syms.is_some());
-    let mut text = format!(
-        "stock QEMU: {} [{:?}]",
-        crate::liveness::diagnose(&first.gauges, &then),
-        then
-    );
-    if let Some(v) = &verdict {
-        text = format!("{v}; {text}");
-    }
-    (with_vcpus(text, &where_, &raw), verdict.is_some())
+    let (text, owes) = judge_hang(&first.gauges, &then, &first.vcpus.to_string(), syms);
+    (format!("stock QEMU: {text}"), owes)
 }
 
 /// What a VMM that SIGKILL does not end is reported as.

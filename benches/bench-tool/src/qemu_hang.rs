@@ -20,7 +20,8 @@
 //! QEMU has no QMP command for a vCPU's registers; its HMP text is stable
 //! (`RIP=... RFL=... CPL=... HLT=...`), so it is parsed here, every value
 //! optional: a QEMU that prints less gives a shorter diagnosis, not none.
-//! (These commands' answers were checked against Debian 12's QEMU 7.2.)
+//! (These commands' answers were checked by hand against Debian 12's QEMU
+//! 7.2 and the lab's 11.1, two `-qmp` sockets as the columns have them.)
 
 use std::path::Path;
 

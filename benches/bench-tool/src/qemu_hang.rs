@@ -194,13 +194,39 @@ pub async fn read(path: &Path, pid: Option<u32>) -> Result<Reading, QmpError> {
         ..Default::default()
     };
     if answering {
-        if let Some(qs) = request_queue(&mut q).await? {
-            gauges.driver_avail = qs.driver_avail;
-            gauges.device_next_avail = Some(qs.last_avail);
-            gauges.used = Some(qs.used);
-        }
+        queue_gauges(&mut q, &mut gauges).await?;
     }
     Ok(Reading { vcpus, gauges })
+}
+
+/// The request queue and the vCPU threads' CPU time alone: a hang's
+/// second reading, which asks no vCPU for its registers again.
+pub async fn read_gauges(
+    path: &Path,
+    pid: Option<u32>,
+) -> Result<crate::liveness::Gauges, QmpError> {
+    let mut q = Qmp::connect(path).await?;
+    let ms: Option<Vec<u64>> = threads(&mut q)
+        .await?
+        .into_iter()
+        .map(|(_, tid)| pid.zip(tid).and_then(|(p, t)| thread_cpu_ms(p, t)))
+        .collect();
+    let mut gauges = crate::liveness::Gauges {
+        vcpu_cpu_ms: ms.unwrap_or_default(),
+        ..Default::default()
+    };
+    queue_gauges(&mut q, &mut gauges).await?;
+    Ok(gauges)
+}
+
+/// Set `gauges`' request queue fields from QEMU's, when it has them.
+async fn queue_gauges(q: &mut Qmp, gauges: &mut crate::liveness::Gauges) -> Result<(), QmpError> {
+    if let Some(qs) = request_queue(q).await? {
+        gauges.driver_avail = qs.driver_avail;
+        gauges.device_next_avail = Some(qs.last_avail);
+        gauges.used = Some(qs.used);
+    }
+    Ok(())
 }
 
 /// QEMU's virtio-iommu request queue (queue 0).

@@ -519,9 +519,8 @@ async fn qemu_hang_state(
         Err(e) => return (format!("stock QEMU's monitor did not answer ({e})"), false),
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let then = crate::qemu_hang::read(mon, pid)
+    let then = crate::qemu_hang::read_gauges(mon, pid)
         .await
-        .map(|r| r.gauges)
         .unwrap_or_default();
     let (text, owes) = judge_hang(&first.gauges, &then, &first.vcpus.to_string(), syms);
     (format!("stock QEMU: {text}"), owes)

@@ -6,12 +6,12 @@
 #   ci/prebuild-kernels.sh SCENARIO...
 #
 # ci/test.sh starts it in the background at the lowest CPU priority (nice
-# 19) before its first step: the kernels then compile in the time the
-# other steps leave a core idle (the single-threaded parts of the cargo,
-# fuzz and checkpatch steps, and the lab's: a lab host's two emulated
-# vCPUs are often not both busy, though at times they take both cores),
-# and a lab step that needs a kernel not yet
-# built waits for it on the build's lock (build-kernel.sh) instead of
+# 19, and its session's autogroup at 19 too: ci/test.sh says why) before
+# its first step: the kernels then compile in the time the other steps
+# leave a core idle (the single-threaded parts of the cargo, fuzz and
+# checkpatch steps, and the lab's: a lab host's two emulated vCPUs are
+# often not both busy, though at times they take both cores), and a lab
+# step that needs a kernel not yet built waits for it on the build's lock (build-kernel.sh) instead of
 # building it a second time. On a fresh 2-core machine the six kernels
 # the steps used to build one by one in their own step took 37 minutes of
 # a 110-minute run (benches/results/ci-timings-cold-92aafe5-partial.txt).

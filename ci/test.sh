@@ -42,10 +42,23 @@ fi
 # the lowest CPU priority, in the time the steps before leave a core idle
 # (ci/prebuild-kernels.sh says why): on a fresh machine this is what keeps
 # CI under an hour.
+#
+# The build runs in a session of its own (setsid: the trap below kills all
+# of it), and with the scheduler's autogroups on (Debian's default,
+# kernel.sched_autogroup_enabled=1, wherever the CPU cgroup is the root's)
+# a new session is a new autogroup that gets as much CPU as this whole
+# script's, whatever its tasks' nice: nice only orders tasks inside one
+# autogroup. So the build's autogroup itself is set to nice 19. On this
+# 2-core machine two nice-0 busy loops took 2.3 s alone, 2.2 s beside two
+# nice-19 busy loops in this session, 4.2 s beside them in a session of
+# their own, 2.3 s once that session's autogroup was at 19
+# (ci/cpu-share-check.sh); a cold run's cargo steps took twice their warm
+# time before this (benches/results/ci-timings-cold-8193176.txt).
 prebuild=
 if [ $lab = 1 ]; then
 	mkdir -p target
-	setsid nice -n 19 ci/prebuild-kernels.sh "${lab_steps[@]}" 2>target/prebuild.log &
+	setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 ci/prebuild-kernels.sh "$@"' \
+		prebuild "${lab_steps[@]}" 2>target/prebuild.log &
 	prebuild=$!
 	trap '[ -z "$prebuild" ] || kill -- -"$prebuild" 2>/dev/null' EXIT
 fi

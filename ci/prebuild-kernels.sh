@@ -11,8 +11,8 @@
 # leave a core idle (the single-threaded parts of the cargo, fuzz and
 # checkpatch steps, and the lab's: a lab host's two emulated vCPUs are
 # often not both busy, though at times they take both cores), and a lab
-# step that needs a kernel not yet built waits for it on the build's lock (build-kernel.sh) instead of
-# building it a second time. On a fresh 2-core machine the six kernels
+# step that needs a kernel not yet built waits for it on the build's lock
+# (build-kernel.sh) instead of building it a second time. On a fresh 2-core machine the six kernels
 # the steps used to build one by one in their own step took 37 minutes of
 # a 110-minute run (benches/results/ci-timings-cold-92aafe5-partial.txt).
 #

@@ -48,14 +48,16 @@ beside() {
 }
 
 timed "alone"
-# Each background starts in a session of its own so that the trap can kill
-# it as a group; the first one returns to this script's autogroup by
-# running in it (no setsid around the loops themselves).
+# The first background stays in this session (this autogroup) but gets a
+# process group of its own (job control), so that it and its loops die
+# as one group like the setsid ones below.
+set -m
 nice -n 19 bash -c "$spin" &
+set +m
 bg=$!
 sleep 1
 timed "beside nice 19, this session"
-kill $(pgrep -P "$bg") "$bg" 2>/dev/null || true
+kill -- -"$bg" 2>/dev/null || true
 wait "$bg" 2>/dev/null || true
 bg=
 beside "beside nice 19, own session" "exec nice -n 19 bash -c '$spin'"

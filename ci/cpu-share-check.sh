@@ -35,10 +35,22 @@ timed() {
 	printf '%-36s %6.2f s\n' "$1" "$(echo "$EPOCHREALTIME - $t0" | bc)"
 }
 
+# beside LABEL SESSION SCRIPT: time the loops beside SCRIPT's busy loops,
+# started in a session of their own (SESSION=own, setsid: a new
+# autogroup) or in this one (SESSION=this: this autogroup, but a process
+# group of their own through job control); either way they die as one
+# group.
 beside() {
-	local label=$1
-	shift
-	setsid bash -c "$1" &
+	local label=$1 session=$2 script=$3
+	if [ "$session" = own ]; then
+		# not under job control: setsid forks again when it starts as a
+		# process group's leader, and $! would not be the session's
+		setsid bash -c "$script" &
+	else
+		set -m
+		bash -c "$script" &
+		set +m
+	fi
 	bg=$!
 	sleep 1
 	timed "$label"
@@ -48,17 +60,6 @@ beside() {
 }
 
 timed "alone"
-# The first background stays in this session (this autogroup) but gets a
-# process group of its own (job control), so that it and its loops die
-# as one group like the setsid ones below.
-set -m
-nice -n 19 bash -c "$spin" &
-set +m
-bg=$!
-sleep 1
-timed "beside nice 19, this session"
-kill -- -"$bg" 2>/dev/null || true
-wait "$bg" 2>/dev/null || true
-bg=
-beside "beside nice 19, own session" "exec nice -n 19 bash -c '$spin'"
-beside "beside own session, autogroup 19" "echo 19 >/proc/self/autogroup; exec nice -n 19 bash -c '$spin'"
+beside "beside nice 19, this session" this "exec nice -n 19 bash -c '$spin'"
+beside "beside nice 19, own session" own "exec nice -n 19 bash -c '$spin'"
+beside "beside own session, autogroup 19" own "echo 19 >/proc/self/autogroup; exec nice -n 19 bash -c '$spin'"

@@ -12,7 +12,10 @@
 # checkpatch steps, and the lab's: a lab host's two emulated vCPUs are
 # often not both busy, though at times they take both cores), and a lab
 # step that needs a kernel not yet built waits for it on the build's lock
-# (build-kernel.sh) instead of building it a second time. On a fresh 2-core machine the six kernels
+# (build-kernel.sh) instead of building it a second time. Little is idle
+# on 2 cores (94% busy in a cold run's sample), so this mostly orders the
+# work: it keeps the cargo steps at their warm speed, and the lab steps
+# wait for the kernels instead. On a fresh 2-core machine the six kernels
 # the steps used to build one by one in their own step took 37 minutes of
 # a 110-minute run (benches/results/ci-timings-cold-92aafe5-partial.txt).
 #

@@ -40,8 +40,10 @@ if [ $lab = 1 ]; then
 fi
 # Every kernel the lab steps boot is built ahead, one after another, at
 # the lowest CPU priority, in the time the steps before leave a core idle
-# (ci/prebuild-kernels.sh says why): on a fresh machine this is what keeps
-# CI under an hour.
+# (ci/prebuild-kernels.sh says why). On a fresh 2-core machine CI still
+# takes 68 minutes (benches/results/ci-timings-cold-318cebe.txt): the
+# machine is busy throughout, so the kernels' compile time adds to the
+# steps' whatever their priority.
 #
 # The build runs in a session of its own (setsid: the trap below kills all
 # of it), and with the scheduler's autogroups on (Debian's default,

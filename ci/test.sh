@@ -66,7 +66,7 @@ if [ $lab = 1 ]; then
 fi
 
 # The background build's own result and its lines (a kernel's time, or
-# its failure and log); by now every lab step has waited for its kernels.
+# its failure and log), once it is done.
 prebuild_done() {
 	local rc=0
 	wait "$prebuild" || rc=$?
@@ -103,11 +103,13 @@ step "guest patches 7.3 checkpatch --strict" bash -c 'guest-patches/fetch-debian
 step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; gcc -static -O2 -Wall -Wextra -Werror -o /dev/null benches/bench-tool/guest/hostile.c || exit 1; for f in benches/bench-tool/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab -p "test_*.py" -q'
 step "guest kernel sources and build tools (no build)" guest-patches/test-build-kernel.sh
 if [ $lab = 1 ]; then
+	# No lab step runs beside a kernel build (the comment on the build
+	# above says why).
+	step "guest kernels built ahead (ci/prebuild-kernels.sh)" prebuild_done
 	mkdir -p target
 	for s in "${lab_steps[@]}"; do
 		step "lab $s" ci/lab/lab run "$s" --results "target/lab-$s.json"
 	done
-	step "guest kernels built ahead (ci/prebuild-kernels.sh)" prebuild_done
 fi
 
 [ $failed -eq 0 ] || echo "failed: ${failures[*]}" >&2

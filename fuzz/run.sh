@@ -25,6 +25,9 @@
 #
 #   fuzz/run.sh --runs 10000000 --out benches/results/fuzz-requests-$(date +%F).txt requests
 #
+# FUZZ_TARGET_DIR, if set, is where the fuzz targets build (cargo fuzz
+# --target-dir; .ci/run keeps it outside the clone), else fuzz/target.
+#
 # The committed seed corpus (corpus/<target>/) is read, never written: new
 # inputs go to a temporary directory. A crash fails the script and leaves
 # the reproducer under fuzz/artifacts/<target>/.
@@ -85,7 +88,7 @@ for target in "${targets[@]}"; do
 	[ -z "$out" ] || echo "fuzzing $target for $what" >>"$out"
 	log="$work.log"
 	set +e
-	cargo +nightly fuzz run ${san[@]+"${san[@]}"} "$target" "$work" "corpus/$target" -- "${bound[@]}" "${flags[@]}" 2>&1 | tee "$log"
+	cargo +nightly fuzz run ${san[@]+"${san[@]}"} --target-dir "${FUZZ_TARGET_DIR:-target}" "$target" "$work" "corpus/$target" -- "${bound[@]}" "${flags[@]}" 2>&1 | tee "$log"
 	trc=${PIPESTATUS[0]}
 	set -e
 	[ -z "$out" ] || grep -E '^(Done [0-9]+ runs|stat::)|^==[0-9]+==|^SUMMARY:' "$log" >>"$out" || true

@@ -410,17 +410,51 @@ extract_pristine() {
 	exec 8>&-
 }
 
+# checkpatch_tree: a directory checkpatch.pl can run from. It reads only a
+# few of a tree's files (scripts/: itself, spelling.txt,
+# const_structs.checkpatch, get_maintainer.pl; MAINTAINERS; include/linux/
+# for its <asm/...> check) and checks that a kernel tree's top-level
+# entries exist. So where no whole tree is extracted yet, only those are
+# (30 MB, 9 s for 6.1 instead of the whole 1.4 GB): CI builds no 6.1 or
+# 7.3 kernel and extracted both trees for checkpatch alone.
+checkpatch_tree() {
+	if [ "$src_kind" = tree ] || [ -f "$pristine/.extracted" ]; then
+		cp_tree=$pristine
+		return 0
+	fi
+	cp_tree=$pristine.checkpatch
+	[ -f "$cp_tree/.extracted" ] && return
+	mkdir -p "$cache/src"
+	exec 8>"$pristine.lock"
+	flock 8
+	if [ ! -f "$cp_tree/.extracted" ]; then
+		log "extracting what checkpatch.pl reads from $src (once per source)"
+		rm -rf "$cp_tree" "$cp_tree.tmp"
+		mkdir -p "$cp_tree.tmp"
+		err=$(tar -xf "$src" -C "$cp_tree.tmp" --strip-components=1 --wildcards --no-wildcards-match-slash \
+			'*/scripts' '*/include/linux' '*/Documentation/dev-tools' \
+			'*/MAINTAINERS' '*/COPYING' '*/CREDITS' '*/Kbuild' '*/Makefile' '*/README' 2>&1) ||
+			die "cannot extract what checkpatch.pl reads from $what into $cp_tree.tmp: $(echo "$err" | head -n 1) (expected $expect)"
+		[ -x "$cp_tree.tmp/scripts/checkpatch.pl" ] || die "$what has no scripts/checkpatch.pl: expected $expect"
+		# the rest of the top-level entries checkpatch looks for, empty
+		(cd "$cp_tree.tmp" && mkdir -p arch drivers fs init ipc kernel lib)
+		touch "$cp_tree.tmp/.extracted"
+		mv "$cp_tree.tmp" "$cp_tree"
+	fi
+	exec 8>&-
+}
+
 if [ "$variant" = checkpatch ]; then
 	[ $dry_run = 0 ] || {
 		echo "source: $src_desc"
 		echo "version: linux $kver"
 		exit 0
 	}
-	extract_pristine
+	checkpatch_tree
 	bad=0
 	for p in "$here/patches/0000-cover-letter.patch" "${patches[@]}"; do
 		[ -f "$p" ] || continue
-		if out=$(cd "$pristine" && ./scripts/checkpatch.pl --strict -q "$p" 2>&1); then
+		if out=$(cd "$cp_tree" && ./scripts/checkpatch.pl --strict -q "$p" 2>&1); then
 			log "checkpatch --strict clean: $(basename "$p")"
 		else
 			echo "$out" >&2

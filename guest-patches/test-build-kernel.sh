@@ -323,6 +323,28 @@ done
 succeeds "checkpatch needs no compiler" "version: linux 6.12.5" -- 6.12 --src "$t612" checkpatch --dry-run
 PATH_OVERRIDE=$(nobin perl)
 fails "checkpatch needs perl" "missing build tools: perl; apt-get install perl" -- 6.12 --src "$t612" checkpatch
+# checkpatch from a tarball extracts only what checkpatch.pl reads (the
+# stub perl runs the stub script and exits 0: every patch "clean").
+PATH_OVERRIDE=
+t6126=$tmp/src/linux-6.12.6
+fake_tree "$t6126" 6 12 6
+mkdir -p "$t6126/scripts" "$t6126/include/linux" "$t6126/Documentation/dev-tools"
+printf '#!/usr/bin/env perl\n' >"$t6126/scripts/checkpatch.pl"
+chmod +x "$t6126/scripts/checkpatch.pl"
+for f in include/linux/io.h Documentation/dev-tools/checkpatch.rst MAINTAINERS COPYING CREDITS Kbuild README; do
+	echo x >"$t6126/$f"
+done
+(cd "$tmp/src" && tar cJf linux-6.12.6.tar.xz linux-6.12.6)
+succeeds "checkpatch from a tarball" -- 6.12 --src "$tmp/src/linux-6.12.6.tar.xz" checkpatch
+cpt=$(ls -d "$VIOMMU_LAB_CACHE"/src/linux-6.12.6-*.checkpatch 2>/dev/null | head -n 1)
+[ -n "$cpt" ] && [ -x "$cpt/scripts/checkpatch.pl" ] && [ -f "$cpt/include/linux/io.h" ] && [ -d "$cpt/arch" ] &&
+	[ ! -e "$cpt/drivers/iommu/virtio-iommu.c" ] && [[ $err == *"checkpatch --strict clean: 0001-"* ]] &&
+	ok "checkpatch's tree holds what it reads, not the sources" || bad "checkpatch's tree from a tarball" "$err" "$(ls -R "$cpt" 2>&1 | head)"
+rm "$t6126/scripts/checkpatch.pl"
+(cd "$tmp/src" && tar cJf linux-6.12.6-nocp.tar.xz linux-6.12.6)
+run 6.12 --src "$tmp/src/linux-6.12.6-nocp.tar.xz" checkpatch
+[ "$rc" = 1 ] && [[ $(tail -n 1 <<<"$err") == *"linux-6.12.6-nocp.tar.xz has no scripts/checkpatch.pl: expected a kernel tree"* ]] &&
+	ok "checkpatch from a tarball without checkpatch.pl" || bad "checkpatch from a tarball without checkpatch.pl: status $rc" "$err"
 PATH_OVERRIDE=$(nobin xz ld cmp flock awk)
 for c in "debian:xz ld awk cmp flock; apt-get install xz-utils binutils gawk diffutils util-linux" \
 	"fedora:dnf install xz binutils gawk diffutils util-linux"; do

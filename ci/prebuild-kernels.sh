@@ -7,17 +7,15 @@
 #
 # ci/test.sh starts it in the background at the lowest CPU priority (nice
 # 19, and its session's autogroup at 19 too: ci/test.sh says why) before
-# its first step: the kernels then compile in the time the other steps
-# leave a core idle (the single-threaded parts of the cargo, fuzz and
-# checkpatch steps, and the lab's: a lab host's two emulated vCPUs are
-# often not both busy, though at times they take both cores), and a lab
-# step that needs a kernel not yet built waits for it on the build's lock
-# (build-kernel.sh) instead of building it a second time. Little is idle
-# on 2 cores (94% busy in a cold run's sample), so this mostly orders the
-# work: it keeps the cargo steps at their warm speed, and the lab steps
-# wait for the kernels instead. On a fresh 2-core machine the six kernels
-# the steps used to build one by one in their own step took 37 minutes of
-# a 110-minute run (benches/results/ci-timings-cold-92aafe5-partial.txt).
+# its first step, so the kernels compile beside the cargo, fuzz and
+# checkpatch steps without slowing them much, and waits for it before its
+# first lab step: beside a kernel build the lab steps' emulation ran two to
+# three times slower and starved the build (ci/test.sh). A lab step run by
+# hand that needs a kernel being built waits for it on the build's lock
+# (build-kernel.sh) instead of building it a second time. On a fresh
+# 2-core machine the six kernels the steps used to build one by one in
+# their own step took 37 minutes of a 110-minute run
+# (benches/results/ci-timings-cold-92aafe5-partial.txt).
 #
 # One line per kernel on stderr with its time; exit 1 if any build failed
 # (the lab step that needs it then fails with the build's own error).

@@ -39,11 +39,15 @@ if [ $lab = 1 ]; then
 	)
 fi
 # Every kernel the lab steps boot is built ahead, one after another, at
-# the lowest CPU priority, in the time the steps before leave a core idle
-# (ci/prebuild-kernels.sh says why). On a fresh 2-core machine CI still
-# takes 68 minutes (benches/results/ci-timings-cold-318cebe.txt): the
-# machine is busy throughout, so the kernels' compile time adds to the
-# steps' whatever their priority.
+# the lowest CPU priority, beside the cargo, fuzz and checkpatch steps
+# (ci/prebuild-kernels.sh), and the lab steps start once all are built.
+# Beside a kernel build a lab step took two to three times as long, and
+# the build, starved by the lab's emulation, became the run's critical
+# path: at 318cebe, where the lab steps waited only for the kernel they
+# boot, the three kernels took 4008 s of a 4094-s cold run
+# (benches/results/ci-timings-cold-318cebe.txt); on a quiet 2-core machine
+# they build in 502 s (stock), about 180 s (patched, most of it from
+# ccache) and 572 s (lab host).
 #
 # The build runs in a session of its own (setsid: the trap below kills all
 # of it), and with the scheduler's autogroups on (Debian's default,

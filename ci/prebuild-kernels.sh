@@ -9,8 +9,8 @@
 # 19, and its session's autogroup at 19 too: ci/test.sh says why) before
 # its first step, so the kernels compile beside the cargo, fuzz and
 # checkpatch steps without slowing them much, and waits for it before its
-# first lab step: beside a kernel build the lab steps' emulation ran two to
-# three times slower and starved the build (ci/test.sh). A lab step run by
+# first lab step: beside a kernel build the lab steps' emulation ran up to
+# twice as long and starved the build (ci/test.sh). A lab step run by
 # hand that needs a kernel being built waits for it on the build's lock
 # (build-kernel.sh) instead of building it a second time. On a fresh
 # 2-core machine the six kernels the steps used to build one by one in

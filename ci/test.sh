@@ -41,13 +41,13 @@ fi
 # Every kernel the lab steps boot is built ahead, one after another, at
 # the lowest CPU priority, beside the cargo, fuzz and checkpatch steps
 # (ci/prebuild-kernels.sh), and the lab steps start once all are built.
-# Beside a kernel build a lab step took two to three times as long, and
-# the build, starved by the lab's emulation, became the run's critical
-# path: at 318cebe, where the lab steps waited only for the kernel they
-# boot, the three kernels took 4008 s of a 4094-s cold run
-# (benches/results/ci-timings-cold-318cebe.txt); on a quiet 2-core machine
-# they build in 502 s (stock), about 180 s (patched, most of it from
-# ccache) and 572 s (lab host).
+# At 318cebe the lab steps waited only for the kernel they boot: beside
+# the builds they ran up to twice as long as without (hostile 198 s
+# against 100 s, multipath 80 against 55 at d3ba1c7), and the builds,
+# starved by the lab's emulation, took 4008 s of the 4094-s cold run, its
+# critical path (benches/results/ci-timings-cold-{318cebe,d3ba1c7}.txt).
+# Alone on a quiet 2-core machine they build in 502 s (stock), 176 s
+# (patched, most objects from ccache) and 572 s (our lab host).
 #
 # The build runs in a session of its own (setsid: the trap below kills all
 # of it), and with the scheduler's autogroups on (Debian's default,

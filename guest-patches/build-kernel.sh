@@ -386,28 +386,49 @@ elif [ "$variant" != baseline ]; then
 	fi
 fi
 
-extract_pristine() {
-	[ "$src_kind" != tree ] || return 0
-	[ -f "$pristine/.extracted" ] && return
+# extract_once DEST PART CHECK [MEMBER...]: extracts the source tarball
+# (only the MEMBERs, tar wildcards, if named) into DEST, once per source:
+# into DEST.tmp, then `CHECK DEST.tmp` (it dies on a tree that is not
+# what it needs, and may complete it), then renamed. One extraction per
+# source at a time: checkpatch and the builds of the source's variants
+# may race (CI builds kernels in the background while its checkpatch
+# steps run); the loser finds the tree extracted. PART names what is
+# extracted, in the log and in errors.
+extract_once() {
+	local dest=$1 part=$2 check=$3 err
+	shift 3
+	[ -f "$dest/.extracted" ] && return 0
 	mkdir -p "$cache/src"
-	# One extraction per source at a time: checkpatch and the builds of
-	# the source's variants may race (CI builds kernels in the background
-	# while its checkpatch steps run); the loser finds the tree extracted.
 	exec 8>"$pristine.lock"
 	flock 8
-	if [ -f "$pristine/.extracted" ]; then
-		exec 8>&-
-		return 0
+	if [ ! -f "$dest/.extracted" ]; then
+		log "extracting $part from $src (once per source)"
+		rm -rf "$dest" "$dest.tmp"
+		mkdir -p "$dest.tmp"
+		[ $# -eq 0 ] || set -- --wildcards --no-wildcards-match-slash "$@"
+		err=$(tar -xf "$src" -C "$dest.tmp" --strip-components=1 "$@" 2>&1) ||
+			die "cannot extract $part from $what into $dest.tmp: $(echo "$err" | head -n 1) (expected $expect)"
+		"$check" "$dest.tmp"
+		touch "$dest.tmp/.extracted"
+		mv "$dest.tmp" "$dest"
 	fi
-	log "extracting $src (once per source)"
-	rm -rf "$pristine" "$pristine.tmp"
-	mkdir -p "$pristine.tmp"
-	tar -xf "$src" -C "$pristine.tmp" --strip-components=1 ||
-		die "cannot extract $what into $pristine.tmp"
-	[ -f "$pristine.tmp/Makefile" ] || die "$what has no top-level Makefile after extraction: expected $expect"
-	touch "$pristine.tmp/.extracted"
-	mv "$pristine.tmp" "$pristine"
 	exec 8>&-
+}
+
+whole_tree_check() {
+	[ -f "$1/Makefile" ] || die "$what has no top-level Makefile after extraction: expected $expect"
+}
+
+# extract_pristine: the whole source tree, for a build.
+extract_pristine() {
+	[ "$src_kind" != tree ] || return 0
+	extract_once "$pristine" "the whole tree" whole_tree_check
+}
+
+checkpatch_tree_check() {
+	[ -x "$1/scripts/checkpatch.pl" ] || die "$what has no scripts/checkpatch.pl: expected $expect"
+	# the rest of the top-level entries checkpatch looks for, empty
+	(cd "$1" && mkdir -p arch drivers fs init ipc kernel lib)
 }
 
 # checkpatch_tree: a directory checkpatch.pl can run from. It reads only a
@@ -423,25 +444,9 @@ checkpatch_tree() {
 		return 0
 	fi
 	cp_tree=$pristine.checkpatch
-	[ -f "$cp_tree/.extracted" ] && return
-	mkdir -p "$cache/src"
-	exec 8>"$pristine.lock"
-	flock 8
-	if [ ! -f "$cp_tree/.extracted" ]; then
-		log "extracting what checkpatch.pl reads from $src (once per source)"
-		rm -rf "$cp_tree" "$cp_tree.tmp"
-		mkdir -p "$cp_tree.tmp"
-		err=$(tar -xf "$src" -C "$cp_tree.tmp" --strip-components=1 --wildcards --no-wildcards-match-slash \
-			'*/scripts' '*/include/linux' '*/Documentation/dev-tools' \
-			'*/MAINTAINERS' '*/COPYING' '*/CREDITS' '*/Kbuild' '*/Makefile' '*/README' 2>&1) ||
-			die "cannot extract what checkpatch.pl reads from $what into $cp_tree.tmp: $(echo "$err" | head -n 1) (expected $expect)"
-		[ -x "$cp_tree.tmp/scripts/checkpatch.pl" ] || die "$what has no scripts/checkpatch.pl: expected $expect"
-		# the rest of the top-level entries checkpatch looks for, empty
-		(cd "$cp_tree.tmp" && mkdir -p arch drivers fs init ipc kernel lib)
-		touch "$cp_tree.tmp/.extracted"
-		mv "$cp_tree.tmp" "$cp_tree"
-	fi
-	exec 8>&-
+	extract_once "$cp_tree" "what checkpatch.pl reads" checkpatch_tree_check \
+		'*/scripts' '*/include/linux' '*/Documentation/dev-tools' \
+		'*/MAINTAINERS' '*/COPYING' '*/CREDITS' '*/Kbuild' '*/Makefile' '*/README'
 }
 
 if [ "$variant" = checkpatch ]; then

@@ -25,7 +25,7 @@
 #   host base   busybox, KVM/VFIO modules, stock QEMU and its firmware
 #   guest base  busybox, fio and its libraries
 #   layers      --vmm-qemu's QEMU, --userland's Debian 13 root (cached per root)
-#   overlay     the inits (host-init; the guest's is benches/bench-tool/guest/init,
+#   overlay     the inits (host-init; the guest's is tools/viommu-bench/guest/init,
 #               with its attacker viommu-hostile, hostile.c beside it),
 #               scenarios, guest kernels, --bin programs (per run)
 set -euo pipefail
@@ -192,9 +192,9 @@ rm -rf "$run/guest-overlay" "$run/host-overlay" && mkdir -p "$run/guest-overlay"
 # The guest runs the bench tool's own /init (its marker protocol), with
 # the hostile guest's attacker beside it (lab.hostile=1; static, a second
 # to build).
-install -m 755 "$REPO_DIR/benches/bench-tool/guest/init" "$run/guest-overlay/init"
+install -m 755 "$REPO_DIR/tools/viommu-bench/guest/init" "$run/guest-overlay/init"
 mkdir -p "$run/guest-overlay/bin"
-gcc -static -O2 -Wall -Wextra -Werror -o "$run/guest-overlay/bin/viommu-hostile" "$REPO_DIR/benches/bench-tool/guest/hostile.c" ||
+gcc -static -O2 -Wall -Wextra -Werror -o "$run/guest-overlay/bin/viommu-hostile" "$REPO_DIR/tools/viommu-bench/guest/hostile.c" ||
 	die "building the guest's viommu-hostile (gcc -static; libc6-dev) failed"
 make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
 cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"

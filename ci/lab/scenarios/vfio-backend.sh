@@ -1,3 +1,3 @@
 # Scenario: our VFIO DMA backend against the real kernel, no guest. Each
-# check prints @@LAB-CHECK@@ {json}; see crates/lab-checks.
+# check prints @@LAB-CHECK@@ {json}; see crates/vfio-lab-check.
 vfio-lab-check --device "/sys/bus/pci/devices/$BDF"

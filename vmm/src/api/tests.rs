@@ -136,7 +136,7 @@ fn serves_http_on_a_socket_and_metrics_parse_as_prometheus_text() {
     let (status, text) = request(&path, "GET", "/metrics").unwrap();
     assert_eq!(status, 200);
     let m = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    // What viommu-bench reads (benches/bench-tool/src/metrics.rs), in the lab too.
+    // What viommu-bench reads (tools/viommu-bench/src/metrics.rs), in the lab too.
     for (k, v) in [
         ("viommu_requests_total{type=\"map\"}", 3.0),
         ("viommu_requests_total{type=\"unmap\"}", 2.0),

@@ -1,0 +1,632 @@
+//! Command-line flags and their checks. Everything here is pure: no file
+//! is read, so every bad value is reported before the host is looked at.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::columns::{self, Column, ColumnError, Iommu, Kernel, Vmm, DEFAULT_COLUMNS};
+use crate::units::{parse_size, size_label};
+
+/// Compare NVMe passthrough behind a virtio-iommu: our VMM vs stock QEMU,
+/// stock vs patched guest kernels, vs no vIOMMU, on this host's own drive.
+///
+/// DESTROYS THE DATA on the drive: it must be named twice, with --device
+/// and --destroy-data. Progress goes to stderr, the table to stdout, and
+/// results.json, table.md, chart.png and the guests' logs to --out.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "viommu-bench", version, verbatim_doc_comment)]
+pub struct Args {
+    /// PCI address of the NVMe drive to pass through, e.g. 0000:01:00.0
+    /// (`lspci -D -d ::0108` lists NVMe drives).
+    #[arg(long, value_name = "BDF")]
+    pub device: String,
+    /// Consent: the same BDF again, or the drive's serial number
+    /// (/sys/bus/pci/devices/BDF/nvme/nvme*/serial). Its data is destroyed.
+    #[arg(long, value_name = "BDF|SERIAL")]
+    pub destroy_data: Option<String>,
+    /// The drive is already bound to vfio-pci: do not bind or restore it.
+    #[arg(long)]
+    pub no_bind: bool,
+    /// Unpatched guest bzImage (guest-patches/linux-6.12/build.sh baseline;
+    /// any version with virtio-pci, virtio-iommu, ACPI VIOT and NVMe built
+    /// in, =y: the guest image loads no modules).
+    #[arg(long, value_name = "PATH")]
+    pub kernel_stock: Option<PathBuf>,
+    /// Patched guest bzImage (guest-patches/linux-6.12/build.sh patched, or
+    /// the 6.1 series' linux-6.1/build.sh patched).
+    #[arg(long, value_name = "PATH")]
+    pub kernel_patched: Option<PathBuf>,
+    /// One more guest kernel, for the columns whose KERNEL field is NAME
+    /// (e.g. `--kernel stock-7.3=/path/bzImage --columns
+    /// q73:qemu:viommu:stock-7.3`); repeat for more.
+    #[arg(long = "kernel", value_name = "NAME=PATH")]
+    pub kernels: Vec<String>,
+    /// Use this guest initramfs instead of building one (it must run the
+    /// guest protocol of tools/viommu-bench/guest/init as its /init).
+    #[arg(long, value_name = "PATH")]
+    pub initramfs: Option<PathBuf>,
+    /// Where built initramfs images are cached [default: ~/.cache/viommu-bench].
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Stock QEMU.
+    #[arg(long, value_name = "PATH", default_value = "qemu-system-x86_64")]
+    pub qemu: PathBuf,
+    /// Our VMM [default: `vmm` next to this program, else in PATH].
+    #[arg(long, value_name = "PATH")]
+    pub vmm: Option<PathBuf>,
+    /// Columns to run, comma-separated: built-in names, or
+    /// TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none,
+    /// KERNEL stock|patched, OPTS +-separated guest params, strict, lazy, --vmm-flags).
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_COLUMNS)]
+    pub columns: Vec<String>,
+    /// The column others are compared with in the "vs" column [default: the first].
+    #[arg(long, value_name = "TAG")]
+    pub baseline: Option<String>,
+    /// The column the report leads with: a headline of its IOPS over the
+    /// baseline's and the ceiling's, round by round, before every table.
+    #[arg(long, value_name = "TAG")]
+    pub lead: Option<String>,
+    /// fio workload of the measured runs.
+    #[arg(long, value_enum, default_value_t = Rw::Randread)]
+    pub rw: Rw,
+    /// Block sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4k,16k,64k,128k,256k")]
+    pub bs: Vec<String>,
+    /// fio iodepth.
+    #[arg(long, default_value_t = 64)]
+    pub iodepth: u32,
+    /// fio jobs, comma-separated: each value is one more measured run per block size.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub numjobs: Vec<u32>,
+    /// Guest vCPUs, at most 64 (the guest kernels' CONFIG_NR_CPUS).
+    #[arg(long, default_value_t = 1)]
+    pub guest_cpus: u32,
+    /// Guest RAM, e.g. 1G or 2048M.
+    #[arg(long, default_value = "1G")]
+    pub guest_memory: String,
+    /// Seconds per measured fio run.
+    #[arg(long, default_value_t = 10)]
+    pub runtime: u32,
+    /// Seconds each measured fio run goes on before it is measured (fio
+    /// --ramp_time; the VMM's and the guest's counters also start after
+    /// it): steady state without the first mappings of fio's buffers.
+    #[arg(long, default_value_t = 0)]
+    pub ramp: u32,
+    /// Seconds of each untimed counting run of stock QEMU's columns behind a
+    /// virtio-iommu. No timed run is traced: after its timed runs such a
+    /// guest runs each one's fio job again this long, and only then are
+    /// QEMU's trace events on (turned on and off over QMP); its requests
+    /// and VFIO calls per I/O come from these runs (lower bounds, marked
+    /// `untimed`). Our VMM's counts come from the timed runs themselves
+    /// (its counters are always on; exact). 0: no counting runs, QEMU
+    /// starts with no trace file or QMP socket at all, its counts read
+    /// `not counted`.
+    #[arg(long, default_value_t = 3, value_name = "S")]
+    pub count_runtime: u32,
+    /// Run every column this many times, in a balanced order: rounds 2k and
+    /// 2k+1 run the columns from column k mod n on, forwards then backwards.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// A guest that completes no I/O and prints no marker this long is killed and reported hung.
+    #[arg(long, default_value_t = 60)]
+    pub stall_seconds: u64,
+    /// Bytes written and verified per block size and job before measuring.
+    #[arg(long, default_value = "8M")]
+    pub verify_size: String,
+    /// Before the measured runs each guest writes what they read, so no
+    /// read meets a never-written block (which a datacenter drive answers
+    /// without touching flash): span = write the first --span bytes
+    /// sequentially and keep the measured runs' reads inside them; full =
+    /// write the whole namespace; none = neither (reads cover the whole
+    /// namespace, written or not).
+    #[arg(long, value_enum, default_value_t = Precondition::Span)]
+    pub precondition: Precondition,
+    /// The span --precondition span writes and the measured runs read
+    /// (capped at the namespace's size); several times the drive's cache.
+    #[arg(long, default_value = "4G")]
+    pub span: String,
+    /// Output directory [default: ./viommu-bench-results/TIMESTAMP].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the plan (checks, columns, commands) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// What each guest runs: fio = write+verify at every block size and
+    /// mixed sizes, then the measured runs; mixed = one mixed-size
+    /// write+verify (4k-256k), then the measured runs; smoke = write+verify
+    /// only, plus a 2 s 4k read.
+    #[arg(long, value_enum, default_value_t = Mode::Fio)]
+    pub mode: Mode,
+    /// Run a cell whose guest kernel crashed, reset itself or stalled
+    /// before its init again, up to N times (a flaky host or nested
+    /// emulation); the first attempt stays in the results as a warning.
+    /// Never for a failed verify or a guest that hung after its boot.
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+    /// Number the rounds from R (round R takes its place in the balanced order): one
+    /// run split over several boots of a host, as the lab does, one round each.
+    #[arg(long, default_value_t = 1, value_name = "R")]
+    pub first_round: u32,
+    /// Bound on one VM in seconds, whatever its progress [default: four
+    /// times the estimate plus --stall-seconds].
+    #[arg(long, value_name = "S")]
+    pub cell_timeout: Option<u64>,
+    /// For a caller that reads only stdout (the lab's serial console): one
+    /// `@@LAB-CELL@@ {json}` line per finished VM, and the console log of
+    /// every VM that did not finish well, between `---- guest ... ----` lines.
+    #[arg(long)]
+    pub serial_report: bool,
+    /// With --retries: also run a guest that stopped completing I/O again
+    /// (the first attempt stays in the results as a warning). For CI,
+    /// while intermittent hangs behind our VMM are investigated; off by
+    /// default, so a hang is a failure.
+    #[arg(long)]
+    pub retry_hung: bool,
+    /// After the measured runs, one more phase `idle` of this many
+    /// milliseconds with no I/O, reported with the guest counters' values at
+    /// its end: long enough for the reuse cache's window plus the flush
+    /// queue's, it shows what lazy domains held is gone from the host
+    /// (results.json: the phase's `device.bytes_unmapped` and `fio.after`).
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub idle_ms: u64,
+    /// Count the host's KVM exits by reason in every measured phase (ftrace
+    /// hist triggers on the kvm events: needs root, tracefs and
+    /// CONFIG_HIST_TRIGGERS); the table gains "KVM exits per I/O".
+    #[arg(long)]
+    pub kvm_exits: bool,
+    /// Where a virtio-iommu request's time goes in the VMM, for every
+    /// column behind a virtio-iommu (ours and stock QEMU alike): after the
+    /// timed runs each such guest runs every fio job again, untimed, for
+    /// --count-runtime seconds (phase breakdown-RUN), and the host's
+    /// tracefs records only the VMM's threads over the middle half of it:
+    /// the request-serving thread's wake-ups and wake-up latency, run time,
+    /// ioctl time by VFIO/iommufd command, page pinning (where the host has
+    /// kprobe events) and the guest's MMIO write exits. Needs root,
+    /// tracefs, the scheduler and syscall tracepoints (CONFIG_FTRACE,
+    /// CONFIG_FTRACE_SYSCALLS); the table gains "where a request's time
+    /// goes". No timed run is traced.
+    #[arg(long)]
+    pub breakdown: bool,
+    /// Start nothing: read cells (a results.json, or `@@LAB-CELL@@` / JSON
+    /// lines of cells) and write the table, results.json and chart for the
+    /// columns, block sizes, jobs and rounds given, as a run would. Given
+    /// again, the files' rounds are pooled: each file's rounds are numbered
+    /// after the previous files' (give --rounds as their total). Pool only
+    /// runs of the same code on the same host: the per-round ratios stay
+    /// within a round, the IOPS medians mix the runs.
+    #[arg(long, value_name = "FILE")]
+    pub report_from: Vec<PathBuf>,
+    /// Pin every VMM (and its threads) to the CPUs of the drive's NUMA node
+    /// (every online CPU when the drive reports none), the same for every
+    /// column; recorded in results.json (`host.pinned_cpus`).
+    #[arg(long)]
+    pub pin: bool,
+    /// Root of the sysfs/procfs tree to read (for tests).
+    #[arg(long, default_value = "/", hide = true)]
+    pub root: PathBuf,
+}
+
+/// fio --rw of the measured runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rw {
+    /// Random reads.
+    Randread,
+    /// Random reads through the guest's page cache (not O_DIRECT): every
+    /// read lands in fresh page-cache pages, so mappings are rarely reused
+    /// (the reuse cache's miss workload).
+    RandreadBuffered,
+    /// Sequential reads.
+    Read,
+    /// Random writes.
+    Randwrite,
+    /// Mixed random reads and writes.
+    Randrw,
+}
+
+impl Rw {
+    /// The fio name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rw::Randread => "randread",
+            Rw::RandreadBuffered => "randread-buffered",
+            Rw::Read => "read",
+            Rw::Randwrite => "randwrite",
+            Rw::Randrw => "randrw",
+        }
+    }
+}
+
+/// What the guest writes before measuring (`lab.precondition`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precondition {
+    /// Nothing: reads may meet never-written blocks.
+    None,
+    /// The first --span bytes, sequentially; the measured reads stay inside.
+    Span,
+    /// The whole namespace, sequentially.
+    Full,
+}
+
+impl Precondition {
+    /// The guest's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precondition::None => "none",
+            Precondition::Span => "span",
+            Precondition::Full => "full",
+        }
+    }
+}
+
+/// What each guest runs (`lab.mode` of the guest's init).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Write+verify at every block size and mixed, then the measured runs.
+    Fio,
+    /// One mixed-size write+verify, then the measured runs.
+    Mixed,
+    /// Write+verify only, plus a 2 s 4k read.
+    Smoke,
+}
+
+impl Mode {
+    /// The guest's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Fio => "fio",
+            Mode::Mixed => "mixed",
+            Mode::Smoke => "smoke",
+        }
+    }
+}
+
+/// The most vCPUs a guest may have: the guest kernels' CONFIG_NR_CPUS
+/// (guest-patches/config-fragment). A kernel built for fewer CPUs boots
+/// with only that many and says nothing, so more are refused.
+pub const GUEST_MAX_CPUS: u32 = 64;
+
+/// A flag with a bad value.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CliError {
+    /// Not a PCI address.
+    #[error("--device {0:?}: not a PCI address; write it as DDDD:BB:DD.F, e.g. 0000:01:00.0 (lspci -D -d ::0108)")]
+    BadBdf(String),
+    /// No consent.
+    #[error("--destroy-data is missing: this run destroys the data on {0}; repeat its BDF or give its serial: --destroy-data {0}")]
+    NoConsent(String),
+    /// A size that does not parse or is out of range.
+    #[error("{flag} {value:?}: {why}")]
+    BadValue {
+        /// The flag.
+        flag: &'static str,
+        /// The value.
+        value: String,
+        /// What is wrong and what would do.
+        why: String,
+    },
+    /// A column's `--kernel NAME=PATH` kernel was not given.
+    #[error("column {column} boots the guest kernel named {name:?}: pass --kernel {name}=PATH")]
+    MissingNamedKernel {
+        /// The column.
+        column: String,
+        /// The kernel's name in the column.
+        name: String,
+    },
+    /// A kernel a column needs was not given.
+    #[error("column {column} boots the {kernel} guest kernel: pass {flag} PATH (build it with guest-patches/linux-6.12/build.sh {variant})")]
+    MissingKernel {
+        /// The column.
+        column: String,
+        /// stock or patched.
+        kernel: &'static str,
+        /// The flag.
+        flag: &'static str,
+        /// build.sh's variant.
+        variant: &'static str,
+    },
+    /// A column spec problem.
+    #[error(transparent)]
+    Column(#[from] ColumnError),
+    /// --baseline names no selected column.
+    #[error("--baseline {0:?}: not one of the selected columns ({1})")]
+    BadBaseline(String, String),
+    /// --lead names no selected column.
+    #[error("--lead {0:?}: not one of the selected columns ({1})")]
+    BadLead(String, String),
+}
+
+/// One block size.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BlockSize {
+    /// As fio and the phase names write it (`4k`).
+    pub label: String,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// The checked flags.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The flags as given.
+    pub args: Args,
+    /// The drive, normalized to DDDD:BB:DD.F.
+    pub bdf: String,
+    /// The `--kernel NAME=PATH` kernels by name.
+    pub kernels_named: BTreeMap<String, PathBuf>,
+    /// The columns, in order.
+    pub columns: Vec<Column>,
+    /// The baseline column's index.
+    pub baseline: usize,
+    /// Block sizes.
+    pub bs: Vec<BlockSize>,
+    /// numjobs values, deduplicated, in order.
+    pub numjobs: Vec<u32>,
+    /// Guest RAM in MiB.
+    pub memory_mib: u64,
+    /// Verify bytes per block size and job.
+    pub verify_bytes: u64,
+    /// --span in bytes.
+    pub span_bytes: u64,
+    /// The namespace's size in bytes, once preflight read it (None: unknown,
+    /// e.g. the drive is on vfio-pci already).
+    pub drive_bytes: Option<u64>,
+}
+
+/// `s` as a full PCI address: `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0.
+pub fn normalize_bdf(s: &str) -> Option<String> {
+    let s = s.trim().to_ascii_lowercase();
+    let full = if s.len() == 7 { format!("0000:{s}") } else { s };
+    let b = full.as_bytes();
+    let hex = |r: std::ops::Range<usize>| b[r].iter().all(|c| c.is_ascii_hexdigit());
+    let ok = b.len() == 12
+        && hex(0..4)
+        && b[4] == b':'
+        && hex(5..7)
+        && b[7] == b':'
+        && hex(8..10)
+        && b[10] == b'.'
+        && (b'0'..=b'7').contains(&b[11]);
+    ok.then_some(full)
+}
+
+fn bad(flag: &'static str, value: impl ToString, why: impl Into<String>) -> CliError {
+    CliError::BadValue {
+        flag,
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+impl Args {
+    /// Check every flag; the first bad one is the error.
+    pub fn validate(self) -> Result<Config, CliError> {
+        let bdf =
+            normalize_bdf(&self.device).ok_or_else(|| CliError::BadBdf(self.device.clone()))?;
+        if self.destroy_data.is_none() && !self.dry_run && self.report_from.is_empty() {
+            return Err(CliError::NoConsent(bdf));
+        }
+        let columns = columns::parse_columns(&self.columns)?;
+        let baseline = match &self.baseline {
+            None => 0,
+            Some(b) => columns.iter().position(|c| &c.tag == b).ok_or_else(|| {
+                CliError::BadBaseline(
+                    b.clone(),
+                    columns
+                        .iter()
+                        .map(|c| c.tag.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+            })?,
+        };
+        if let Some(l) = &self.lead {
+            if !columns.iter().any(|c| &c.tag == l) {
+                let tags: Vec<&str> = columns.iter().map(|c| c.tag.as_str()).collect();
+                return Err(CliError::BadLead(l.clone(), tags.join(", ")));
+            }
+        }
+        let mut bs = Vec::new();
+        for s in self.bs.iter().filter(|s| !s.trim().is_empty()) {
+            let bytes = parse_size(s)
+                .ok_or_else(|| bad("--bs", s, "not a size; use NUMBER[k|m], e.g. 4k"))?;
+            if bytes < 512 || bytes % 512 != 0 || bytes > 16 << 20 {
+                return Err(bad(
+                    "--bs",
+                    s,
+                    "block sizes are multiples of 512 bytes, at most 16m",
+                ));
+            }
+            let label = size_label(bytes);
+            if !bs.iter().any(|b: &BlockSize| b.label == label) {
+                bs.push(BlockSize { label, bytes });
+            }
+        }
+        if bs.is_empty() {
+            return Err(bad(
+                "--bs",
+                "",
+                "name at least one block size, e.g. --bs 4k,128k",
+            ));
+        }
+        let mut numjobs = Vec::new();
+        for &n in &self.numjobs {
+            if !(1..=64).contains(&n) {
+                return Err(bad("--numjobs", n, "between 1 and 64"));
+            }
+            if !numjobs.contains(&n) {
+                numjobs.push(n);
+            }
+        }
+        if self.breakdown && self.count_runtime < 2 {
+            return Err(bad(
+                "--count-runtime",
+                self.count_runtime,
+                "--breakdown runs each fio job again for --count-runtime seconds and records the middle half: give at least 2 (e.g. --count-runtime 4), or drop --breakdown",
+            ));
+        }
+        if numjobs.is_empty() {
+            return Err(bad(
+                "--numjobs",
+                "",
+                "give at least one value, e.g. --numjobs 1",
+            ));
+        }
+        if !(1..=4096).contains(&self.iodepth) {
+            return Err(bad("--iodepth", self.iodepth, "between 1 and 4096"));
+        }
+        if !(1..=GUEST_MAX_CPUS).contains(&self.guest_cpus) {
+            return Err(bad(
+                "--guest-cpus",
+                self.guest_cpus,
+                format!("between 1 and {GUEST_MAX_CPUS}: the guest kernels are built with CONFIG_NR_CPUS={GUEST_MAX_CPUS} (guest-patches/config-fragment) and would use no more; for larger guests raise both and rebuild the kernels"),
+            ));
+        }
+        let mem = parse_size(&self.guest_memory).ok_or_else(|| {
+            bad(
+                "--guest-memory",
+                &self.guest_memory,
+                "not a size; e.g. 1G or 2048M",
+            )
+        })?;
+        if mem < 256 << 20 || mem % (1 << 20) != 0 {
+            return Err(bad(
+                "--guest-memory",
+                &self.guest_memory,
+                "a whole number of MiB, at least 256M",
+            ));
+        }
+        if !(1..=3600).contains(&self.runtime) {
+            return Err(bad("--runtime", self.runtime, "seconds between 1 and 3600"));
+        }
+        if self.ramp > 600 {
+            return Err(bad("--ramp", self.ramp, "seconds between 0 and 600"));
+        }
+        if self.count_runtime > 600 {
+            return Err(bad(
+                "--count-runtime",
+                self.count_runtime,
+                "seconds between 0 (no counting runs) and 600",
+            ));
+        }
+        if !(1..=100).contains(&self.rounds) {
+            return Err(bad(
+                "--rounds",
+                self.rounds,
+                "between 1 and 100 (3 or more to judge noise)",
+            ));
+        }
+        if self.stall_seconds < 15 {
+            return Err(bad(
+                "--stall-seconds",
+                self.stall_seconds,
+                "at least 15 (the guest reports progress every 5 s)",
+            ));
+        }
+        let verify_bytes = parse_size(&self.verify_size)
+            .filter(|v| *v >= 1 << 20 && v % 4096 == 0)
+            .ok_or_else(|| {
+                bad(
+                    "--verify-size",
+                    &self.verify_size,
+                    "a size of at least 1M, e.g. 8M",
+                )
+            })?;
+        let span_bytes = parse_size(&self.span)
+            .filter(|v| *v >= 64 << 20 && v % (1 << 20) == 0)
+            .ok_or_else(|| {
+                bad(
+                    "--span",
+                    &self.span,
+                    "a whole number of MiB, at least 64M, e.g. 4G",
+                )
+            })?;
+        let mut kernels_named = BTreeMap::new();
+        for k in &self.kernels {
+            let Some((name, path)) = k
+                .split_once('=')
+                .filter(|(n, p)| columns::valid_kernel_name(n) && !p.is_empty())
+            else {
+                return Err(bad(
+                    "--kernel",
+                    k,
+                    "NAME=PATH with NAME of letters, digits, '.', '_', '-' (not stock or patched), e.g. stock-7.3=/boot/vmlinuz-7.3",
+                ));
+            };
+            if kernels_named
+                .insert(name.to_string(), PathBuf::from(path))
+                .is_some()
+            {
+                return Err(bad("--kernel", k, "each NAME once"));
+            }
+        }
+        if self.first_round == 0 {
+            return Err(bad("--first-round", 0, "rounds are numbered from 1"));
+        }
+        if !self.dry_run && self.report_from.is_empty() {
+            for c in &columns {
+                let (given, kernel, flag, variant) = match &c.kernel {
+                    Kernel::Stock => (&self.kernel_stock, "stock", "--kernel-stock", "baseline"),
+                    Kernel::Patched => (
+                        &self.kernel_patched,
+                        "patched",
+                        "--kernel-patched",
+                        "patched",
+                    ),
+                    Kernel::Named(n) if kernels_named.contains_key(n) => continue,
+                    Kernel::Named(n) => {
+                        return Err(CliError::MissingNamedKernel {
+                            column: c.tag.clone(),
+                            name: n.clone(),
+                        })
+                    }
+                };
+                if given.is_none() {
+                    return Err(CliError::MissingKernel {
+                        column: c.tag.clone(),
+                        kernel,
+                        flag,
+                        variant,
+                    });
+                }
+            }
+        }
+        Ok(Config {
+            bdf,
+            kernels_named,
+            columns,
+            baseline,
+            bs,
+            numjobs,
+            memory_mib: mem >> 20,
+            verify_bytes,
+            span_bytes,
+            drive_bytes: None,
+            args: self,
+        })
+    }
+}
+
+impl Config {
+    /// Whether any column runs stock QEMU.
+    pub fn uses_qemu(&self) -> bool {
+        self.columns.iter().any(|c| c.vmm == Vmm::Qemu)
+    }
+
+    /// Whether any column runs our VMM.
+    pub fn uses_ours(&self) -> bool {
+        self.columns.iter().any(|c| c.vmm == Vmm::Ours)
+    }
+
+    /// The index of the no-vIOMMU column (the ceiling), if one was selected.
+    pub fn ceiling(&self) -> Option<usize> {
+        self.columns.iter().position(|c| c.iommu == Iommu::None)
+    }
+}
+
+#[cfg(test)]
+mod tests;

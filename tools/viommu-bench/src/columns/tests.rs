@@ -1,0 +1,201 @@
+use super::*;
+
+fn inputs() -> LaunchInputs {
+    LaunchInputs {
+        qemu: "/usr/bin/qemu-system-x86_64".into(),
+        vmm: "/opt/vmm".into(),
+        kernel_stock: "/k/stock".into(),
+        kernel_patched: "/k/patched".into(),
+        kernels_named: [("stock-7.3".to_string(), PathBuf::from("/k/7.3"))].into(),
+        initramfs: "/c/initramfs.cpio".into(),
+        bdf: "0000:01:00.0".into(),
+        cpus: 2,
+        memory_mib: 1024,
+        count_runtime: 3,
+        breakdown: false,
+    }
+}
+
+#[test]
+fn a_named_kernel_column_boots_its_kernel() {
+    let c = parse_column("q73:qemu:viommu:stock-7.3:noxsave").unwrap();
+    assert_eq!(c.kernel, Kernel::Named("stock-7.3".into()));
+    let l = launch(&c, &inputs(), "c", Path::new("/run"), "x");
+    assert_eq!(l.kernel.as_deref(), Some(Path::new("/k/7.3")));
+    assert!(l.args.iter().any(|a| a == "/k/7.3"), "{:?}", l.args);
+    for bad in ["a b", "x/y", "", "../k"] {
+        assert!(
+            matches!(
+                parse_column(&format!("t:qemu:viommu:{bad}")),
+                Err(ColumnError::BadField { .. } | ColumnError::Unknown(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert!(!valid_kernel_name("patched") && valid_kernel_name("baseline-7.3"));
+}
+
+#[test]
+fn breakdown_runs_are_asked_of_every_viommu_guest() {
+    let on = LaunchInputs {
+        breakdown: true,
+        ..inputs()
+    };
+    for name in ["qemu+stock", "ours+stock", "ours+patched-lazy"] {
+        let l = launch(&builtin(name).unwrap(), &on, "c", Path::new("/run"), "x");
+        assert!(l.breakdown && l.console_input(), "{name}");
+        let cmdline = l.args.last().unwrap();
+        assert!(cmdline.contains(" lab.breakdown=3"), "{cmdline}");
+    }
+    // Stock QEMU counts first, then breaks down; its trace stays off
+    // in the breakdown runs (the runner turns it on only in count-*).
+    let q = launch(
+        &builtin("qemu+stock").unwrap(),
+        &on,
+        "c",
+        Path::new("/run"),
+        "x",
+    );
+    assert!(q
+        .args
+        .last()
+        .unwrap()
+        .ends_with("lab.count=3 lab.breakdown=3"));
+    let none = launch(
+        &builtin("no-viommu").unwrap(),
+        &on,
+        "c",
+        Path::new("/run"),
+        "x",
+    );
+    assert!(!none.breakdown && !none.console_input());
+    assert!(!none.display().contains("lab.breakdown"));
+    let ours = launch(
+        &builtin("ours+stock").unwrap(),
+        &inputs(),
+        "c",
+        Path::new("/run"),
+        "x",
+    );
+    assert!(
+        !ours.breakdown && !ours.console_input(),
+        "off without --breakdown"
+    );
+}
+
+#[test]
+fn default_columns_parse() {
+    let specs: Vec<String> = DEFAULT_COLUMNS.split(',').map(String::from).collect();
+    let cols = parse_columns(&specs).unwrap();
+    assert_eq!(cols.len(), 6);
+    assert_eq!(cols[4].guest_params, vec!["iommu.strict=0"]);
+    assert_eq!(cols[5].iommu, Iommu::None);
+}
+
+#[test]
+fn custom_specs_and_errors() {
+    let c = parse_column("t128:ours:viommu:patched:lazy+--pool-threshold=128K").unwrap();
+    assert_eq!(c.vmm, Vmm::Ours);
+    assert_eq!(c.guest_params, vec!["iommu.strict=0"]);
+    assert_eq!(c.vmm_flags, vec!["--pool-threshold=128K"]);
+    assert_eq!(
+        parse_column("ours+fast"),
+        Err(ColumnError::Unknown("ours+fast".into()))
+    );
+    let e = parse_column("x:kvmtool:viommu:stock").unwrap_err();
+    assert!(e.to_string().contains("\"kvmtool\""), "{e}");
+    let dup = vec!["no-viommu".to_string(), "no-viommu".to_string()];
+    assert_eq!(
+        parse_columns(&dup),
+        Err(ColumnError::Duplicate("no-viommu".into()))
+    );
+    assert_eq!(parse_columns(&[]), Err(ColumnError::Empty));
+}
+
+#[test]
+fn qemu_command_matches_the_lab() {
+    let c = builtin("qemu+stock").unwrap();
+    let l = launch(
+        &c,
+        &inputs(),
+        "console=ttyS0",
+        Path::new("/run"),
+        "qemu+stock-r1",
+    );
+    let line = l.display();
+    assert!(
+        line.starts_with(
+            "/usr/bin/qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp 2 -m 1024 -nodefaults"
+        ),
+        "{line}"
+    );
+    // Untraced: the log file open, no event on, a QMP socket to turn
+    // them on in the counting runs the guest is asked for.
+    assert!(line.contains("-kernel /k/stock -initrd /c/initramfs.cpio -qmp unix:/run/qemu+stock-r1.mon,server=on,wait=off -device virtio-iommu-pci -D /run/qemu+stock-r1.trace -qmp unix:/run/qemu+stock-r1.qmp,server=on,wait=off -device vfio-pci,host=0000:01:00.0 -append 'console=ttyS0 lab.count=3'"), "{line}");
+    assert!(!line.contains("-trace"), "{line}");
+    assert_eq!(l.trace, Some(PathBuf::from("/run/qemu+stock-r1.trace")));
+    assert_eq!(l.qmp, Some(PathBuf::from("/run/qemu+stock-r1.qmp")));
+    assert_eq!(l.monitor, Some(PathBuf::from("/run/qemu+stock-r1.mon")));
+    assert_eq!(l.counting, Counting::Pass);
+    let none = launch(
+        &builtin("no-viommu").unwrap(),
+        &inputs(),
+        "c",
+        Path::new("/run"),
+        "n",
+    );
+    let line = none.display();
+    assert!(
+        !line.contains("virtio-iommu") && !line.contains(" -D ") && !line.contains(".qmp"),
+        "{line}"
+    );
+    // Every QEMU column has the monitor for a hang's vCPU registers.
+    assert_eq!(none.monitor, Some(PathBuf::from("/run/n.mon")));
+    assert!(!line.contains("lab.count="), "{line}");
+    assert_eq!((none.trace, none.qmp), (None, None));
+    assert_eq!(none.counting, Counting::None);
+    // --count-runtime 0: no counting runs, nothing to trace with.
+    let off = LaunchInputs {
+        count_runtime: 0,
+        ..inputs()
+    };
+    let l = launch(&c, &off, "console=ttyS0", Path::new("/run"), "q");
+    let line = l.display();
+    assert!(
+        !line.contains(" -D ") && !line.contains(".qmp") && !line.contains("lab.count="),
+        "{line}"
+    );
+    assert!(
+        matches!(&l.counting, Counting::NotCounted { why } if why.contains("--count-runtime 0")),
+        "{:?}",
+        l.counting
+    );
+}
+
+#[test]
+fn our_command_matches_the_lab() {
+    let c = builtin("ours+patched-lazy").unwrap();
+    let l = launch(
+        &c,
+        &inputs(),
+        "console=ttyS0 lab.mode=fio",
+        Path::new("/run"),
+        "x",
+    );
+    assert_eq!(
+        l.display(),
+        "/opt/vmm --kernel /k/patched --initrd /c/initramfs.cpio --memory 1024M --cpus 2 --api-socket /run/x.sock --vfio /sys/bus/pci/devices/0000:01:00.0 --viommu --cmdline 'console=ttyS0 lab.mode=fio iommu.strict=0'"
+    );
+    assert_eq!(l.api_socket, Some(PathBuf::from("/run/x.sock")));
+    // Our VMM's counters are always on: nothing more to start, exact.
+    assert_eq!(l.counting, Counting::Exact);
+    let plain = launch(
+        &parse_column("p:ours:none:stock").unwrap(),
+        &inputs(),
+        "c",
+        Path::new("/run"),
+        "p",
+    );
+    assert_eq!(plain.counting, Counting::None);
+    assert!(!plain.display().contains("lab.count="));
+}

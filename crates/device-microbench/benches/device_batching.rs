@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use viommu_benches::{bench_timed, play};
+use device_microbench::{bench_timed, play};
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness};
 use viommu_device::{DeviceConfig, VIRTIO_IOMMU_F_MAP_UNMAP, VIRTIO_IOMMU_F_PROBE};

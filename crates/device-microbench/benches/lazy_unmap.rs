@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use viommu_benches::{bench_timed, play};
+use device_microbench::{bench_timed, play};
 use viommu_device::testing::workload::{kicks, Pattern};
 use viommu_device::testing::{req, FakeMapper, Harness, DATA_BASE};
 use viommu_device::{

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Usage: python3 benches/results/miss-path.py RESULTS.json (a miss-workload
+# Usage: python3 benches/results/archive/2026-11/miss-path.py RESULTS.json (a miss-workload
 # run of viommu-bench with the columns ours+pool-only and ours+pool+reuse1000).
 # The reuse cache's miss path in the guest, per round: DMA-API time per map
 # call (map + unmap time, less the bounce copies and the IOMMU driver's

@@ -47,7 +47,7 @@ use viommu_wire::CONFIG_BYPASS_OFFSET;
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 use vmm::devices::viommu::spare_cpu::SpareCpu;
 use vmm::devices::viommu::{
-    DeviceThread, KickServing, Model, ViommuDevice, COMMAND_QUEUE, DEFAULT_POLL_MAX,
+    DeviceThread, KickServing, ViommuDevice, ViommuModel, COMMAND_QUEUE, DEFAULT_POLL_MAX,
     REQUEST_QUEUE_SIZE,
 };
 use vmm::devices::virtio::{VirtioDevice, VirtioInterrupt};
@@ -101,7 +101,7 @@ impl Driver {
     fn new(serving: KickServing) -> Self {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)])
             .expect("guest memory");
-        let mut model = Model::new(DeviceConfig {
+        let mut model = ViommuModel::new(DeviceConfig {
             offer_bypass: true,
             max_domains: 4,
             max_mappings_per_domain: 64,

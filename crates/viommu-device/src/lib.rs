@@ -78,18 +78,6 @@ mod request;
 pub mod testing;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_failures;
-#[cfg(test)]
-mod tests_hostile;
-#[cfg(test)]
-mod tests_lazy;
-#[cfg(test)]
-mod tests_linux;
-#[cfg(test)]
-mod tests_polling;
-#[cfg(test)]
-mod tests_smp;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

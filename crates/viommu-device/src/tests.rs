@@ -980,3 +980,10 @@ fn with_dma_mapper_software_space_and_recorder() {
     assert_eq!(rec.inner().mappings().len(), 1);
     assert_eq!(h.dev.domain_mappings(1).unwrap().len(), 1);
 }
+
+mod failures;
+mod hostile;
+mod lazy;
+mod linux;
+mod polling;
+mod smp;

@@ -12,7 +12,7 @@ use super::{DeviceManager, Endpoint};
 use crate::acpi::ViotConfig;
 use crate::cli::VmConfig;
 use crate::devices::viommu::spare_cpu::SpareCpu;
-use crate::devices::viommu::{KickServing, Model, ViommuDevice};
+use crate::devices::viommu::{KickServing, ViommuDevice, ViommuModel};
 use crate::devices::virtio::pci::{
     port_notify_size, NotifyRegister, PortNotify, VirtioPciDevice, BAR_SIZE,
 };
@@ -27,7 +27,7 @@ impl DeviceManager<'_> {
     /// DMA mappings are removed) and makes the queues' notify registers
     /// ioeventfds of that thread.
     pub(super) fn add_viommu(&mut self, cfg: &VmConfig) -> Result<(), VmmError> {
-        let mut model = Model::new(viommu_config(cfg, &self.endpoints))?;
+        let mut model = ViommuModel::new(viommu_config(cfg, &self.endpoints))?;
         for e in &self.endpoints {
             model.add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
         }

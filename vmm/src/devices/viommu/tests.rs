@@ -13,8 +13,17 @@ use viommu_device::DeviceConfig;
 use virtio_bindings::virtio_ring::VRING_USED_F_NO_NOTIFY;
 use vm_memory::GuestAddress;
 
-use super::poll::PollWindow;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::poll_window::PollWindow;
+use super::spare_cpu::SpareCpu;
 use super::*;
+use crate::devices::virtio::{VirtioDevice, VirtioInterrupt};
 
 const EP: u32 = 8;
 
@@ -136,7 +145,7 @@ fn rig_with(window: PollWindow) -> Rig {
 
 fn rig_serving(window: PollWindow, serving: KickServing) -> Rig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
-    let mut model = Model::new(DeviceConfig::default()).unwrap();
+    let mut model = ViommuModel::new(DeviceConfig::default()).unwrap();
     let mapper = Arc::new(GateMapper::default());
     model.add_endpoint(EP, mapper.clone()).unwrap();
     let (dev, thread) =
@@ -494,7 +503,7 @@ fn busy_rig(
         1,
         rounds,
     ));
-    let mut model = Model::new(DeviceConfig::default()).unwrap();
+    let mut model = ViommuModel::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, guest.clone()).unwrap();
     let (mut dev, thread) = ViommuDevice::spawn(
         model,
@@ -686,7 +695,7 @@ fn linux_rig_on(
     spare: SpareCpu,
 ) -> LinuxRig {
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE as usize)]).unwrap();
-    let mut model = Model::new(DeviceConfig::default()).unwrap();
+    let mut model = ViommuModel::new(DeviceConfig::default()).unwrap();
     model.add_endpoint(EP, Arc::new(FakeMapper::new())).unwrap();
     let (mut dev, thread) =
         ViommuDevice::spawn_polling(model, None, window, serving, spare).unwrap();

@@ -6,7 +6,7 @@
 # Prints progress, then the table (medians [min-max] over the rounds); the
 # JSON, table and chart stay in the results directory it names at the end.
 # Arguments go to `ci/lab/lab demo` (--out DIR, --runtime S, --rounds N,
-# --bs, --numjobs, --save for a copy under benches/results/).
+# --bs, --numjobs, --save for a copy among the committed results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh >/dev/null

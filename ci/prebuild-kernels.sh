@@ -12,10 +12,10 @@
 # first lab step: beside a kernel build the lab steps' emulation ran up to
 # twice as long and starved the build (ci/test.sh). A lab step run by
 # hand that needs a kernel being built waits for it on the build's lock
-# (build-kernel.sh) instead of building it a second time. On a fresh
-# 2-core machine the six kernels the steps used to build one by one in
-# their own step took 37 minutes of a 110-minute run
-# (benches/results/ci-timings-cold-92aafe5-partial.txt).
+# (build-kernel.sh) instead of building it a second time. Built one by
+# one in a step of their own, six kernels took over half an hour of a
+# cold run on 2 cores; here that time overlaps the steps that do not
+# need them (docs/testing.md has the timings).
 #
 # One line per kernel on stderr with its time; exit 1 if any build failed
 # (the lab step that needs it then fails with the build's own error).

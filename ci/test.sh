@@ -26,8 +26,7 @@ if [ $lab = 1 ]; then
 	# by checkpatch here and booted by hand: the frozen 6.1
 	# (patched-smoke, lazy-smoke, compare-6.1) and the mainline-facing 7.3
 	# (smoke-7.3-ci). With 6.1 and 7.3 built too a cold run on 2 cores
-	# took 69 minutes, with 7.3 alone 86, over the hour CI should take
-	# (benches/results/ci-timings-cold-{775af2a,64cb516}.txt). CI's minutes go to
+	# took well over the hour CI should take (docs/testing.md). CI's minutes go to
 	# 6.12's reuse cache (smoke-6.12-ci, without its lazy guest that has
 	# the cache off; vmm-smoke's guest, ours + stock, is hostile's calm
 	# twin).
@@ -40,14 +39,12 @@ if [ $lab = 1 ]; then
 fi
 # Every kernel the lab steps boot is built ahead, one after another, at
 # the lowest CPU priority, beside the cargo, fuzz and checkpatch steps
-# (ci/prebuild-kernels.sh), and the lab steps start once all are built.
-# At 318cebe the lab steps waited only for the kernel they boot: beside
-# the builds they ran up to twice as long as without (hostile 198 s
-# against 100 s, multipath 80 against 55 at d3ba1c7), and the builds,
-# starved by the lab's emulation, took 4008 s of the 4094-s cold run, its
-# critical path (benches/results/ci-timings-cold-{318cebe,d3ba1c7}.txt).
+# (ci/prebuild-kernels.sh), and the lab steps start once all are built:
+# a lab step beside a kernel build runs up to twice as long, and the
+# build, starved by the lab's emulation, then sets the end of a cold run.
 # Alone on a quiet 2-core machine they build in 502 s (stock), 176 s
-# (patched, most objects from ccache) and 572 s (our lab host).
+# (patched, most objects from ccache) and 572 s (our lab host);
+# docs/testing.md has the measurements.
 #
 # The build runs in a session of its own (setsid: the trap below kills all
 # of it), and with the scheduler's autogroups on (Debian's default,
@@ -58,8 +55,8 @@ fi
 # 2-core machine two nice-0 busy loops took 2.3 s alone, 2.2 s beside two
 # nice-19 busy loops in this session, 4.2 s beside them in a session of
 # their own, 2.3 s once that session's autogroup was at 19
-# (ci/cpu-share-check.sh); a cold run's cargo steps took twice their warm
-# time before this (benches/results/ci-timings-cold-8193176.txt).
+# (ci/cpu-share-check.sh); without it a cold run's cargo steps took twice
+# their warm time.
 prebuild=
 if [ $lab = 1 ]; then
 	mkdir -p target

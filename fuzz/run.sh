@@ -20,10 +20,10 @@
 #
 # --out FILE (either form) also writes a result file: the command, the
 # commit, the date, and per target libFuzzer's final "Done ... runs" line
-# and stat:: lines, then rc=N (the format of benches/results/fuzz-*.txt).
-# E.g. the issue-36 run of the guest's main attack surface alone:
+# and stat:: lines, then rc=N (the format of the committed fuzzing
+# results). E.g. a long run of the guest's main attack surface alone:
 #
-#   fuzz/run.sh --runs 10000000 --out benches/results/fuzz-requests-$(date +%F).txt requests
+#   fuzz/run.sh --runs 10000000 --out fuzz-requests-$(date +%F).txt requests
 #
 # FUZZ_TARGET_DIR, if set, is where the fuzz targets build (cargo fuzz
 # --target-dir; .ci/run keeps it outside the clone), else fuzz/target.

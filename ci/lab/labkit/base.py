@@ -1,0 +1,32 @@
+"""What every lab module shares: where the lab, the repository and the
+cache are, the lab's error type, and the fields of a run spec
+(TAG:VMM:IOMMU:KERNEL[:OPTS]) and of a cell."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# ci/lab: the scripts the lab host runs and builds from, beside this package.
+LAB_DIR = Path(__file__).resolve().parent.parent
+REPO = LAB_DIR.parent.parent
+CACHE = Path(os.environ.get("VIOMMU_LAB_CACHE", Path.home() / ".cache" / "viommu-lab"))
+
+
+class LabError(Exception):
+    """A lab step failed; the message says which and why."""
+
+
+def tag_of(spec: str) -> str:
+    """The column tag of a run spec."""
+    return spec.split(":")[0]
+
+
+def vmm_of(spec: str) -> str:
+    """The VMM (qemu or vmm) of a run spec."""
+    return spec.split(":")[1]
+
+
+def cell_key(c: dict) -> tuple[str, int]:
+    """A cell's column and round (0-based)."""
+    return c["column"], c["round"]

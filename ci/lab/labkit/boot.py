@@ -1,0 +1,133 @@
+"""One lab host boot: its drive, its kernel command line and outer QEMU,
+and the watch over its console (progress, the wall-clock bound, a wedge,
+a teardown that hangs); the runner's signal handler that kills the lab
+hosts still running."""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
+from .host import HOST_IOMMUS, host_command, nvme_args, tsc_khz
+from .knobs import host_knobs
+
+
+def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: dict, run_dir: Path, log_path: Path) -> Collector:
+    """Boot one lab host, run the scenario's script for SPECS in round
+    ROUND_NO, collect what it reports."""
+    disk = run_dir / "nvme.img"
+    disk.unlink(missing_ok=True)
+    with open(disk, "wb") as f:  # a fresh sparse 1 GiB drive every boot
+        f.truncate(1 << 30)
+    cmdline = host_cmdline(k, host_knobs(sc, k, specs, round_no))
+    cmd = host_command(image, disk, cmdline, args.cpus, k["host_iommu"],
+                       nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"]),
+                       k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"])
+    timeout = args.timeout or sc["timeout"]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    col = Collector(len(specs))
+    col.log = str(log_path)
+    rounds = f" round {round_no}/{k['rounds']}" if k["rounds"] > 1 else ""
+    print(f"[lab] {args.scenario}{rounds}: booting a lab host for {len(specs) or 'its'} guest(s) (bound {timeout} s); log {log_path}", file=sys.stderr)
+    with open(log_path, "w") as log, subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        LIVE_HOSTS.add(proc)
+        log.write("# " + shlex.join(cmd) + "\n")
+        watch(proc, col, log, timeout, verbose=args.verbose, demo=args.cmd == "demo")
+        # The lab host powers itself off after @@LAB-DONE@@; bound that too.
+        try:
+            proc.wait(timeout=0 if col.teardown_hung or col.stalled or col.timed_out else 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        LIVE_HOSTS.discard(proc)
+        col.finish(proc.returncode)
+    return col
+
+
+def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
+    """The lab host's kernel command line: its console, its IOMMU's
+    parameters, and the lab.NAME=VALUE knobs."""
+    # loglevel=5: warnings and backtraces (a soft lockup's) reach the log.
+    host_iommu = HOST_IOMMUS[k["host_iommu"]]
+    cmdline = f"console=ttyS0 {host_iommu['cmdline']} loglevel=5 panic=-1 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items())
+    # The lab host's first TSC calibration is KVM's guest TSC rate (KVM is
+    # built into our lab host kernels): give it the right one (host-init's
+    # tsc_check() says why and checks it).
+    if tsc_khz() and os.environ.get("LAB_TSC_EARLY_KHZ", "1") != "0":  # LAB_TSC_EARLY_KHZ=0: let it calibrate (A/B)
+        cmdline += f" tsc_early_khz={tsc_khz()}"
+    if os.environ.get("LAB_HOST_APPEND"):  # e.g. "tsc_early_khz=1800000" to try a lab host kernel parameter
+        cmdline += " " + os.environ["LAB_HOST_APPEND"]
+    return cmdline
+
+
+def watch(proc: subprocess.Popen, col: Collector, log, timeout: int, verbose: bool, demo: bool) -> None:
+    """Read the lab host's console into COL and LOG until the scenario is
+    done, the console ends, or a bound is reached (TIMEOUT seconds in all,
+    HOST_STALL without progress, TEARDOWN_GRACE after the last cell);
+    echo its markers and the bench tool's lines (VERBOSE: every line; the
+    demo: no cells)."""
+    start = time.monotonic()
+    last = start
+    buf = b""
+    while True:
+        now = time.monotonic()
+        if now - start > timeout:
+            col.timed_out = f"wall-clock bound of {timeout} s reached"
+            break
+        if now - last > HOST_STALL:
+            col.stalled = f"no progress for {HOST_STALL} s (the lab host is wedged)"
+            break
+        if col.all_cells_in() and now - col.last_cell > TEARDOWN_GRACE:
+            col.teardown_hung = True
+            break
+        ready, _, _ = select.select([proc.stdout], [], [], 5.0)
+        if not ready:
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").rstrip("\r")
+            log.write(line + "\n")
+            if col.feed(line):
+                last = time.monotonic()
+            echo(line, col, verbose, demo)
+        log.flush()
+        if col.done_rc is not None:
+            break
+
+
+def echo(line: str, col: Collector, verbose: bool, demo: bool) -> None:
+    """Print a console line as the runner shows it: every line (VERBOSE),
+    else markers (not cells, none in the demo) and the bench tool's lines
+    outside a guest's dump."""
+    if verbose:
+        print(f"[lab] {line}", file=sys.stderr)
+    elif MARK.search(line):
+        if not demo and "@@LAB-CELL@@" not in line:
+            print(f"[lab] {line}", file=sys.stderr)
+    elif BENCH_LINE.search(line) and not col.in_guest_dump and "[viommu-bench] wrote " not in line:
+        print(BENCH_LINE.search(line).group(0), file=sys.stderr)
+
+
+# The lab hosts' QEMUs running now: killed when the runner is stopped
+# (SIGTERM, SIGINT), which would otherwise leave one running beside the
+# next run (seen: a stopped vcpu-kicks run's lab host kept going 13 min).
+LIVE_HOSTS: set[subprocess.Popen] = set()
+
+
+def stop_lab_hosts(signum, _frame) -> None:
+    """Signal handler: kill the lab hosts, then exit as the signal would."""
+    for p in list(LIVE_HOSTS):
+        p.kill()
+    sys.exit(128 + signum)

@@ -1,0 +1,170 @@
+"""The lab host's machine: the outer emulator (QEMU TCG, this machine's or
+a Debian 13 root's), its emulated IOMMU and NVMe, the lab host's own
+kernels, the TSC rate it is given, and the outer QEMU's command line."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from .base import LAB_DIR, LabError
+
+# The lab host's emulated IOMMU (--host-iommu): what the outer QEMU adds,
+# the lab host's kernel (build-image.sh --host-kernel) and its command line.
+# vtd is the default and every committed result before 2026-11-24 used it;
+# its IOTLB (1024 entries, emptied when full) misses on every page once more
+# than 1024 pages are in flight behind a vIOMMU (outer-iotlb-2026-11-24.md).
+# The outer QEMU's virtio-iommu has no IOTLB (each DMA looks its mapping up
+# in a tree), but its lab host needs a kernel of ours (Debian's have no
+# CONFIG_VIRTIO_IOMMU) and, with no interrupt remapping on it, VFIO's and
+# iommufd's allow_unsafe_interrupts (a lab, not a multi-tenant host;
+# without iommufd's, binding the device to an iommufd fails with EPERM).
+HOST_IOMMUS = {
+    "vtd": {"device": "intel-iommu,intremap=on", "kernel": "debian", "cmdline": "intel_iommu=on"},
+    "virtio": {"device": "virtio-iommu-pci", "kernel": "labhost", "cmdline": "vfio_iommu_type1.allow_unsafe_interrupts=1 iommufd.allow_unsafe_interrupts=1"},
+}
+# The lab host's own kernel behind --host-iommu virtio (--host-kernel): 6.12
+# (iommufd and VFIO cdevs built in, what Fedora, RHEL and Ubuntu hosts have)
+# or 6.1; both built by guest-patches/linux-X.Y/build.sh labhost, cached.
+HOST_KERNELS = ["6.12", "6.1"]
+
+
+def nvme_device(ioqpairs: int = 0, mdts: int = -1, lbs: int = 0) -> str:
+    """The lab host's emulated NVMe controller as a QEMU -device value.
+    IOQPAIRS I/O queue pairs (0: QEMU's default, 64), maximum transfer
+    2^MDTS pages (-1: QEMU's default, 7 = 512 KiB), logical block size LBS
+    bytes (0: QEMU's default, 512)."""
+    dev = "nvme,serial=lab0,drive=nv0"
+    if ioqpairs:
+        dev += f",max_ioqpairs={ioqpairs}"
+    if mdts >= 0:
+        dev += f",mdts={mdts}"
+    if lbs:
+        dev += f",logical_block_size={lbs},physical_block_size={lbs}"
+    return dev
+
+
+# The outer emulator (--outer-qemu): the QEMU that emulates the lab host.
+# "7.2" is the build machine's own (Debian 12); the others run from a Debian
+# 13 root that ci/lab/debian-root makes and caches.
+OUTER_QEMUS = ["7.2", "10.0", "11.1"]
+# The outer emulator's TCG threading (--outer-tcg): multi, one host thread
+# per lab host vCPU (the default); single, every vCPU on one host thread
+# in turn (half the CPU, no two vCPUs ever run at once: a way to ask
+# whether a lab fault needs two emulated CPUs running concurrently; it
+# does not help: 2-vCPU guests then hang in boot, spinning in their timer
+# interrupt, benches/results/outer-tcg-single-2026-11-28.md).
+OUTER_TCG = ["multi", "single"]
+# Those of them a Debian 13 root holds (ci/lab/debian-root).
+SUITE_QEMUS = ["10.0", "11.1"]
+
+
+@functools.lru_cache(maxsize=None)
+def outer_qemu(version: str) -> str:
+    """The binary of QEMU VERSION (building its Debian 13 root once), for
+    the outer emulator and for the lab host's stock VMM alike: asked once
+    per version and run (ci/lab/debian-root reads Debian's index)."""
+    if version == "7.2":
+        return "qemu-system-x86_64"
+    return debian_root("--qemu", version)
+
+
+def debian_root(*args: str) -> str:
+    """The QEMU wrapper ci/lab/debian-root ARGS prints last (making and
+    caching the root it belongs to)."""
+    cmd = [str(LAB_DIR / "debian-root"), *args]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise LabError(f"making the Debian 13 root failed (ci/lab/debian-root {' '.join(args)})")
+    return out.stdout.strip().splitlines()[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def userland_root(version: str, packages: tuple[str, ...]) -> str:
+    """The QEMU wrapper of a Debian 13 root with QEMU VERSION and PACKAGES
+    (ci/lab/debian-root --with, built once and cached): the userland a
+    scenario chroots into (build-image.sh --userland)."""
+    return debian_root("--qemu", version, "--with", ",".join(packages))
+
+
+def outer_version(binary: str) -> str:
+    """What BINARY says of itself (recorded in the results)."""
+    out = subprocess.run([binary, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return out.stdout.splitlines()[0] if out.returncode == 0 and out.stdout else "unknown"
+
+
+def nvme_args(ioqpairs: int = 0, mdts: int = -1, lbs: int = 0, multipath: bool = False) -> list[str]:
+    """The QEMU arguments of the lab host's NVMe, on the drive nv0: one
+    controller (nvme_device()), or with MULTIPATH a dual-port drive as
+    QEMU 7.2 emulates one: an NVMe subsystem (nvme-subsys) with two
+    controllers (two PCI functions, each in an IOMMU group of its own),
+    both serving namespace 1 (nvme-ns shared=on), so that the lab host's
+    kernel (native multipath, CONFIG_NVME_MULTIPATH=y) shows it as the
+    subsystem's nvmeXnY with one path device nvmeXcYnZ per controller.
+    IOQPAIRS, MDTS as nvme_device() for each controller, LBS on the
+    namespace."""
+    if not multipath:
+        return ["-device", nvme_device(ioqpairs, mdts, lbs)]
+    ctrl = "nvme,serial=lab0,subsys=subsys0"
+    if ioqpairs:
+        ctrl += f",max_ioqpairs={ioqpairs}"
+    if mdts >= 0:
+        ctrl += f",mdts={mdts}"
+    ns = "nvme-ns,drive=nv0,nsid=1,shared=on"
+    if lbs:
+        ns += f",logical_block_size={lbs},physical_block_size={lbs}"
+    return ["-device", "nvme-subsys,id=subsys0,nqn=lab-subsys0",
+            "-device", f"{ctrl},id=nvme-port0", "-device", f"{ctrl},id=nvme-port1",
+            "-device", ns]
+
+
+def tsc_khz_of(kernel_log: str) -> int | None:
+    """The TSC rate in kHz a kernel log gives: its refined calibration,
+    else its first ("Detected N MHz TSC", else "... processor")."""
+    for pattern in (r"Refined TSC clocksource calibration: ([0-9.]+) MHz", r"tsc: Detected ([0-9.]+) MHz TSC",
+                    r"tsc: Detected ([0-9.]+) MHz processor"):
+        m = re.search(pattern, kernel_log)
+        if m:
+            return round(float(m.group(1)) * 1000)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def tsc_khz() -> int | None:
+    """This machine's TSC rate in kHz: a TCG guest's TSC runs at it (QEMU's
+    TCG reads the host's TSC). None where the kernel log is unreadable or
+    has rotated past its boot (then the lab host calibrates on its own and
+    host-init's check catches a bad calibration)."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return tsc_khz_of(out)
+
+
+def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, host_iommu: str = "vtd", nvme: list[str] | None = None,
+                 qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi") -> list[str]:
+    """The QEMU TCG command line of the lab host (L2); NVME the arguments
+    of its drive's controller(s) (nvme_args()); QEMU the outer emulator's
+    binary (outer_qemu()); TCG_THREAD its TCG threading (OUTER_TCG);
+    $LAB_QEMU_ARGS adds flags (e.g. "-trace dma_map_wait -D
+    /tmp/l1.trace" to look inside the emulated NVMe and VT-d)."""
+    return [
+        qemu,
+        "-accel", f"tcg,thread={tcg_thread}", "-M", "q35", "-cpu", "max",
+        "-smp", str(cpus), "-m", "4096",
+        "-nodefaults", "-display", "none", "-monitor", "none", "-serial", "stdio",
+        "-no-reboot", "-net", "none",
+        "-device", HOST_IOMMUS[host_iommu]["device"],
+        "-drive", f"file={disk},if=none,id=nv0,format=raw,cache=unsafe",
+        *(nvme or nvme_args()),
+        "-kernel", image["HOST_KERNEL"], "-initrd", image["HOST_INITRD"],
+        "-append", cmdline,
+    ] + shlex.split(os.environ.get("LAB_QEMU_ARGS", ""))
+
+
+

@@ -1,0 +1,84 @@
+"""The kernels a scenario boots: the lab's guest kernels (VARIANT or
+VARIANT-VERSION) and its lab host's own, what CI builds ahead
+(`ci/lab/lab kernels`), and how the bench tool is told which is which."""
+
+from __future__ import annotations
+
+from .base import LabError
+from .host import HOST_IOMMUS
+from .scenarios import SCENARIOS
+
+def guest_kernels_of(sc: dict, specs: list[str]) -> set[str]:
+    """The lab's guest kernels (VARIANT or VARIANT-VERSION) a scenario boots
+    with these runs: the runs' and its own guest_kernels; none for one that
+    boots no guest (vfio-backend, vmm-errors)."""
+    return {s.split(":")[3] for s in specs} | set(sc.get("guest_kernels", []))
+
+
+def kernels_to_build(names: list[str]) -> list[tuple[str, str]]:
+    """(VERSION, VARIANT) of every kernel the lab builds for these
+    scenarios run with their own settings, in the order they first need
+    them: each one's guest kernels, then its lab host's own kernel (--host-
+    iommu virtio); each kernel once. What CI builds ahead, in the
+    background, while the steps before need none (ci/prebuild-kernels.sh)."""
+    out: list[tuple[str, str]] = []
+    for name in names:
+        if name not in SCENARIOS:
+            raise LabError(f"no scenario {name!r} (ci/lab/lab run --help lists them)")
+        sc = SCENARIOS[name]
+        wanted = sorted(guest_kernels_of(sc, sc["runs"]))
+        if HOST_IOMMUS[sc.get("host_iommu", "vtd")]["kernel"] == "labhost":
+            wanted.append(f"labhost-{sc.get('host_kernel', '6.12')}")
+        for k in wanted:
+            variant, _, version = k.partition("-")
+            if (version or "6.1", variant) not in out:
+                out.append((version or "6.1", variant))
+    return out
+
+
+def kernel_knob(kernel: str) -> str:
+    """The knob that names a lab guest kernel (VARIANT[-VERSION]) to the lab
+    host by its variant: kernel_stock or kernel_patched."""
+    return "kernel_stock" if kernel.split("-", 1)[0] == "baseline" else "kernel_patched"
+
+
+def own_kernel_knobs(sc: dict) -> dict[str, str]:
+    """The kernel knobs of a scenario that boots guests itself (vmm-exits,
+    vmm-boot: its guest_kernels), as tool_specs gives the bench tool's: its
+    script finds the kernel at /lab/guest/NAME.bzImage by lab_arg."""
+    return {kernel_knob(g): g for g in sc.get("guest_kernels", [])}
+
+
+
+def tool_specs(specs: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The bench tool knows two guest kernels by role (--kernel-stock,
+    --kernel-patched) and more by name (--kernel NAME=PATH); the lab has one
+    per VARIANT-VERSION. Returns SPECS with KERNEL as the tool names it
+    (baseline, patched, or the lab's name of a second version of a variant,
+    e.g. baseline-7.3 beside baseline-6.12) and the knobs that tell the lab
+    host's bench_args which kernel is which ({"kernel_stock":
+    "baseline-6.12", "kernels": "baseline-7.3", ...})."""
+    out, names, named = [], {}, []
+    for spec in specs:
+        f = spec.split(":", 4)
+        if len(f) < 4:
+            raise LabError(f"--runs {spec!r}: want TAG:VMM:IOMMU:KERNEL[:OPTS]")
+        variant = f[3].split("-", 1)[0]
+        if variant not in ("baseline", "patched"):
+            raise LabError(f"--runs {spec!r}: kernel {f[3]!r} is not baseline[-VERSION] or patched[-VERSION]")
+        knob = kernel_knob(f[3])
+        if names.setdefault(knob, f[3]) != f[3]:
+            # A second version of the variant: by its own name.
+            if f[3] not in named:
+                named.append(f[3])
+        else:
+            f[3] = variant
+        out.append(":".join(f))
+    if named:
+        names["kernels"] = ",".join(named)
+    return out, names
+
+
+# Lab hosts booted for one round when the lab host's own kernel crashes:
+
+

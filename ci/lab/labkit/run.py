@@ -1,0 +1,106 @@
+"""Running a scenario: its columns and settings (the flags, the demo's, the
+scenario's own), the outer and stock QEMUs, the lab image, its rounds of
+lab host boots, then the verdict (judge) and its report."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .base import CACHE, LabError, tag_of
+from .boot import boot_host
+from .console import Collector
+from .host import SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
+from .images import BENCH_BINS, build_image, cargo_bins
+from .judge import judge
+from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
+from .knobs import knobs_of, report_args, resolve_runs
+from .presets import DEMO, DEMO_LAZY_OPTS, DEMO_WHY, seven_three_runs
+from .results import report
+from .rounds import run_round
+from .scenarios import SCENARIOS
+
+
+def run_scenario(args) -> dict:
+    """Run the scenario ARGS name (run or demo) and return its results
+    document, judged and reported."""
+    sc, specs = scenario_of(args)
+    kernels = guest_kernels_of(sc, specs)
+    bins = list(sc.get("cargo_bins", []))
+    if specs or ("vmm", "vmm") in bins:
+        # Always the same set: one cargo feature resolution, no rebuilds.
+        bins += [b for b in BENCH_BINS if b not in bins]
+    k = knobs_of(args, sc)
+    if args.cmd == "demo":
+        print("[lab] the demo's settings (flags of the same names override them):\n" + "\n".join(f"[lab]   {w}" for w in DEMO_WHY), file=sys.stderr)
+    k["tool_specs"], kernel_knobs = tool_specs(specs)
+    k.update(kernel_knobs)
+    for knob, name in own_kernel_knobs(sc).items():
+        k.setdefault(knob, name)
+    # Each run builds its overlay and drive in a directory of its own, so
+    # that runs can go on side by side; it is removed when the run ends.
+    (CACHE / "runs").mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{args.scenario}-", dir=CACHE / "runs"))
+    start = time.monotonic()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log_base = Path(args.log) if args.log else CACHE / "logs" / f"{args.scenario}-{stamp}.log"
+    doc = {"scenario": args.scenario, "mode": k["mode"], "runs": specs, "rounds": k["rounds"], "first_round": 1, "host_iommu": k["host_iommu"],
+           "nvme": " ".join(nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"])[1::2]),
+           "boots": [], "cells": [], "checks": [], "ok": False}
+    try:
+        vmm_qemu, userland = qemus_of(args, sc, k, doc)
+        image = build_image(kernels, cargo_bins(bins, quiet=args.cmd == "demo") + (args.bin or []), run_dir, k["host_iommu"],
+                            k["host_kernel"], vmm_qemu, userland)
+        for r in range(1, k["rounds"] + 1):
+            def boot(todo: list[str], attempt: int, skip: list[str], r=r) -> Collector:
+                log = log_base if (r, attempt) == (1, 1) else log_base.with_name(f"{log_base.stem}-r{r}{f'-retry{attempt - 1}' if attempt > 1 else ''}.log")
+                return boot_host(args, sc, {**k, "skip": ",".join(skip)} if skip else k, todo, r, image, run_dir, log)
+            run_round(doc, r, specs, boot)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    doc["elapsed_s"] = round(time.monotonic() - start, 1)
+    doc["host"] = next((b["host"] for b in doc["boots"] if b["host"]), None)
+    doc["log"] = str(log_base)
+    # A trouble whose work a fresh lab host took over is only a warning
+    # (judge() tells them apart by the boot records).
+    doc["problems"], doc["warnings"] = judge(doc, sc, specs)
+    doc["ok"] = not doc["problems"]
+    doc["report_args"] = report_args(k, k["tool_specs"], (doc["host"] or {}).get("nvme", "0000:00:01.0")) if specs else []
+    report(args, doc)
+    return doc
+
+
+def scenario_of(args) -> tuple[dict, list[str]]:
+    """The scenario ARGS runs and its columns: the demo's own for the demo
+    of compare (and its expectations), --runs over the scenario's, plus
+    --with-7.3's columns."""
+    sc = SCENARIOS[args.scenario]
+    if args.cmd == "demo" and args.scenario == "compare" and not args.runs:
+        sc = {**sc, "expect": DEMO["expect"]}
+    defaults = DEMO["runs"] if args.cmd == "demo" and args.scenario == "compare" else sc["runs"]
+    specs = resolve_runs(args.runs, defaults) if args.runs else defaults
+    if getattr(args, "with_73", False):
+        extra = seven_three_runs(DEMO_LAZY_OPTS if args.cmd == "demo" else "")
+        specs = specs + [s for s in extra if tag_of(s) not in {tag_of(x) for x in specs}]
+    return sc, specs
+
+
+def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
+    """The outer QEMU (into K and DOC) and what build_image() takes for the
+    stock VMM under test: a Debian 13 root's QEMU wrapper (none for 7.2,
+    the image's own), or for a userland scenario that root's wrapper."""
+    k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
+    doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
+    doc["outer_tcg"] = k["outer_tcg"]
+    doc["vmm_qemu"] = k["vmm_qemu"]
+    if not sc.get("userland"):
+        return ("" if k["vmm_qemu"] == "7.2" else outer_qemu(k["vmm_qemu"])), ""
+    # The stock QEMU is the userland's own, in its root: no /lab/qemu.
+    if k["vmm_qemu"] == "7.2":
+        raise LabError(f"{args.scenario}: the Debian 13 userland has QEMU {' or '.join(SUITE_QEMUS)}, not 7.2 (--vmm-qemu)")
+    userland = userland_root(k["vmm_qemu"], tuple(sc["userland"]))
+    doc["userland"] = {"qemu": k["vmm_qemu"], "packages": sc["userland"]}
+    return "", userland

@@ -21,6 +21,8 @@ The modules, each importing only those above it (no cycles):
   cli                  the command line (run, demo, build, kernels, table)
   census               ci/lab/fault-census: counting faults over lab results
 
-base, presets, trouble and host import nothing of labkit but base; the
-scenario modules import presets; cli is the only one that imports run.
+base, presets and trouble import nothing of labkit; the catalogue
+(scenarios*) only presets; trouble is the one place the lab host's
+trouble kinds are defined, read by console, judge, rounds and census;
+only cli imports run, and nothing imports cli.
 """

@@ -15,9 +15,9 @@ from .base import LAB_DIR, LabError
 
 # The lab host's emulated IOMMU (--host-iommu): what the outer QEMU adds,
 # the lab host's kernel (build-image.sh --host-kernel) and its command line.
-# vtd is the default and every committed result before 2026-11-24 used it;
+# vtd is the default and the lab's first results used it;
 # its IOTLB (1024 entries, emptied when full) misses on every page once more
-# than 1024 pages are in flight behind a vIOMMU (outer-iotlb-2026-11-24.md).
+# than 1024 pages are in flight behind a vIOMMU (docs/lab.md).
 # The outer QEMU's virtio-iommu has no IOTLB (each DMA looks its mapping up
 # in a tree), but its lab host needs a kernel of ours (Debian's have no
 # CONFIG_VIRTIO_IOMMU) and, with no interrupt remapping on it, VFIO's and
@@ -57,7 +57,7 @@ OUTER_QEMUS = ["7.2", "10.0", "11.1"]
 # in turn (half the CPU, no two vCPUs ever run at once: a way to ask
 # whether a lab fault needs two emulated CPUs running concurrently; it
 # does not help: 2-vCPU guests then hang in boot, spinning in their timer
-# interrupt, benches/results/outer-tcg-single-2026-11-28.md).
+# interrupt).
 OUTER_TCG = ["multi", "single"]
 # Those of them a Debian 13 root holds (ci/lab/debian-root).
 SUITE_QEMUS = ["10.0", "11.1"]

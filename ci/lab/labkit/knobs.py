@@ -45,12 +45,12 @@ def knobs_of(args, sc: dict) -> dict:
         # A guest that hangs is run again, as a warning, in CI and in the
         # demo: the nested emulation corrupts a vCPU's saved state now and
         # then (the hung vCPU spins with the lab host's own registers, see
-        # benches/results/guest-hangs-2026-11-23.md); the same corruption
+        # docs/lab.md); the same corruption
         # shows as guest double and triple faults, retried the same way.
         "retry_hung": "1",
         # Four more attempts for a crashed, reset or hung guest: in some lab
         # hosts more than half of the attempts of 6.12 guests behind our VMM
-        # hit it (a cold CI run on 2026-11-23: 7 of 10, while stock QEMU's
+        # hit it (seen in a cold CI run: 7 of 10, while stock QEMU's
         # one 6.12 guest passed), mostly while the guest prints a result line.
         "retries": "4",
     }

@@ -52,7 +52,7 @@ def compare_runs(version: str, lazy_opts: str = "") -> list[str]:
 # (576 bytes) while the guest enabled AVX and PKRU (2696). Every guest
 # kernel fails its XSAVE size check on that ("XSAVE consistency problem",
 # a WARN that `quiet` hides) and falls back to FXSAVE: 6.1 and 6.12 boot
-# on, 7.3 crashes in copy_creds() right after (smoke-7.3's first run).
+# on, 7.3 crashes in copy_creds() right after (seen in smoke-7.3).
 # noxsave makes the same choice up front. Not for real hosts.
 LAB_7X_PARAMS = "noxsave"
 
@@ -81,7 +81,7 @@ USERLAND_PACKAGES = ["fio", "busybox-static"]
 # VMM's limit, 1 ms. Under the lab's emulation a stock guest's requests come
 # about 1-2 ms apart (3049 MAPs in a 5 s 128k run): with 50 us (the value
 # the polling's property tests use, right for hardware) the window shrank to
-# 0 during boot and no measured phase polled at all (poll-smoke, first run).
+# 0 during boot and no measured phase polled at all (seen in poll-smoke).
 # The VMM's default is 0 (off) until a lab run shows what it gains and costs.
 POLL_US = 1000
 

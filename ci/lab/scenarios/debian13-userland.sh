@@ -1,4 +1,4 @@
-# Scenario: viommu-bench on a Debian 13 userland (issue 34). The lab host
+# Scenario: viommu-bench on a Debian 13 userland. The lab host
 # holds a Debian 13 root at /lab/debian13 (build-image.sh --userland: fio,
 # busybox-static and QEMU 11.1 or 10.0 from Debian 13, with its own glibc,
 # ldd and libraries). This script chroots into it, with the lab host's

@@ -58,7 +58,7 @@ exits_check() {
 	# Until the VMM exits (at most ~600 s), sending SIGNAL once MARKER is
 	# out. The guest prints a progress line every 5 s (lab.heartbeat): a
 	# log that has not grown for ~120 s is a hung guest (the lab's nested
-	# emulation hangs one now and then, guest-hangs-2026-11-23.md); it is
+	# emulation hangs one now and then, docs/lab.md); it is
 	# killed and started over (at most twice) below, well before the lab takes the
 	# silent lab host for wedged (420 s).
 	i=0 quiet=0 size=-1 sent= hung=
@@ -83,7 +83,7 @@ exits_check() {
 	why=${crash:+guest kernel crashed: $crash}
 	# A triple fault nobody asked for (exit 4 where another code is
 	# wanted) leaves no panic text: the lab's nested emulation corrupts a
-	# vCPU's state now and then (benches/results/guest-hangs-2026-11-23.md).
+	# vCPU's state now and then (docs/lab.md).
 	[ -z "$crash" ] && [ "$rc" = 4 ] && [ "$want" != 4 ] && why="guest kernel crashed: unexpected triple fault (exit 4)"
 	# Stock QEMU runs with -no-reboot: a guest that resets itself (the
 	# same emulation fault, often before its console says anything) makes
@@ -94,7 +94,7 @@ exits_check() {
 	# A hung guest was killed by us, whatever exit code that gave.
 	[ -n "$hung" ] && why=$hung
 	# Up to two more attempts: a lab host that meets the fault once tends
-	# to meet it again (2026-11-26: stock QEMU's guest reset itself in two
+	# to meet it again (seen: stock QEMU's guest reset itself in two
 	# attempts in a row in one lab host, which then failed the check).
 	if { [ "$rc" != "$want" ] || [ -n "$hung" ]; } && [ -n "$why" ] && [ "${retried:-0}" -lt 2 ]; then
 		# The nested emulation crashes or hangs a guest kernel now and

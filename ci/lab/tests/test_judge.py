@@ -19,7 +19,7 @@ class CollectorTest(unittest.TestCase):
         self.assertFalse(col.feed("[   12.0] nvme nvme0: 2/0/0 default/read/poll queues"))
 
     def test_unreadable_marker_is_a_failed_check_not_a_crash(self):
-        # CI at b42d6c2: a check line with a raw carriage return and quotes
+        # Seen in CI: a check line with a raw carriage return and quotes
         # in its detail ended the whole run in a traceback.
         col = console.Collector()
         self.assertTrue(col.feed('@@LAB-CHECK@@ {"name":"power-off","ok":false,"detail":"VMM said: @@LAB-GUEST@@ { event : boot }\r "}'))
@@ -30,7 +30,7 @@ class CollectorTest(unittest.TestCase):
         self.assertIn("quoted", col.checks[1]["detail"])
 
     def test_a_marker_a_kernel_message_cut_is_joined_again(self):
-        # CI cold run at 775af2a: the lab host's "hrtimer: interrupt took"
+        # Seen in a cold CI run: the lab host's "hrtimer: interrupt took"
         # warning landed inside a cell's JSON, which then failed as an
         # unreadable marker and lost its round.
         text = line(cell("ours"))
@@ -80,7 +80,7 @@ class CollectorTest(unittest.TestCase):
         self.assertEqual(warnings, [])
 
     def test_a_console_that_ends_without_done_is_a_wedge_and_its_guests_run_again(self):
-        # The demo's round 2 at ffa4a45: the log simply ended after a guest
+        # Seen in a demo's round 2: the log simply ended after a guest
         # ran again, no failure field set; the round was lost.
         col = console.Collector(2)
         for l in [HOST, line(cell("qemu+stock"))]:

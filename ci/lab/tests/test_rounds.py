@@ -57,7 +57,7 @@ class RoundTest(unittest.TestCase):
         self.assertTrue(any("unfit" in p for p in problems), problems)
 
     def test_a_vmm_stuck_in_the_lab_hosts_kernel_sends_the_rest_to_a_fresh_host(self):
-        # CI of 2026-11-27: a VMM SIGKILL did not end held the NVMe, and the
+        # Seen in CI: a VMM SIGKILL did not end held the NVMe, and the
         # next guest failed to open it. The bench tool now stops there
         # (@@LAB-HOST-STUCK@@); the guests it did not run go to a fresh
         # lab host and the run only warns.
@@ -78,7 +78,7 @@ class RoundTest(unittest.TestCase):
         self.assertTrue(any("stayed in the lab host's kernel" in p for p in problems), problems)
 
     def test_a_guest_with_the_emulations_faults_in_every_attempt_runs_in_a_fresh_host(self):
-        # CI of 2026-11-27 (smoke-7.3-ci): one lab host gave a guest a hang
+        # Seen in CI (smoke-7.3-ci): one lab host gave a guest a hang
         # with the vCPU's saved state the host's, or a triple fault, in
         # each of its 5 attempts; that guest alone runs again elsewhere.
         spin = ("state at the hang: the virtio-iommu has no request outstanding; vCPUs: vCPU0 at 0xffffffffc0390dcc "
@@ -138,7 +138,7 @@ class RoundTest(unittest.TestCase):
         self.assertEqual(calls, [specs])
 
     def test_a_guests_hangs_on_a_lab_host_that_then_crashed_run_in_a_fresh_host(self):
-        # Demo of 2026-11-28: stock QEMU's guest (then no vCPU state to read)
+        # Seen in a demo: stock QEMU's guest (then no vCPU state to read)
         # hung twice in boot, hung again and reset itself, out of
         # attempts; the lab host crashed two guests later. On a host that
         # crashed or wedged such a guest runs again in the fresh one.

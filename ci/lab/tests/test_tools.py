@@ -11,6 +11,8 @@ import tempfile
 import unittest
 from pathlib import Path
 
+from labkit import census
+
 LAB_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -23,7 +25,7 @@ def _load(name: str):
 
 
 debian_root = _load("debian-root")
-fault_census = _load("fault-census")
+fault_census = census
 
 _tloader = importlib.machinery.SourceFileLoader("outer_trace", str(LAB_DIR / "outer-trace"))
 _tspec = importlib.util.spec_from_loader("outer_trace", _tloader)

@@ -6,8 +6,8 @@
 //! the host in `checks.rs`.
 
 mod backend;
-mod checks;
 mod error;
+mod host_checks;
 mod parse;
 
 use std::path::PathBuf;
@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use clap::Parser;
 
 pub use backend::{BackendChoice, HostDevices, VfioBackend};
-pub use checks::{check_vfio_device, VfioDeviceSpec};
 pub use error::ConfigError;
+pub use host_checks::{check_vfio_device, VfioDeviceSpec};
 pub use parse::{parse_range, parse_size};
 
-use checks::check_file;
+use host_checks::check_file;
 
 /// Most vCPUs we describe: xAPIC ids in the MADT are one byte and 0xff is broadcast.
 pub const MAX_CPUS: u8 = 254;

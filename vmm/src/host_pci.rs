@@ -7,7 +7,7 @@
 //! routes it to that function, never to the IOMMU) or refused by the device
 //! itself: QEMU's emulated NVMe fails any command whose PRP entry lies in
 //! its own BAR0 range with "Data Transfer Error", whatever the IOMMU says
-//! (the multi-vCPU I/O error of issue 11 was exactly this). Linux keeps its
+//! (a multi-vCPU guest's I/O errors in the lab were exactly this). Linux keeps its
 //! own DMA IOVAs off its host bridge windows for the same reason
 //! (`iova_reserve_pci_windows`). The VMM does the same for its guest: it
 //! reports the host's PCI windows and the BARs of the passed-through

@@ -73,7 +73,7 @@ const CPUID_TSC_DEADLINE: u32 = 1 << 24;
 /// programs its one-shot timer through the xAPIC's TMICT register: an MMIO
 /// exit KVM has to decode, on every idle entry and exit, where the deadline
 /// is one WRMSR exit (the lab counted 0.07-0.32 TMICT writes per I/O at
-/// 4k-64k randread, none behind QEMU; `benches/results/exits-per-io-*`).
+/// 4k-64k randread, none behind QEMU).
 pub fn add_emulated_features(cpuid: &mut CpuId, tsc_deadline: bool) {
     for e in cpuid.as_mut_slice() {
         if e.function == 1 && tsc_deadline {
@@ -96,7 +96,7 @@ const KVM_ASYNC_PF_FEATURES: u32 = (1 << 4) | (1 << 10) | (1 << 14);
 /// In the nested lab it cost hung guests: the lab host's kernel spun for
 /// minutes in KVM delivering a "page ready" event to a vCPU thread of ours
 /// (`kvm_arch_async_page_present`, a soft lockup), and guests crashed at
-/// syscall entry (see `benches/results/guest-hangs-2026-11-23.md`).
+/// syscall entry.
 pub fn remove_async_pf(cpuid: &mut CpuId) {
     for e in cpuid.as_mut_slice() {
         if e.function == KVM_CPUID_FEATURES {

@@ -116,7 +116,7 @@ impl FaultPlan {
         }
     }
 
-    fn check(&mut self, call: &DmaCall) -> Option<DmaError> {
+    fn fault_for(&mut self, call: &DmaCall) -> Option<DmaError> {
         if self.seqs.remove(&call.seq) {
             return Some(injected_error(call));
         }
@@ -242,7 +242,7 @@ impl<M: DmaMapper> RecordingMapper<M> {
             ),
         };
         calls.fetch_add(1, Ordering::Relaxed);
-        let injected = relock(&self.faults).check(&call);
+        let injected = relock(&self.faults).fault_for(&call);
         let is_injected = injected.is_some();
         let res = match injected {
             Some(e) => {

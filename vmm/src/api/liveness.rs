@@ -15,7 +15,8 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use crate::devices::serial::SerialDevice;
-use crate::devices::viommu::ThreadStatus;
+use crate::devices::viommu::pending::PendingTypes;
+use crate::devices::viommu::{StatusReading, ThreadStatus};
 use crate::vcpu_probe::VcpuProbe;
 
 /// Where the liveness gauges come from.
@@ -93,33 +94,47 @@ impl Liveness {
     /// The gauges and counters as Prometheus text.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.render_serial(&mut out);
+        self.render_vcpus(&mut out);
+        if let Some(t) = &self.viommu {
+            render_device_thread(&mut out, &t.read());
+        }
+        out
+    }
+
+    /// The console UART's counters and interrupt registers.
+    fn render_serial(&self, out: &mut String) {
         let s = self
             .serial
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .reading();
         metric(
-            &mut out,
+            out,
             "vmm_serial_tx_bytes_total",
             "counter",
             "Bytes the guest wrote to the console UART's transmit register.",
             Some(s.tx_bytes),
         );
         metric(
-            &mut out,
+            out,
             "vmm_serial_irqs_total",
             "counter",
             "Interrupts the console UART raised (its pending bits going from none to some).",
             Some(s.irqs),
         );
         metric(
-            &mut out,
+            out,
             "vmm_serial_ier",
             "gauge",
             "The console UART's interrupt enable register (bit 1: transmit-empty interrupt).",
             Some(s.ier.into()),
         );
-        metric(&mut out, "vmm_serial_iir", "gauge", "The console UART's pending interrupt bits (1: none pending, 2: transmit empty, 4: data available).", Some(s.iir.into()));
+        metric(out, "vmm_serial_iir", "gauge", "The console UART's pending interrupt bits (1: none pending, 2: transmit empty, 4: data available).", Some(s.iir.into()));
+    }
+
+    /// Each vCPU thread's CPU time.
+    fn render_vcpus(&self, out: &mut String) {
         let cpu: Vec<(usize, u64)> = self
             .vcpu_clocks
             .iter()
@@ -135,132 +150,137 @@ impl Liveness {
                 let _ = writeln!(out, "vmm_vcpu_cpu_ms_total{{vcpu=\"{i}\"}} {ms}");
             }
         }
-        if let Some(t) = &self.viommu {
-            let r = t.read();
-            metric(
-                &mut out,
-                "viommu_thread_wakeups_total",
-                "counter",
-                "Times the virtio-iommu device thread woke up.",
-                Some(r.wakeups),
-            );
-            metric(&mut out, "viommu_thread_serving_ms", "gauge", "How long the device thread has been serving the current notification (0: waiting for one).", Some(r.serving_ms));
-            metric(
-                &mut out,
-                "viommu_requestq_driver_avail",
-                "gauge",
-                "The request queue's avail index in guest memory (the driver's).",
-                r.driver_avail.map(u64::from),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_used",
-                "gauge",
-                "The request queue's used index in guest memory.",
-                r.used.map(u64::from),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_device_next_avail",
-                "gauge",
-                "The avail index the device takes next, after its last drain.",
-                r.device_next_avail.map(u64::from),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_avail_event",
-                "gauge",
-                "The avail_event the device published in guest memory (EVENT_IDX: the driver notifies when its avail index passes it).",
-                r.avail_event.map(u64::from),
-            );
-            if let Some(p) = r.pending {
-                let _ = writeln!(
-                    out,
-                    "# HELP viommu_requestq_pending_requests Requests the driver published that the device has not taken, by type, read from the rings now (at most {} looked at; not_read: beyond that). UNMAPs alone are a lazy guest's queue, sent with its next sync; a MAP waits for the driver's iotlb_sync_map, which notifies; any request left while a vCPU waits in the driver's sync is a missed kick.\n# TYPE viommu_requestq_pending_requests gauge",
-                    crate::devices::viommu::pending::PEEK_MAX
-                );
-                for (t, n) in [
-                    ("map", p.map),
-                    ("unmap", p.unmap),
-                    ("iotlb_flush", p.flush),
-                    ("other", p.other),
-                    ("unreadable", p.unreadable),
-                    ("not_read", p.not_read),
-                ] {
-                    let _ = writeln!(out, "viommu_requestq_pending_requests{{type=\"{t}\"}} {n}");
-                }
-            }
-            metric(
-                &mut out,
-                "viommu_requestq_kicks_total",
-                "counter",
-                "Request queue notifications the device thread took (kicks that arrived between two of its reads count once).",
-                Some(r.kicks),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_poll_ns_total",
-                "counter",
-                "Nanoseconds the device thread spent polling the request queue for requests (wall time, drains not included; at most a host core's worth).",
-                Some(r.poll_ns),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_polls_found_total",
-                "counter",
-                "Looks at the request queue while polling that found requests (each a notification the guest did not make and a wake-up the thread did not need).",
-                Some(r.polls_found),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_polls_timed_out_total",
-                "counter",
-                "Polls of the request queue that ended with the poll window spent and no request.",
-                Some(r.polls_timed_out),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_polls_preempted_total",
-                "counter",
-                "Polls of the request queue ended because another task took the core (each one shrinks the window).",
-                Some(r.polls_preempted),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_polls_busy_total",
-                "counter",
-                "Notifications served without polling, the poll window open, or a vCPU's hand-over to polling not made, because no host CPU was spare (/proc/loadavg's runnable tasks above the online CPUs).",
-                Some(r.polls_busy),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_poll_window_ns",
-                "gauge",
-                "How long the device thread polls the request queue after serving it, now (adapted to the gaps between requests, up to --viommu-poll-us; 0: not polling).",
-                Some(r.poll_window_ns),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_vcpu_kicks_total",
-                "counter",
-                "Request queue notifications served on the vCPU that made them, the device thread idle (--viommu-kicks vcpu).",
-                Some(r.vcpu_kicks),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_vcpu_deferred_total",
-                "counter",
-                "Request queue notifications a vCPU left to the device thread, busy or with a command waiting (--viommu-kicks vcpu).",
-                Some(r.vcpu_deferred),
-            );
-            metric(
-                &mut out,
-                "viommu_requestq_vcpu_handovers_total",
-                "counter",
-                "Times a vCPU that served the request queue woke the device thread to poll for the next request, the poll window open and a host CPU free for it (--viommu-kicks vcpu with --viommu-poll-us).",
-                Some(r.vcpu_handovers),
-            );
-        }
-        out
+    }
+}
+
+/// The virtio-iommu device thread's liveness gauges.
+fn render_device_thread(out: &mut String, r: &StatusReading) {
+    metric(
+        out,
+        "viommu_thread_wakeups_total",
+        "counter",
+        "Times the virtio-iommu device thread woke up.",
+        Some(r.wakeups),
+    );
+    metric(out, "viommu_thread_serving_ms", "gauge", "How long the device thread has been serving the current notification (0: waiting for one).", Some(r.serving_ms));
+    metric(
+        out,
+        "viommu_requestq_driver_avail",
+        "gauge",
+        "The request queue's avail index in guest memory (the driver's).",
+        r.driver_avail.map(u64::from),
+    );
+    metric(
+        out,
+        "viommu_requestq_used",
+        "gauge",
+        "The request queue's used index in guest memory.",
+        r.used.map(u64::from),
+    );
+    metric(
+        out,
+        "viommu_requestq_device_next_avail",
+        "gauge",
+        "The avail index the device takes next, after its last drain.",
+        r.device_next_avail.map(u64::from),
+    );
+    metric(
+        out,
+        "viommu_requestq_avail_event",
+        "gauge",
+        "The avail_event the device published in guest memory (EVENT_IDX: the driver notifies when its avail index passes it).",
+        r.avail_event.map(u64::from),
+    );
+    if let Some(p) = r.pending {
+        render_pending(out, &p);
+    }
+    metric(
+        out,
+        "viommu_requestq_kicks_total",
+        "counter",
+        "Request queue notifications the device thread took (kicks that arrived between two of its reads count once).",
+        Some(r.kicks),
+    );
+    metric(
+        out,
+        "viommu_requestq_poll_ns_total",
+        "counter",
+        "Nanoseconds the device thread spent polling the request queue for requests (wall time, drains not included; at most a host core's worth).",
+        Some(r.poll_ns),
+    );
+    metric(
+        out,
+        "viommu_requestq_polls_found_total",
+        "counter",
+        "Looks at the request queue while polling that found requests (each a notification the guest did not make and a wake-up the thread did not need).",
+        Some(r.polls_found),
+    );
+    metric(
+        out,
+        "viommu_requestq_polls_timed_out_total",
+        "counter",
+        "Polls of the request queue that ended with the poll window spent and no request.",
+        Some(r.polls_timed_out),
+    );
+    metric(
+        out,
+        "viommu_requestq_polls_preempted_total",
+        "counter",
+        "Polls of the request queue ended because another task took the core (each one shrinks the window).",
+        Some(r.polls_preempted),
+    );
+    metric(
+        out,
+        "viommu_requestq_polls_busy_total",
+        "counter",
+        "Notifications served without polling, the poll window open, or a vCPU's hand-over to polling not made, because no host CPU was spare (/proc/loadavg's runnable tasks above the online CPUs).",
+        Some(r.polls_busy),
+    );
+    metric(
+        out,
+        "viommu_requestq_poll_window_ns",
+        "gauge",
+        "How long the device thread polls the request queue after serving it, now (adapted to the gaps between requests, up to --viommu-poll-us; 0: not polling).",
+        Some(r.poll_window_ns),
+    );
+    metric(
+        out,
+        "viommu_requestq_vcpu_kicks_total",
+        "counter",
+        "Request queue notifications served on the vCPU that made them, the device thread idle (--viommu-kicks vcpu).",
+        Some(r.vcpu_kicks),
+    );
+    metric(
+        out,
+        "viommu_requestq_vcpu_deferred_total",
+        "counter",
+        "Request queue notifications a vCPU left to the device thread, busy or with a command waiting (--viommu-kicks vcpu).",
+        Some(r.vcpu_deferred),
+    );
+    metric(
+        out,
+        "viommu_requestq_vcpu_handovers_total",
+        "counter",
+        "Times a vCPU that served the request queue woke the device thread to poll for the next request, the poll window open and a host CPU free for it (--viommu-kicks vcpu with --viommu-poll-us).",
+        Some(r.vcpu_handovers),
+    );
+}
+
+/// The requests published and not taken, by type.
+fn render_pending(out: &mut String, p: &PendingTypes) {
+    let _ = writeln!(
+        out,
+        "# HELP viommu_requestq_pending_requests Requests the driver published that the device has not taken, by type, read from the rings now (at most {} looked at; not_read: beyond that). UNMAPs alone are a lazy guest's queue, sent with its next sync; a MAP waits for the driver's iotlb_sync_map, which notifies; any request left while a vCPU waits in the driver's sync is a missed kick.\n# TYPE viommu_requestq_pending_requests gauge",
+        crate::devices::viommu::pending::PEEK_MAX
+    );
+    for (t, n) in [
+        ("map", p.map),
+        ("unmap", p.unmap),
+        ("iotlb_flush", p.flush),
+        ("other", p.other),
+        ("unreadable", p.unreadable),
+        ("not_read", p.not_read),
+    ] {
+        let _ = writeln!(out, "viommu_requestq_pending_requests{{type=\"{t}\"}} {n}");
     }
 }

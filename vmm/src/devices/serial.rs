@@ -13,9 +13,7 @@
 //! the vCPU that wrote the byte, which then kicks the vCPU with an IPI, for
 //! every line of console output; and an edge lost on the way is never
 //! raised again (the console stops mid-line, every writer to it blocks).
-//! A level set in place has neither problem. (It was changed while chasing
-//! guest hangs in the nested lab; it did not cure them: see
-//! `benches/results/guest-hangs-2026-11-23.md`.)
+//! A level set in place has neither problem.
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -37,7 +37,7 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
         for (nr, args, why) in conditional(k, &known) {
             assert!(!args.is_empty(), "{k:?} {nr}: {why}");
             assert!(
-                !COMMON.iter().chain(extra(k)).any(|(n, _)| *n == nr),
+                !COMMON.iter().chain(kind_syscalls(k)).any(|(n, _)| *n == nr),
                 "{k:?}: {nr} is both conditional and unconditional"
             );
         }
@@ -395,7 +395,7 @@ fn no_thread_can_reach_another_process_of_its_uid() {
     for k in KINDS {
         let allowed: Vec<libc::c_long> = COMMON
             .iter()
-            .chain(extra(k))
+            .chain(kind_syscalls(k))
             .map(|(nr, _)| *nr)
             .chain(conditional(k, &known).into_iter().map(|(nr, _, _)| nr))
             .collect();

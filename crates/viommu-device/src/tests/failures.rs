@@ -1,4 +1,4 @@
-//! Failure paths that must leave nothing behind (issue 16): a reset or a
+//! Failure paths that must leave nothing behind: a reset or a
 //! DETACH whose host unmaps fail falls back to unmap-all; an ATTACH that
 //! moves an endpoint and then fails on the target changes nothing.
 

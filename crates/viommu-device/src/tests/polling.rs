@@ -1,5 +1,5 @@
-//! Polling the request queue against the driver's notification decisions
-//! (issue 35): a device that drains with notifications suppressed while it
+//! Polling the request queue against the driver's notification decisions:
+//! a device that drains with notifications suppressed while it
 //! polls the ring, and with them on before it sleeps, as the VMM's device
 //! thread does with a poll window. The driver is Linux's split ring:
 //! requests published at once, a notify decision (`virtqueue_kick_prepare`)

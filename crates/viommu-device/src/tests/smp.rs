@@ -1,4 +1,4 @@
-//! Two guest CPUs on one request queue (issue 11): a model of the patched
+//! Two guest CPUs on one request queue: a model of the patched
 //! Linux driver on a 2-vCPU guest, lazy or strict, driving the device
 //! through the queue, with the guest's view checked against the host after
 //! every step.

@@ -92,8 +92,8 @@ impl ModelServer {
     /// within its bound of each other) and a host CPU is free for the
     /// thread beside the running tasks, this vCPU among them. Without that
     /// CPU the wake-up takes one from a vCPU: ungated, the hand-over was
-    /// 0.37-0.69x stock QEMU with two fio jobs on the lab's two CPUs
-    /// (`benches/results/levers-vpoll-2026-11-27.md`). Counted in
+    /// 0.37-0.69x stock QEMU with two fio jobs on the lab's two CPUs.
+    /// Counted in
     /// `polls_busy` when the CPU is missing.
     pub(super) fn hand_over(&mut self) -> bool {
         self.may_poll(true)

@@ -6,7 +6,7 @@
 //! needs it (on a busy host, often the vCPU about to post the request),
 //! and with notifications suppressed while it polls, a request posted
 //! while the thread waits for its next time slice waits with it. The lab
-//! measured both (`benches/results/levers-8col-2026-11-27.md`): 1.72x
+//! measured both: 1.72x
 //! stock QEMU at 4k with one fio job and an idle lab-host CPU, 0.53x with
 //! two jobs and none.
 //!
@@ -23,7 +23,7 @@
 //! decides. With `--viommu-kicks vcpu` a vCPU asks it after every kick it
 //! serves, on the guest's critical path: read per kick, the lab's stock
 //! guest with two fio jobs (no CPU spare, so nothing else changed) lost
-//! 5-11% per round against no polling (`benches/results/levers-2026-11-27.md`).
+//! 5-11% per round against no polling.
 //!
 //! Why not a crate: `procfs` and `sysinfo` parse all of `/proc/loadavg`
 //! per call through a fresh `open`, which the device thread's seccomp

@@ -26,13 +26,13 @@ use virtio_bindings::virtio_config::{
 };
 use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::{VirtioDevice, VirtioInterrupt};
 use crate::bus::BusDevice;
 use crate::pci::config::{BarKind, ConfigError, PciConfig, PciIds};
 use crate::pci::msix::{send_all, MsiRouter, MsiSender, MsixTable, ENTRY_SIZE, NO_VECTOR};
 use crate::pci::PciDevice;
+use interrupt::{Irqfds, PciInterrupt, Vectors};
 
 /// PCI vendor id of virtio devices.
 pub const VIRTIO_PCI_VENDOR: u16 = 0x1af4;
@@ -131,104 +131,6 @@ impl QueueState {
         }
     }
 }
-
-/// Vector assignments, shared with the interrupt handle.
-struct Vectors {
-    config: AtomicU16,
-    queues: Vec<AtomicU16>,
-}
-
-/// One interrupt line per MSI-X vector: a KVM GSI routed to the vector's
-/// message and the irqfd that raises it, so the device thread raises an
-/// interrupt with an eventfd write (no KVM ioctl; the device thread's
-/// seccomp list has none). The routes follow the guest's writes to the
-/// MSI-X table; masking and pending bits stay in the table.
-struct Irqfds {
-    router: Arc<dyn MsiRouter>,
-    /// (GSI, irqfd) by vector.
-    lines: Vec<(u32, EventFd)>,
-}
-
-impl Irqfds {
-    fn new(router: Arc<dyn MsiRouter>, vectors: usize) -> std::io::Result<Self> {
-        let mut lines = Vec::with_capacity(vectors);
-        for _ in 0..vectors {
-            let gsi = router.allocate()?;
-            let fd = EventFd::new(EFD_NONBLOCK)?;
-            router.attach(&fd, gsi)?;
-            lines.push((gsi, fd));
-        }
-        Ok(Irqfds { router, lines })
-    }
-
-    /// Route vector `v`'s line to `msg`.
-    fn route(&self, v: usize, (address, data): (u64, u32)) {
-        if let Some((gsi, _)) = self.lines.get(v) {
-            if let Err(e) = self.router.route(*gsi, address, data) {
-                viommu_device::guest_error!(
-                    vector = v,
-                    gsi,
-                    "cannot route a virtio MSI-X vector: {e}"
-                );
-            }
-        }
-    }
-}
-
-impl Drop for Irqfds {
-    fn drop(&mut self) {
-        for (gsi, fd) in &self.lines {
-            let _ = self.router.detach(fd, *gsi);
-        }
-    }
-}
-
-struct PciInterrupt {
-    vectors: Arc<Vectors>,
-    isr: Arc<AtomicU8>,
-    msix: Arc<Mutex<MsixTable>>,
-    msi: Arc<dyn MsiSender>,
-    irqfds: Option<Arc<Irqfds>>,
-}
-
-impl PciInterrupt {
-    fn raise(&self, isr_bit: u8, vector: u16) -> std::io::Result<()> {
-        self.isr.fetch_or(isr_bit, Ordering::AcqRel);
-        if vector == NO_VECTOR {
-            return Ok(());
-        }
-        let msg = self
-            .msix
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .raise(vector);
-        let line = self
-            .irqfds
-            .as_ref()
-            .and_then(|l| l.lines.get(usize::from(vector)));
-        match (msg, line) {
-            (Some(_), Some((_, fd))) => fd.write(1),
-            (Some((addr, data)), None) => self.msi.send(addr, data),
-            (None, _) => Ok(()),
-        }
-    }
-}
-
-impl VirtioInterrupt for PciInterrupt {
-    fn trigger_queue(&self, queue: u16) -> std::io::Result<()> {
-        let v = self
-            .vectors
-            .queues
-            .get(usize::from(queue))
-            .map_or(NO_VECTOR, |v| v.load(Ordering::Acquire));
-        self.raise(1, v)
-    }
-
-    fn trigger_config(&self) -> std::io::Result<()> {
-        self.raise(2, self.vectors.config.load(Ordering::Acquire))
-    }
-}
-
 /// A virtio device on PCI. Plug it into the PCI root (config space) and
 /// map [`BAR_SIZE`] bytes of it on the MMIO bus at the address of BAR 0;
 /// with port notify registers, a [`PortNotify`] of it on the port bus at
@@ -699,6 +601,8 @@ impl BusDevice for PortNotify {
 
 const _: () = assert!(MSIX_TABLE_OFFSET + 2 * REGION_SIZE <= MSIX_PBA_OFFSET);
 const _: () = assert!(ENTRY_SIZE * 64 <= 2 * REGION_SIZE);
+
+mod interrupt;
 
 #[cfg(test)]
 mod tests;

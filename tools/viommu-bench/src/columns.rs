@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::results::Counting;
-
 /// The default columns, in order.
 pub const DEFAULT_COLUMNS: &str =
     "qemu+stock,qemu+patched,ours+stock,ours+patched-strict,ours+patched-lazy,no-viommu";
@@ -247,7 +245,7 @@ pub struct Launch {
     #[serde(default)]
     pub qmp: Option<PathBuf>,
     /// QEMU's second QMP socket, every QEMU column's: where its vCPUs are
-    /// when its guest hangs ([`crate::qemu_hang`]).
+    /// when its guest hangs ([`crate::run::hang::stock_qemu`]).
     #[serde(default)]
     pub monitor: Option<PathBuf>,
     /// Our VMM's API socket.
@@ -257,7 +255,7 @@ pub struct Launch {
     #[serde(default)]
     pub kernel: Option<PathBuf>,
     /// How its device counts are taken (stock QEMU's [`Counting::Pass`]
-    /// is settled by the run: see [`crate::trace::QemuTrace::counting`]).
+    /// is settled by the run: see [`crate::run::trace::QemuTrace::counting`]).
     #[serde(default)]
     pub counting: Counting,
     /// Its guest runs the untimed breakdown runs (`lab.breakdown`), each
@@ -305,7 +303,7 @@ fn shell_quote(s: &str) -> String {
 /// QEMU started without tracing; its guest gets `lab.count=S` (untimed
 /// counting runs after the timed ones), answered on the serial console,
 /// and the QMP socket turns the events on for those runs only (see
-/// [`crate::trace`]).
+/// [`crate::run::trace`]).
 pub fn launch(
     col: &Column,
     inp: &LaunchInputs,
@@ -428,6 +426,41 @@ pub fn launch(
         counting,
         breakdown,
     }
+}
+
+/// How a cell's device counts (virtio-iommu requests and VFIO calls per
+/// I/O) were taken. No timed phase runs with an observer on its hot path:
+/// our VMM's counters are always on (its device counts in every run; no
+/// flag or build leaves them out) and are read only at phase boundaries
+/// (see `run::metrics`); stock QEMU's trace events are off in every
+/// timed phase and on only in untimed counting phases (see
+/// `run::trace`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum Counting {
+    /// No virtio-iommu: nothing to count.
+    #[default]
+    None,
+    /// Our VMM's device counters, read over its API at each phase's begin
+    /// and end markers: exact, over the timed phases themselves.
+    Exact,
+    /// Stock QEMU's trace events, on only in the untimed counting phases
+    /// (`count-PHASE`, the same fio job after the timed phases): lower
+    /// bounds, of a sample.
+    Pass,
+    /// Stock QEMU wrote no trace line at all in a counting phase, not even
+    /// for the QMP commands that turned its events on: a QEMU without the
+    /// `log` trace backend. Its counts are unknown.
+    NoTrace {
+        /// What was seen and what it means.
+        why: String,
+    },
+    /// Stock QEMU's counts were not taken (`--count-runtime 0`, or the
+    /// counting phases did not run or failed).
+    NotCounted {
+        /// Why.
+        why: String,
+    },
 }
 
 #[cfg(test)]

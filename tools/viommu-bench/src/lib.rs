@@ -2,46 +2,31 @@
 //! host, pass an NVMe drive through behind a virtio-iommu (or not), run fio
 //! in the guests and compare IOPS and the DMA mapping work per I/O.
 //!
-//! Each module has one job; `main.rs` wires them in this order: [`cli`]
-//! (flags) → [`preflight`] (host checks, consent) → [`image`] (guest
-//! initramfs) → [`bind`] (vfio-pci, restored on exit) → [`runner`] (one VM
-//! per cell of [`plan`], watched by [`guest`] markers, counted by
-//! [`metrics`] and, for stock QEMU in untimed counting phases, [`trace`]
-//! over [`qmp`]; with `--breakdown`, untimed breakdown phases recorded by
-//! [`host_trace`] and read by [`breakdown`]) → [`report`] ([`stats`]) →
-//! [`chart`].
+//! The crate is layered; a module imports only from its own layer or the
+//! ones below it, never from above (`tests/layering.rs` checks this and
+//! that no two modules import each other, directly or around a loop):
+//!
+//! ```text
+//! base ← setup ← run ← report ← app     (main.rs calls app)
+//! ```
+//!
+//! - base, at the crate root: [`cli`] (flags and the validated
+//!   [`cli::Config`]), [`columns`] (what each column launches), [`plan`]
+//!   (cells, rounds and phase names) and [`units`];
+//! - [`setup`]: what is done before any VM runs: host checks and consent,
+//!   the guest image, binding the drive to vfio-pci;
+//! - [`run`]: one VM per cell, watched through its console markers,
+//!   counted, traced, and diagnosed when it hangs; its output is
+//!   [`run::results`];
+//! - [`report`]: the summary drawn from the results, its tables and
+//!   sections, the chart;
+//! - [`app`]: the command itself, wiring the wings in order.
 
-pub mod bind;
-pub mod breakdown;
-pub mod chart;
-pub mod checks;
+pub mod app;
 pub mod cli;
 pub mod columns;
-pub mod cpu_time;
-pub mod exec;
-pub mod footprint;
-pub mod guest;
-pub mod guest_time;
-pub mod headline;
-pub mod host;
-pub mod host_trace;
-pub mod ikconfig;
-pub mod image;
-pub mod kvm_exits;
-pub mod liveness;
-pub mod metrics;
-pub mod order;
-pub mod paired;
 pub mod plan;
-pub mod preflight;
-pub mod qemu_hang;
-pub mod qmp;
 pub mod report;
-pub mod results;
-pub mod runner;
-pub mod stats;
-pub mod stuck;
-pub mod symbols;
-pub mod sysfs;
-pub mod trace;
+pub mod run;
+pub mod setup;
 pub mod units;

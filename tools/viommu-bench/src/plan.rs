@@ -53,7 +53,6 @@ pub fn precondition_note(cfg: &Config) -> String {
         (_, None) => "each VM first writes the whole drive sequentially (its size is unknown here: 1 s per GiB at 1 GiB/s, not in the estimate)".into(),
     }
 }
-use crate::guest::run_phase_name;
 
 /// Guest debugfs counters reported per phase (the patched guest has them).
 pub const GUEST_COUNTERS: &str =
@@ -232,6 +231,110 @@ pub fn cell_bound(cfg: &Config) -> Duration {
     }
     (estimate_cell(cfg) + count_pass(cfg) + breakdown_pass(cfg)) * 4
         + Duration::from_secs(cfg.args.stall_seconds)
+}
+
+/// What a phase measured, from its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PhaseKind {
+    /// `verify-BS` or `verify-mixed`: write+verify.
+    Verify,
+    /// `RW-BS[-jN]`: a measured run.
+    Run {
+        /// fio --rw.
+        rw: String,
+        /// Block size label, e.g. `4k`.
+        bs: String,
+        /// fio jobs.
+        numjobs: u32,
+    },
+    /// `count-RUN`: the untimed counting run of the measured run `RUN`
+    /// (the same fio job, shorter, with stock QEMU's trace on).
+    Count {
+        /// The measured run's name.
+        run: String,
+    },
+    /// `breakdown-RUN`: the untimed breakdown run of the measured run
+    /// `RUN` (the same fio job, with the host's tracefs recording the
+    /// VMM's threads: `--breakdown`).
+    Breakdown {
+        /// The measured run's name.
+        run: String,
+    },
+}
+
+/// The prefix of the counting phases' names.
+const COUNT_PREFIX: &str = "count-";
+
+/// The prefix of the breakdown phases' names (`--breakdown`).
+const BREAKDOWN_PREFIX: &str = "breakdown-";
+
+/// Whether `name` is an untimed breakdown phase (`breakdown-RUN`): the
+/// same fio job again, with the host's tracefs recording the VMM's threads.
+pub fn is_breakdown_phase(name: &str) -> bool {
+    name.starts_with(BREAKDOWN_PREFIX)
+}
+
+/// The breakdown phase of the measured run `run`.
+pub fn breakdown_phase_name(run: &str) -> String {
+    format!("{BREAKDOWN_PREFIX}{run}")
+}
+
+/// Whether `name` is an untimed phase (counting or breakdown), which runs
+/// after the timed ones and only on the host's `go`.
+pub fn is_untimed_phase(name: &str) -> bool {
+    is_count_phase(name) || is_breakdown_phase(name)
+}
+
+/// Whether `name` is an untimed counting phase (`count-RUN`).
+pub fn is_count_phase(name: &str) -> bool {
+    name.starts_with(COUNT_PREFIX)
+}
+
+/// The counting phase of the measured run `run`.
+pub fn count_phase_name(run: &str) -> String {
+    format!("{COUNT_PREFIX}{run}")
+}
+
+/// The kind of phase `name` is; `None` for a name this protocol never uses.
+pub fn phase_kind(name: &str) -> Option<PhaseKind> {
+    if name.starts_with("verify-") {
+        return Some(PhaseKind::Verify);
+    }
+    if let Some(run) = name.strip_prefix(COUNT_PREFIX) {
+        return match phase_kind(run)? {
+            PhaseKind::Run { .. } => Some(PhaseKind::Count { run: run.into() }),
+            _ => None,
+        };
+    }
+    if let Some(run) = name.strip_prefix(BREAKDOWN_PREFIX) {
+        return match phase_kind(run)? {
+            PhaseKind::Run { .. } => Some(PhaseKind::Breakdown { run: run.into() }),
+            _ => None,
+        };
+    }
+    // RW itself may hold a dash (randread-buffered): read from the end.
+    let (rest, numjobs) = match name.rsplit_once('-') {
+        Some((rest, j)) if j.starts_with('j') => (rest, j[1..].parse().ok()?),
+        _ => (name, 1),
+    };
+    let (rw, bs) = rest.rsplit_once('-')?;
+    if rw.is_empty() || bs.is_empty() || !bs.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    Some(PhaseKind::Run {
+        rw: rw.to_string(),
+        bs: bs.to_string(),
+        numjobs,
+    })
+}
+
+/// The name of the measured run of `rw` at `bs` with `numjobs` jobs.
+pub fn run_phase_name(rw: &str, bs: &str, numjobs: u32) -> String {
+    if numjobs == 1 {
+        format!("{rw}-{bs}")
+    } else {
+        format!("{rw}-{bs}-j{numjobs}")
+    }
 }
 
 #[cfg(test)]

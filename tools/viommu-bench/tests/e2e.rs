@@ -8,7 +8,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use viommu_bench::results::{CellStatus, Counting, Results};
+use viommu_bench::columns::Counting;
+use viommu_bench::report::document::Results;
+use viommu_bench::run::results::CellStatus;
 
 /// A directory path with the `path()` of a TempDir.
 struct Dir(std::path::PathBuf);
@@ -355,7 +357,7 @@ fn a_whole_run_on_a_fake_host() {
     );
     assert_eq!(
         doc.host,
-        viommu_bench::host::HostInfo {
+        viommu_bench::setup::host::HostInfo {
             qemu_version: Some("QEMU emulator version 9.9.9 (fake)".into()),
             cpu_model: Some("Fake CPU @ 1.00GHz".into()),
             iommu: Some("intel".into()),
@@ -474,7 +476,7 @@ fn retries_serial_report_and_report_from() {
         .filter(|l| l.starts_with("@@LAB-CELL@@ "))
         .collect();
     assert_eq!(lines.len(), 3, "{stdout}");
-    let cells: Vec<viommu_bench::results::CellResult> = lines
+    let cells: Vec<viommu_bench::run::results::CellResult> = lines
         .iter()
         .map(|l| serde_json::from_str(&l[13..]).unwrap())
         .collect();

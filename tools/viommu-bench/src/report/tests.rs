@@ -1,9 +1,16 @@
-
-use super::*;
+use super::markdown::render_markdown;
+use super::summarize::{
+    is_retry_warning_for_tests as is_retry_warning, retry_warning_head, summarize,
+};
+use super::summary::*;
+use super::text::render_text;
 use crate::columns::builtin;
-use crate::guest::FioRecord;
-use crate::metrics::DeviceCounters;
-use crate::results::PhaseResult;
+use crate::columns::{Column, Counting};
+use crate::plan::Phase;
+use crate::run::guest::FioRecord;
+use crate::run::metrics::DeviceCounters;
+use crate::run::results::PhaseResult;
+use crate::run::results::{CellResult, CellStatus};
 use std::collections::BTreeMap;
 
 /// The built-in columns of these tags.

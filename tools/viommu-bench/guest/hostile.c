@@ -1,6 +1,6 @@
 /*
  * viommu-hostile: one attacker of a hostile guest (the guest init's
- * lab.hostile=1, the lab's `hostile` scenario; issue 36). Guest root
+ * lab.hostile=1, the lab's `hostile` scenario). Guest root
  * attacks the VMM through what a guest can reach while its own drivers
  * keep working:
  *

@@ -15,7 +15,8 @@ pub(crate) fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
     o
 }
 
-/// The table as Markdown (table.md), like benches/results/compare-*.md.
+/// The table as Markdown (table.md), in the layout of the project's
+/// comparison write-ups.
 pub fn render_markdown(s: &Summary, title: &str) -> String {
     let mut head: Vec<String> = vec!["bs".into(), "numjobs".into()];
     head.extend(HEADER.iter().map(|h| h.to_string()));

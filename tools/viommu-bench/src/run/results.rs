@@ -104,18 +104,18 @@ pub struct CellResult {
     /// Whether the device counts are lower bounds (QEMU's trace).
     pub lower_bound: bool,
     /// How the device counts were taken; absent in results from before
-    /// the untimed counting pass (2026-11-26), whose stock QEMU columns were
+    /// the untimed counting pass, whose stock QEMU columns were
     /// traced during the timed phases themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counting: Option<crate::columns::Counting>,
-    /// Where it ran (see [`crate::report::sections::order`]); results before 2026-11-25 lack it.
+    /// Where it ran (see [`crate::report::sections::order`]); older results lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<Place>,
     /// What the attackers of a hostile guest (`lab.hostile=1`) did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attacks: Vec<AttackRecord>,
     /// The VMM's log lines and memory over the cell (see
-    /// [`crate::run::footprint`]); results before 2026-11-27 lack it.
+    /// [`crate::run::footprint`]); older results lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub footprint: Option<Footprint>,
     /// Wall-clock seconds.

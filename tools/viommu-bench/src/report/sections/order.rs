@@ -2,9 +2,9 @@
 //! column's IOPS against the baseline's of the same round, split by which
 //! of the two ran first on their host.
 //!
-//! In our lab the earlier guest of a lab host ran up to 15% faster
-//! (2026-11-24: the pool-only guest before the cache's in 7 of 10 rounds
-//! of a plain rotation made the cache look 8-26% slower than it was).
+//! In our lab the earlier guest of a lab host ran up to 15% faster (in a
+//! plain rotation that put one guest first in most rounds, that alone made
+//! the other look 8-26% slower than it was).
 //! The plan's balanced order ([`crate::plan::rotation_from`]) puts each
 //! column first as often as second, so an effect cancels out of the
 //! medians over an even number of rounds; this table shows whether there

@@ -5,9 +5,9 @@
 //! (an ioctl that does not return, a device reset, the release of its
 //! mappings). It still holds the VFIO group, so the next VM would fail to
 //! open it ("busy") and be reported as a failure of its own. Seen in the
-//! lab (CI of 2026-11-27, smp-smoke): a lazy guest's VMM did not exit after
+//! lab (the smp-smoke scenario): a lazy guest's VMM did not exit after
 //! its guest powered off nor after SIGKILL, and the next cell failed at
-//! once with "/dev/vfio/1 is busy". The runner now keeps such a VMM here,
+//! once with "/dev/vfio/1 is busy". The runner keeps such a VMM here,
 //! the next cell waits for it ([`StuckVmm::wait`]), and if it never leaves
 //! the run stops with the reason instead of failing every cell after it.
 

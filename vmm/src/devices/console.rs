@@ -27,21 +27,23 @@ struct Buf {
     writing: bool,
 }
 
-struct Shared {
+/// The console buffer between the UART and the writer thread, with the
+/// count of bytes dropped when it was full.
+struct ConsoleBuffer {
     buf: Mutex<Buf>,
     cv: Condvar,
     dropped: AtomicU64,
     cap: usize,
 }
 
-impl Shared {
+impl ConsoleBuffer {
     fn lock(&self) -> std::sync::MutexGuard<'_, Buf> {
         self.buf.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// The UART's side: never blocks on the host's output.
-pub struct ConsoleOut(Arc<Shared>);
+pub struct ConsoleOut(Arc<ConsoleBuffer>);
 
 impl ConsoleOut {
     /// Bytes dropped so far because the buffer was full.
@@ -76,7 +78,7 @@ impl Write for ConsoleOut {
 
 /// The writer thread's handle: [`finish`](Self::finish) it at exit.
 pub struct ConsoleFlusher {
-    shared: Arc<Shared>,
+    shared: Arc<ConsoleBuffer>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -122,7 +124,7 @@ pub fn console(
     cap: usize,
     seccomp: Option<crate::seccomp::Filter>,
 ) -> std::io::Result<(ConsoleOut, ConsoleFlusher)> {
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(ConsoleBuffer {
         buf: Mutex::new(Buf::default()),
         cv: Condvar::new(),
         dropped: AtomicU64::new(0),
@@ -139,7 +141,7 @@ pub fn console(
     ))
 }
 
-fn writer(shared: Arc<Shared>, mut out: Box<dyn Write + Send>) {
+fn writer(shared: Arc<ConsoleBuffer>, mut out: Box<dyn Write + Send>) {
     let mut reported = 0u64;
     let mut last_report = Instant::now();
     let mut chunk = Vec::new();

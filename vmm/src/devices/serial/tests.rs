@@ -1,8 +1,8 @@
 use super::*;
 
 #[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-impl Write for Shared {
+struct CapturedOutput(Arc<Mutex<Vec<u8>>>);
+impl Write for CapturedOutput {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(b);
         Ok(b.len())
@@ -12,9 +12,9 @@ impl Write for Shared {
     }
 }
 
-fn uart() -> (SerialDevice, Arc<RecordedLine>, Shared) {
+fn uart() -> (SerialDevice, Arc<RecordedLine>, CapturedOutput) {
     let line = Arc::new(RecordedLine::default());
-    let out = Shared::default();
+    let out = CapturedOutput::default();
     let s = SerialDevice::new(line.clone(), Box::new(out.clone()));
     (s, line, out)
 }

@@ -29,7 +29,7 @@
 //!
 //! `--seccomp=false` installs no filter (for debugging with strace, gdb or
 //! extra logging). The lists are in `allow_lists.rs`, one line each with why;
-//! the thread spawner in `spawn.rs`, the SIGSYS report in `denied_report.rs`.
+//! the thread spawner in `thread_filter.rs`, the SIGSYS report in `denied_report.rs`.
 
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
@@ -229,13 +229,13 @@ pub fn build(kind: ThreadKind, known: &Known) -> Result<Filter, SeccompError> {
 
 mod allow_lists;
 mod denied_report;
-mod spawn;
+mod thread_filter;
 
 #[cfg(test)]
 use allow_lists::ioctl;
 use allow_lists::{conditional, dma_ioctls, ioctls, kind_syscalls, COMMON};
 pub use denied_report::{install_handler, selftest, SELFTEST_IOCTL};
-pub use spawn::{install_here, spawn};
+pub use thread_filter::{install_here, spawn};
 
 #[cfg(test)]
 mod tests;

@@ -5,14 +5,14 @@
 //! The design (threads and locks, commands, polling, the hand-over from a
 //! vCPU to the thread's polling, the liveness gauges) is in
 //! `docs/architecture.md`, "The virtio-iommu device thread". The pieces:
-//! - [`virtio_device`]: the transport's face of the device
+//! - `virtio_device`: the transport's face of the device
 //!   ([`ViommuDevice`]), which turns register accesses into commands for
 //!   the thread, and serves a request-queue kick on the vCPU when it may;
-//! - [`device_thread`]: the thread's `poll(2)` loop, the commands and the
+//! - `device_thread`: the thread's `poll(2)` loop, the commands and the
 //!   state it shares with the transport, and [`DeviceThread`] to stop it;
-//! - [`model_server`]: the model and what serving its queues needs (apply
+//! - `model_server`: the model and what serving its queues needs (apply
 //!   a command, drain, adapt the poll window, hand over);
-//! - [`poll_session`]: a session of polling the request queue;
+//! - `poll_session`: a session of polling the request queue;
 //! - [`poll_window`]: how long to poll, adapted to the gaps between
 //!   requests; [`spare_cpu`]: whether the host has a CPU to poll on;
 //! - [`status`]: the liveness gauges ([`ThreadStatus`]), and [`pending`]:

@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 
-use super::spawn::{spawn, NAME};
+use super::thread_filter::{spawn, NAME};
 use super::{Policy, SeccompError, ThreadKind, DENIED_EXIT_CODE};
 
 /// Where the syscall number is in a `siginfo_t` for SIGSYS on x86_64:

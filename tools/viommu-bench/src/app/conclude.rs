@@ -1,0 +1,268 @@
+//! The end of a run, or of `--report-from`: the summary, results.json,
+//! table.md and chart.png, the files handed to the sudo user, the text
+//! table on stdout and the exit status.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::warn;
+
+use crate::cli::Config;
+use crate::plan;
+use crate::report::chart;
+use crate::report::document::Results;
+use crate::report::markdown::render_markdown;
+use crate::report::summarize::summarize;
+use crate::report::text::render_text;
+use crate::run::results::{utc_timestamp, CellResult, CellStatus};
+use crate::setup::sysfs::Root;
+
+use super::prepare::out_dir;
+
+/// The run's settings, for results.json.
+fn settings(
+    cfg: &Config,
+    facts: &crate::setup::preflight::DeviceFacts,
+) -> std::collections::BTreeMap<String, String> {
+    let a = &cfg.args;
+    let join = |v: Vec<String>| v.join(",");
+    [
+        ("mode", a.mode.as_str().to_string()),
+        ("rw", a.rw.as_str().to_string()),
+        ("bs", join(cfg.bs.iter().map(|b| b.label.clone()).collect())),
+        ("iodepth", a.iodepth.to_string()),
+        (
+            "numjobs",
+            join(cfg.numjobs.iter().map(|n| n.to_string()).collect()),
+        ),
+        ("runtime_s", a.runtime.to_string()),
+        ("ramp_s", a.ramp.to_string()),
+        ("count_runtime_s", a.count_runtime.to_string()),
+        ("breakdown", a.breakdown.to_string()),
+        ("rounds", a.rounds.to_string()),
+        ("guest_cpus", a.guest_cpus.to_string()),
+        ("guest_memory_mib", cfg.memory_mib.to_string()),
+        ("stall_seconds", a.stall_seconds.to_string()),
+        ("pin", a.pin.to_string()),
+        ("precondition", a.precondition.as_str().to_string()),
+        (
+            "precondition_bytes",
+            match (a.precondition, plan::precondition_bytes(cfg)) {
+                (crate::cli::Precondition::None, _) => "0".into(),
+                (_, Some(b)) => b.to_string(),
+                (_, None) => "unknown".into(),
+            },
+        ),
+        (
+            "guest_cmdline",
+            plan::guest_cmdline(cfg, facts.logical_block_size),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Summary, files and table of `cells`; the exit status (0: `expected`
+/// cells, all fine; 1: some hung or failed; 130: interrupted).
+#[allow(clippy::too_many_arguments)]
+pub fn conclude(
+    cfg: &Config,
+    out: &Path,
+    (facts, host): (
+        crate::setup::preflight::DeviceFacts,
+        crate::setup::host::HostInfo,
+    ),
+    cells: Vec<CellResult>,
+    expected: usize,
+    started: u64,
+    elapsed_s: f64,
+    interrupted: bool,
+    created: Option<PathBuf>,
+) -> u8 {
+    let a = &cfg.args;
+    let phases = plan::phases(cfg);
+    let mut summary = summarize(&cfg.columns, &phases, &cells, cfg.baseline, a.rounds);
+    summary.lead = a.lead.clone();
+    let doc = Results {
+        tool: format!("viommu-bench {}", env!("CARGO_PKG_VERSION")),
+        command: std::env::args().collect(),
+        started: utc_timestamp(started),
+        host_kernel: Root::new(&a.root)
+            .read_trim("/proc/sys/kernel/osrelease")
+            .unwrap_or_default(),
+        host,
+        device: cfg.bdf.clone(),
+        settings: settings(cfg, &facts),
+        device_facts: facts,
+        columns: cfg.columns.clone(),
+        cells,
+        summary,
+        elapsed_s,
+        interrupted,
+    };
+    let code = match std::fs::create_dir_all(out)
+        .map_err(|e| format!("cannot create {}: {e}; pick another --out", out.display()))
+        .and_then(|()| write_outputs(&doc, out))
+    {
+        Ok(()) => {
+            if interrupted {
+                130
+            } else if doc.cells.iter().all(|c| c.status == CellStatus::Ok)
+                && doc.cells.len() == expected
+            {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("viommu-bench: {e}");
+            1
+        }
+    };
+    if let Some((uid, gid)) = crate::setup::host::sudo_user() {
+        hand_over(out, created.as_deref(), uid, gid);
+    }
+    print!("{}", render_text(&doc.summary));
+    code
+}
+
+/// Under sudo: what this run wrote in `out` (the directories it created,
+/// `created`, and the files it wrote) becomes the invoking user's, not
+/// root's.
+fn hand_over(out: &Path, created: Option<&Path>, uid: u32, gid: u32) {
+    let files = ["results.json", "table.md", "chart.png"].map(|f| out.join(f));
+    for p in created
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(files.into_iter().filter(|f| f.exists()))
+    {
+        if let Err(e) = crate::setup::host::chown_tree(&p, uid, gid) {
+            warn!(
+                "cannot give {} to uid {uid} (SUDO_UID): {e}; it stays root's",
+                p.display()
+            );
+        }
+    }
+}
+
+/// `--report-from`: the cells of the FILEs (each a results.json, or lines
+/// holding one cell's JSON each, `@@LAB-CELL@@` prefixes allowed; a later
+/// cell of the same column and round replaces an earlier one) as a
+/// finished run; a later file's rounds are numbered after the earlier
+/// files'.
+pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
+    let mut cells: Vec<CellResult> = Vec::new();
+    for file in files {
+        let parsed = std::fs::read_to_string(file)
+            .map_err(|e| e.to_string())
+            .and_then(|t| parse_cells(&t));
+        let mut more = match parsed {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("viommu-bench: --report-from {}: {e}", file.display());
+                return 2;
+            }
+        };
+        let first = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
+        for c in &mut more {
+            c.round += first;
+        }
+        cells.append(&mut more);
+    }
+    let elapsed = cells.iter().map(|c| c.wall_s).sum();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = out_dir(cfg, now);
+    let created = crate::setup::host::first_missing(&out);
+    let expected = cfg.columns.len() * cfg.args.rounds as usize;
+    conclude(
+        cfg,
+        &out,
+        (Default::default(), Default::default()),
+        cells,
+        expected,
+        now,
+        elapsed,
+        false,
+        created,
+    )
+}
+
+/// The cells in a results.json or in cell lines.
+fn parse_cells(text: &str) -> Result<Vec<CellResult>, String> {
+    if let Ok(doc) = serde_json::from_str::<Results>(text) {
+        return Ok(doc.cells);
+    }
+    // Marked lines among other output (a console), else one cell a line.
+    let marked = text.contains("@@LAB-CELL@@");
+    let mut cells: Vec<CellResult> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        let json = match line.split_once("@@LAB-CELL@@") {
+            Some((_, j)) => j.trim(),
+            None if marked => continue,
+            None => line,
+        };
+        if json.is_empty() {
+            continue;
+        }
+        let c: CellResult =
+            serde_json::from_str(json).map_err(|e| format!("line {}: not a cell: {e}", i + 1))?;
+        cells.retain(|x| (x.column.as_str(), x.round) != (c.column.as_str(), c.round));
+        cells.push(c);
+    }
+    Ok(cells)
+}
+
+/// results.json, table.md and chart.png in `out`.
+fn write_outputs(doc: &Results, out: &Path) -> Result<(), String> {
+    let w = |name: &str, body: &[u8]| {
+        let p = out.join(name);
+        std::fs::write(&p, body)
+            .map_err(|e| format!("writing {}: {e}; pick another --out", p.display()))
+    };
+    let json = serde_json::to_string_pretty(doc).map_err(|e| format!("results.json: {e}"))?;
+    w("results.json", json.as_bytes())?;
+    let title = format!(
+        "viommu-bench on {} ({}), {}{}",
+        doc.device,
+        doc.device_facts.model.as_deref().unwrap_or("NVMe"),
+        doc.started,
+        if doc.interrupted { ", INTERRUPTED" } else { "" }
+    );
+    let mut md = render_markdown(&doc.summary, &title);
+    md += &format!(
+        "\nCommand: `{}` ({:.0} s).\n",
+        doc.command.join(" "),
+        doc.elapsed_s
+    );
+    for c in doc.cells.iter().filter(|c| c.status != CellStatus::Ok) {
+        md += &format!(
+            "\n- {} round {}: {:?} (log `{}`)\n",
+            c.column,
+            c.round + 1,
+            c.status,
+            c.log.display()
+        );
+    }
+    w("table.md", md.as_bytes())?;
+    let labels = chart::load_font(&chart::FONT_CANDIDATES);
+    if !labels {
+        warn!(
+            "no TrueType font found ({}); chart.png has no text",
+            chart::FONT_CANDIDATES.join(", ")
+        );
+    }
+    if let Err(e) = chart::write_chart(&doc.summary, &out.join("chart.png"), labels) {
+        warn!("{e}");
+    }
+    eprintln!(
+        "[viommu-bench] wrote {0}/results.json, {0}/table.md, {0}/chart.png, logs in {0}/logs",
+        out.display()
+    );
+    Ok(())
+}

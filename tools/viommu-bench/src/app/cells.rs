@@ -237,7 +237,7 @@ fn serial_cell(r: &CellResult) {
     let stuck = r
         .warnings
         .iter()
-        .any(|w| w.starts_with(crate::run::runner::UNKILLABLE));
+        .any(|w| w.starts_with(crate::run::hang::unkillable_vmm::UNKILLABLE));
     if r.status != CellStatus::Ok || stuck {
         print_log(&format!("{}-r{}", r.column, r.round + 1), &r.log);
     }

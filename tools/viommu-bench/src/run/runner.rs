@@ -14,27 +14,30 @@
 //! the guest is told `go`, and the host records the middle of the run
 //! (see [`crate::run::host_trace`]); stock QEMU's trace stays off in them.
 
-use std::collections::HashMap;
+pub mod markers;
+pub mod progress;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::columns::Counting;
 use crate::columns::Launch;
-use crate::plan::{is_breakdown_phase, is_count_phase};
-use crate::run::breakdown::Serving;
 use crate::run::counter_source::CounterSource;
 use crate::run::footprint::Footprint;
-use crate::run::guest::{parse_line, Marker};
-use crate::run::hang::unkillable_vmm::{kernel_stacks, StuckVmm, STUCK_WAIT};
-use crate::run::metrics::DeviceCounters;
-use crate::run::results::{CellResult, CellStatus, PhaseResult};
-use crate::units::human_duration;
+use crate::run::hang::unkillable_vmm::{
+    bounded, kernel_stacks, kill, StuckVmm, STUCK_WAIT, UNKILLABLE,
+};
+use crate::run::results::{CellResult, CellStatus};
+
+use markers::{on_line, Cell, Observers};
+pub use progress::Progress;
 
 /// How long the VMM may take to exit after the guest said it is done.
 const EXIT_GRACE: Duration = Duration::from_secs(60);
@@ -83,63 +86,6 @@ pub enum RunError {
     },
 }
 
-/// Progress lines on stderr: cell, round, phase, ETA.
-#[derive(Debug)]
-pub struct Progress {
-    /// Cells in the whole run.
-    pub total: usize,
-    /// Cells finished.
-    pub done: usize,
-    /// Rounds in the run.
-    pub rounds: u32,
-    /// The first round's number (`--first-round`): above 1, the run is a
-    /// part of a longer one, whose total this run does not know.
-    pub first_round: u32,
-    /// Estimated duration of one cell (replaced by the measured mean).
-    pub estimate: Duration,
-    started: Instant,
-}
-
-impl Progress {
-    /// A run of `total` cells in `rounds` rounds, each about `estimate`.
-    pub fn new(total: usize, rounds: u32, estimate: Duration) -> Self {
-        Progress {
-            total,
-            done: 0,
-            rounds,
-            first_round: 1,
-            estimate,
-            started: Instant::now(),
-        }
-    }
-
-    /// Time left: the remaining cells at the mean cell time so far.
-    pub fn eta(&self, into_current: Duration) -> Duration {
-        let per = if self.done == 0 {
-            self.estimate
-        } else {
-            self.started.elapsed().saturating_sub(into_current) / self.done as u32
-        };
-        (per * (self.total - self.done) as u32).saturating_sub(into_current)
-    }
-
-    /// Say where the run is.
-    pub fn line(&self, column: &str, round: u32, what: &str, into_current: Duration) {
-        eprintln!(
-            "[viommu-bench] cell {}/{} round {}{} {column}: {what} (ETA {})",
-            self.done + 1,
-            self.total,
-            round + 1,
-            if self.first_round > 1 {
-                String::new()
-            } else {
-                format!("/{}", self.rounds)
-            },
-            human_duration(self.eta(into_current)),
-        );
-    }
-}
-
 /// What a cell run needs besides its command.
 #[derive(Debug)]
 pub struct CellCtx<'a> {
@@ -160,6 +106,7 @@ pub struct CellCtx<'a> {
     pub stuck: Option<StuckVmm>,
 }
 
+/// Sends each line of `r` to `tx`, marked whether it is stderr.
 fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
     r: R,
     stderr: bool,
@@ -185,30 +132,6 @@ fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
     });
 }
 
-/// The state of a cell as its lines come in.
-#[derive(Debug, Default)]
-struct Cell {
-    boot: Option<crate::run::guest::BootInfo>,
-    phases: std::collections::BTreeMap<String, PhaseResult>,
-    errors: Vec<String>,
-    warnings: Vec<String>,
-    guest_rc: Option<i32>,
-    crash: Option<String>,
-    boot_stall: Option<String>,
-    phase: String,
-    begin: HashMap<String, DeviceCounters>,
-    /// The host's CPU times at each phase's begin marker.
-    cpu_begin: HashMap<String, crate::run::cpu_time::CpuTimes>,
-    io_seen: u64,
-    /// What a hostile guest's attackers reported.
-    attacks: Vec<crate::run::guest::AttackRecord>,
-    /// The guest's serial console input (stock QEMU's stdin, when it
-    /// counts): the answer to a counting phase's begin marker.
-    console: Option<tokio::process::ChildStdin>,
-    /// The VMM's process id (its threads are what a breakdown records).
-    vmm_pid: Option<u32>,
-}
-
 /// Run `launch` as the cell `column` round `round`.
 pub async fn run_cell(
     launch: &Launch,
@@ -218,14 +141,26 @@ pub async fn run_cell(
     progress: &Progress,
 ) -> Result<CellResult, RunError> {
     let log_path = ctx.log_dir.join(format!("{column}-r{}.log", round + 1));
-    let log_err = |source| RunError::Log {
-        path: log_path.clone(),
-        source,
-    };
     if let Some(stuck) = ctx.stuck.take() {
         wait_for_stuck(stuck, column, round, progress).await?;
     }
-    let mut log = std::fs::File::create(&log_path).map_err(log_err)?;
+    let log = open_log(&log_path, launch)?;
+    let start = Instant::now();
+    progress.line(column, round, "booting", Duration::ZERO);
+    debug!("{}", launch.display());
+    let mut vm = Vm::spawn(launch, log, (column, round, progress, start))?;
+    vm.watch(ctx).await?;
+    Ok(vm.finish(ctx, log_path))
+}
+
+/// The cell's log, headed by its command line, with the files an earlier
+/// run of the same cell left removed.
+fn open_log(log_path: &Path, launch: &Launch) -> Result<std::fs::File, RunError> {
+    let log_err = |source| RunError::Log {
+        path: log_path.to_path_buf(),
+        source,
+    };
+    let mut log = std::fs::File::create(log_path).map_err(log_err)?;
     writeln!(log, "# {}", launch.display()).map_err(log_err)?;
     for stale in [
         &launch.trace,
@@ -238,314 +173,341 @@ pub async fn run_cell(
     {
         let _ = std::fs::remove_file(stale);
     }
-    let start = Instant::now();
-    progress.line(column, round, "booting", Duration::ZERO);
-    debug!("{}", launch.display());
-    // A counting guest waits for its answers on the console: QEMU's stdin.
-    let stdin = if launch.console_input() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    };
-    let mut child = tokio::process::Command::new(&launch.program)
-        .args(&launch.args)
-        .stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| RunError::Spawn {
-            program: launch.program.clone(),
-            source,
-        })?;
-    // The VMM's own memory, about once a second while it runs.
-    let pid = child.id();
-    let mut footprint = Footprint::default();
-    let mut sample_tick = tokio::time::interval(Duration::from_secs(1));
-    sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (tx, mut rx) = mpsc::channel(1024);
-    if let Some(o) = child.stdout.take() {
-        spawn_lines(o, false, tx.clone());
-    }
-    if let Some(e) = child.stderr.take() {
-        spawn_lines(e, true, tx.clone());
-    }
-    drop(tx);
-    let mut src = CounterSource::new(
-        launch.trace.as_deref(),
-        launch.qmp.as_deref(),
-        launch.api_socket.as_deref(),
-    );
-    let mut st = Cell {
-        phase: "boot".into(),
-        console: child.stdin.take(),
-        vmm_pid: pid,
-        ..Default::default()
-    };
-    let mut last_progress = Instant::now();
-    let mut done_at: Option<Instant> = None;
-    let mut exit: Option<std::process::ExitStatus> = None;
-    let mut exited_at: Option<Instant> = None;
-    let mut streams_open = true;
-    let mut hung: Option<CellStatus> = None;
-    // Set when SIGKILL did not end the VMM (when it was first killed).
-    let mut unkillable: Option<Instant> = None;
-    loop {
-        if exit.is_some() && !streams_open {
-            break;
+    Ok(log)
+}
+
+/// Which deadline applies now, and what passing it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    /// The VMM exited: its output has a few seconds to drain.
+    Drain,
+    /// The guest is done: the VMM has [`EXIT_GRACE`] to exit.
+    Exit,
+    /// No I/O progress and no marker for the stall window.
+    Stall,
+    /// The bound on the whole cell.
+    Bound,
+}
+
+/// One running VM and what its cell has gathered so far.
+struct Vm<'a> {
+    launch: &'a Launch,
+    column: &'a str,
+    round: u32,
+    progress: &'a Progress,
+    start: Instant,
+    child: Child,
+    pid: Option<u32>,
+    log: std::fs::File,
+    lines: mpsc::Receiver<(bool, String)>,
+    src: CounterSource,
+    st: Cell,
+    footprint: Footprint,
+    last_progress: Instant,
+    done_at: Option<Instant>,
+    exit: Option<ExitStatus>,
+    exited_at: Option<Instant>,
+    streams_open: bool,
+    hung: Option<CellStatus>,
+    /// Set when SIGKILL did not end the VMM (when it was first killed).
+    unkillable: Option<Instant>,
+}
+
+impl<'a> Vm<'a> {
+    /// Starts the VMM of `launch`, its output read line by line.
+    fn spawn(
+        launch: &'a Launch,
+        log: std::fs::File,
+        (column, round, progress, start): (&'a str, u32, &'a Progress, Instant),
+    ) -> Result<Self, RunError> {
+        // A counting guest waits for its answers on the console: QEMU's stdin.
+        let stdin = if launch.console_input() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
+        let mut child = tokio::process::Command::new(&launch.program)
+            .args(&launch.args)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| RunError::Spawn {
+                program: launch.program.clone(),
+                source,
+            })?;
+        let pid = child.id();
+        let (tx, lines) = mpsc::channel(1024);
+        if let Some(o) = child.stdout.take() {
+            spawn_lines(o, false, tx.clone());
         }
-        let now = Instant::now();
-        // Which deadline applies now, and what passing it means.
-        let (deadline, why) = if let Some(t) = exited_at {
-            (t + Duration::from_secs(5), "drain")
-        } else if let Some(t) = done_at {
-            (t + EXIT_GRACE, "exit")
+        if let Some(e) = child.stderr.take() {
+            spawn_lines(e, true, tx.clone());
+        }
+        drop(tx);
+        let src = CounterSource::new(
+            launch.trace.as_deref(),
+            launch.qmp.as_deref(),
+            launch.api_socket.as_deref(),
+        );
+        let st = Cell {
+            phase: "boot".into(),
+            console: child.stdin.take(),
+            vmm_pid: pid,
+            ..Default::default()
+        };
+        Ok(Vm {
+            launch,
+            column,
+            round,
+            progress,
+            start,
+            child,
+            pid,
+            log,
+            lines,
+            src,
+            st,
+            footprint: Footprint::default(),
+            last_progress: Instant::now(),
+            done_at: None,
+            exit: None,
+            exited_at: None,
+            streams_open: true,
+            hung: None,
+            unkillable: None,
+        })
+    }
+
+    /// Follows the VM until it has exited and its output is read, or it
+    /// is killed (hung, or not exiting), or the run is interrupted.
+    async fn watch(&mut self, ctx: &mut CellCtx<'_>) -> Result<(), RunError> {
+        // The VMM's own memory, about once a second while it runs.
+        let mut sample_tick = tokio::time::interval(Duration::from_secs(1));
+        sample_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if self.exit.is_some() && !self.streams_open {
+                return Ok(());
+            }
+            let now = Instant::now();
+            let (deadline, why) = self.deadline(ctx);
+            tokio::select! {
+                msg = self.lines.recv(), if self.streams_open => match msg {
+                    None => self.streams_open = false,
+                    Some((is_err, line)) => self.on_output(is_err, &line, ctx).await,
+                },
+                _ = sample_tick.tick(), if self.exit.is_none() => {
+                    if let Some(pid) = self.pid {
+                        self.footprint.sample(pid);
+                    }
+                },
+                status = self.child.wait(), if self.exit.is_none() => {
+                    self.exit = Some(status.map_err(|source| RunError::Spawn { program: self.launch.program.clone(), source })?);
+                    self.exited_at = Some(Instant::now());
+                },
+                _ = tokio::time::sleep_until((deadline.max(now)).into()) => {
+                    let go_on = match why {
+                        Deadline::Drain => false,
+                        Deadline::Exit => self.on_no_exit().await,
+                        Deadline::Stall | Deadline::Bound => self.on_hang(why).await,
+                    };
+                    if !go_on {
+                        return Ok(());
+                    }
+                },
+                _ = ctx.cancel.changed() => {
+                    kill(&mut self.child).await;
+                    return Err(RunError::Interrupted);
+                },
+            }
+        }
+    }
+
+    /// Which deadline applies now, and what passing it means.
+    fn deadline(&self, ctx: &CellCtx<'_>) -> (Instant, Deadline) {
+        if let Some(t) = self.exited_at {
+            (t + Duration::from_secs(5), Deadline::Drain)
+        } else if let Some(t) = self.done_at {
+            (t + EXIT_GRACE, Deadline::Exit)
         } else {
             // Until the guest reports its boot, give it at least BOOT_STALL:
             // firmware and kernel boot print no progress lines.
-            let window = if st.boot.is_none() {
+            let window = if self.st.boot.is_none() {
                 ctx.stall.max(BOOT_STALL)
             } else {
                 ctx.stall
             };
-            let stall = last_progress + window;
-            let bound = start + ctx.bound;
+            let stall = self.last_progress + window;
+            let bound = self.start + ctx.bound;
             if stall < bound {
-                (stall, "stall")
+                (stall, Deadline::Stall)
             } else {
-                (bound, "bound")
+                (bound, Deadline::Bound)
             }
-        };
-        tokio::select! {
-            msg = rx.recv(), if streams_open => match msg {
-                None => streams_open = false,
-                Some((is_err, line)) => {
-                    let _ = writeln!(log, "{}{line}", if is_err { "[vmm] " } else { "" });
-                    if is_err {
-                        footprint.log_line(&line, st.guest_rc.is_some());
-                    }
-                    if !is_err {
-                        if st.crash.is_none() {
-                            st.crash = crate::run::faults::crash_in(&line);
-                        }
-                        if st.boot.is_none() && st.boot_stall.is_none() {
-                            st.boot_stall = crate::run::faults::stall_in(&line);
-                        }
-                        if on_line(&line, &mut st, &mut src, (ctx.kvm_exits, ctx.breakdown), (column, round, progress, start)).await {
-                            last_progress = Instant::now();
-                        }
-                        if st.guest_rc.is_some() && done_at.is_none() {
-                            done_at = Some(Instant::now());
-                        }
-                    }
-                }
-            },
-            _ = sample_tick.tick(), if exit.is_none() => {
-                if let Some(pid) = pid {
-                    footprint.sample(pid);
-                }
-            },
-            status = child.wait(), if exit.is_none() => {
-                exit = Some(status.map_err(|source| RunError::Spawn { program: launch.program.clone(), source })?);
-                exited_at = Some(Instant::now());
-            },
-            _ = tokio::time::sleep_until((deadline.max(now)).into()) => {
-                match why {
-                    "drain" => break,
-                    "exit" => {
-                        // Where it is, before the kill changes it.
-                        let at = pid.map(kernel_stacks).unwrap_or_default();
-                        let _ = writeln!(log, "# the VMM did not exit after the guest powered off; its threads: {at}");
-                        st.warnings.push(format!("the VMM did not exit within {} s after the guest powered off; killed (its threads then: {})", EXIT_GRACE.as_secs(), bounded(&at)));
-                        let killed = Instant::now();
-                        if !kill(&mut child).await {
-                            note_unkillable(&mut st, &mut log, pid, column, round);
-                            unkillable = Some(killed);
-                            break;
-                        }
-                    }
-                    _ => {
-                        let after_s = if why == "stall" { last_progress.elapsed().as_secs() } else { start.elapsed().as_secs() };
-                        warn!("{column} round {}: no I/O progress in {} for {after_s} s; killing the VM", round + 1, st.phase);
-                        let mut device_owes = false;
-                        let syms = launch.kernel.as_deref().and_then(crate::run::hang::kernel_symbols::Symbols::beside);
-                        let state = if let Some(sock) = &launch.api_socket {
-                            Some(hang_state(sock, syms.as_ref()).await)
-                        } else if let Some(mon) = &launch.monitor {
-                            Some(qemu_hang_state(mon, pid, syms.as_ref()).await)
-                        } else {
-                            None
-                        };
-                        if let Some((why, owes)) = state {
-                            device_owes = owes;
-                            warn!("{column} round {}: state at the hang: {why}", round + 1);
-                            let _ = writeln!(log, "# state at the hang: {why}");
-                            st.warnings.push(format!("state at the hang: {why}"));
-                        }
-                        progress.line(column, round, &format!("HUNG in {}, killed", st.phase), start.elapsed());
-                        hung = Some(CellStatus::Hung { phase: st.phase.clone(), after_s, device_owes });
-                        let killed = Instant::now();
-                        if !kill(&mut child).await {
-                            // Stuck in the host kernel: waiting longer
-                            // would only kill it again and again.
-                            note_unkillable(&mut st, &mut log, pid, column, round);
-                            unkillable = Some(killed);
-                            break;
-                        }
-                    }
-                }
-            },
-            _ = ctx.cancel.changed() => {
-                kill(&mut child).await;
-                return Err(RunError::Interrupted);
-            },
         }
     }
-    let vmm_rc = exit.and_then(|e| e.code());
-    let _ = writeln!(log, "# VMM exit: {exit:?}");
-    if let Some(since) = unkillable {
-        // The next cell waits for it to let go of the device.
-        ctx.stuck = Some(StuckVmm::new(
-            format!("{column} round {}", round + 1),
-            child,
-            since,
+
+    /// One line of the VMM's output (`is_err`: its stderr) or the guest's
+    /// console: logged, and read for crashes, stalls and markers.
+    async fn on_output(&mut self, is_err: bool, line: &str, ctx: &CellCtx<'_>) {
+        let st = &mut self.st;
+        let _ = writeln!(self.log, "{}{line}", if is_err { "[vmm] " } else { "" });
+        if is_err {
+            self.footprint.log_line(line, st.guest_rc.is_some());
+            return;
+        }
+        if st.crash.is_none() {
+            st.crash = crate::run::faults::crash_in(line);
+        }
+        if st.boot.is_none() && st.boot_stall.is_none() {
+            st.boot_stall = crate::run::faults::stall_in(line);
+        }
+        let mut o = Observers {
+            src: &mut self.src,
+            kvm: ctx.kvm_exits,
+            brk: ctx.breakdown,
+            column: self.column,
+            round: self.round,
+            progress: self.progress,
+            start: self.start,
+        };
+        if on_line(line, st, &mut o).await {
+            self.last_progress = Instant::now();
+        }
+        if st.guest_rc.is_some() && self.done_at.is_none() {
+            self.done_at = Some(Instant::now());
+        }
+    }
+
+    /// The guest powered off but the VMM did not exit: where its threads
+    /// are, then SIGKILL; whether to go on watching (it exited).
+    async fn on_no_exit(&mut self) -> bool {
+        // Where it is, before the kill changes it.
+        let at = self.pid.map(kernel_stacks).unwrap_or_default();
+        let _ = writeln!(
+            self.log,
+            "# the VMM did not exit after the guest powered off; its threads: {at}"
+        );
+        self.st.warnings.push(format!(
+            "the VMM did not exit within {} s after the guest powered off; killed (its threads then: {})",
+            EXIT_GRACE.as_secs(),
+            bounded(&at)
         ));
+        self.kill_or_give_up().await
     }
-    let status = hung.unwrap_or_else(|| judge(&st, vmm_rc));
-    let counting = match (&launch.counting, &src) {
-        (Counting::Pass, CounterSource::Qemu(q)) => q.counting(),
-        (c, _) => c.clone(),
-    };
-    // A counting pass that was asked for and gave nothing is said (a guest
-    // that never got to it, hung or failed, says why in its status).
-    let lost = match &counting {
-        Counting::NoTrace { why } => Some(why),
-        Counting::NotCounted { why } if status == CellStatus::Ok => Some(why),
-        _ => None,
-    };
-    if let (Counting::Pass, Some(why)) = (&launch.counting, lost) {
-        warn!("{column} round {}: {why}", round + 1);
-        st.warnings.push(why.clone());
+
+    /// No I/O progress for the stall window, or past the cell's bound: the
+    /// state at the hang, then SIGKILL; whether to go on watching (it
+    /// exited).
+    async fn on_hang(&mut self, why: Deadline) -> bool {
+        let (column, round) = (self.column, self.round);
+        let after_s = if why == Deadline::Stall {
+            self.last_progress.elapsed().as_secs()
+        } else {
+            self.start.elapsed().as_secs()
+        };
+        warn!(
+            "{column} round {}: no I/O progress in {} for {after_s} s; killing the VM",
+            round + 1,
+            self.st.phase
+        );
+        let mut device_owes = false;
+        if let Some((why, owes)) = crate::run::hang::state::read(self.launch, self.pid).await {
+            device_owes = owes;
+            warn!("{column} round {}: state at the hang: {why}", round + 1);
+            let _ = writeln!(self.log, "# state at the hang: {why}");
+            self.st.warnings.push(format!("state at the hang: {why}"));
+        }
+        self.progress.line(
+            column,
+            round,
+            &format!("HUNG in {}, killed", self.st.phase),
+            self.start.elapsed(),
+        );
+        self.hung = Some(CellStatus::Hung {
+            phase: self.st.phase.clone(),
+            after_s,
+            device_owes,
+        });
+        // Stuck in the host kernel: waiting longer would only kill it
+        // again and again.
+        self.kill_or_give_up().await
     }
-    Ok(CellResult {
-        column: column.into(),
-        round,
-        status,
-        boot: st.boot,
-        phases: st.phases,
-        errors: st.errors,
-        warnings: st.warnings,
-        guest_rc: st.guest_rc,
-        vmm_rc,
-        guest_crash: st.crash,
-        boot_stall: st.boot_stall,
-        bar0_reserved: None,
-        lower_bound: counting == Counting::Pass,
-        counting: Some(counting),
-        place: None,
-        attacks: st.attacks,
-        footprint: Some(footprint),
-        wall_s: start.elapsed().as_secs_f64(),
-        command: launch.display(),
-        log: log_path,
-    })
-}
 
-/// Our VMM's liveness gauges read twice, a second apart, and its vCPUs'
-/// registers, with what they say (see [`crate::run::hang::our_vmm`]), and whether
-/// the device owes the driver a request (never retried).
-async fn hang_state(
-    sock: &std::path::Path,
-    syms: Option<&crate::run::hang::kernel_symbols::Symbols>,
-) -> (String, bool) {
-    let ep = crate::run::metrics::HttpSocket::new(sock);
-    let first = match ep.text().await {
-        Ok(t) => t,
-        Err(e) => return (format!("the VMM's API did not answer ({e})"), false),
-    };
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let then = ep.text().await.unwrap_or_default();
-    let (a, b) = (
-        crate::run::hang::our_vmm::parse(&first),
-        crate::run::hang::our_vmm::parse(&then),
-    );
-    // Where the vCPUs are (our VMM's vm.vcpus; older builds have none).
-    let vcpus = ep.body("/api/v1/vm.vcpus").await.unwrap_or_default();
-    judge_hang(&a, &b, &vcpus, syms)
-}
-
-/// A hang judged from the gauges read a second apart (`a`, `b`) and the
-/// vCPUs' answer `raw` (`vm.vcpus` JSON), the same for both VMMs: the
-/// diagnosis, where the vCPUs are, and whether the device owes the
-/// driver a request (see [`crate::run::hang::our_vmm`]).
-fn judge_hang(
-    a: &crate::run::hang::our_vmm::Gauges,
-    b: &crate::run::hang::our_vmm::Gauges,
-    raw: &str,
-    syms: Option<&crate::run::hang::kernel_symbols::Symbols>,
-) -> (String, bool) {
-    let where_ = crate::run::hang::our_vmm::vcpus(raw, syms, host_symbols().as_ref());
-    let verdict = crate::run::hang::our_vmm::owed(b, &where_, syms.is_some());
-    let mut text = format!("{} [{:?}]", crate::run::hang::our_vmm::diagnose(a, b), b);
-    if let Some(v) = &verdict {
-        text = format!("{v}; {text}");
+    /// SIGKILL the VMM; when that does not end it, say so and give the
+    /// cell up. Whether it exited.
+    async fn kill_or_give_up(&mut self) -> bool {
+        let killed = Instant::now();
+        if kill(&mut self.child).await {
+            return true;
+        }
+        note_unkillable(
+            &mut self.st,
+            &mut self.log,
+            self.pid,
+            self.column,
+            self.round,
+        );
+        self.unkillable = Some(killed);
+        false
     }
-    if !where_.is_empty() {
-        let list: Vec<String> = where_.iter().map(|v| v.to_string()).collect();
-        text += &format!("; vCPUs: {}", list.join("; "));
-    } else if !raw.trim().is_empty() {
-        text += &format!("; vCPUs: {}", raw.trim());
+
+    /// The cell's result from what the VM left; a VMM that SIGKILL did not
+    /// end is handed to the next cell in `ctx`.
+    fn finish(mut self, ctx: &mut CellCtx<'_>, log_path: PathBuf) -> CellResult {
+        let (column, round, launch) = (self.column, self.round, self.launch);
+        let exit = self.exit;
+        let vmm_rc = exit.and_then(|e| e.code());
+        let _ = writeln!(self.log, "# VMM exit: {exit:?}");
+        if let Some(since) = self.unkillable {
+            // The next cell waits for it to let go of the device.
+            ctx.stuck = Some(StuckVmm::new(
+                format!("{column} round {}", round + 1),
+                self.child,
+                since,
+            ));
+        }
+        let mut st = self.st;
+        let status = self.hung.unwrap_or_else(|| judge(&st, vmm_rc));
+        let counting = match (&launch.counting, &self.src) {
+            (Counting::Pass, CounterSource::Qemu(q)) => q.counting(),
+            (c, _) => c.clone(),
+        };
+        // A counting pass that was asked for and gave nothing is said (a guest
+        // that never got to it, hung or failed, says why in its status).
+        let lost = match &counting {
+            Counting::NoTrace { why } => Some(why),
+            Counting::NotCounted { why } if status == CellStatus::Ok => Some(why),
+            _ => None,
+        };
+        if let (Counting::Pass, Some(why)) = (&launch.counting, lost) {
+            warn!("{column} round {}: {why}", round + 1);
+            st.warnings.push(why.clone());
+        }
+        CellResult {
+            column: column.into(),
+            round,
+            status,
+            boot: st.boot,
+            phases: st.phases,
+            errors: st.errors,
+            warnings: st.warnings,
+            guest_rc: st.guest_rc,
+            vmm_rc,
+            guest_crash: st.crash,
+            boot_stall: st.boot_stall,
+            bar0_reserved: None,
+            lower_bound: counting == Counting::Pass,
+            counting: Some(counting),
+            place: None,
+            attacks: st.attacks,
+            footprint: Some(self.footprint),
+            wall_s: self.start.elapsed().as_secs_f64(),
+            command: launch.display(),
+            log: log_path,
+        }
     }
-    (text, verdict.is_some())
-}
-
-/// The host kernel's symbols (root reads real addresses in
-/// /proc/kallsyms; elsewhere they are zeros and name nothing): they name
-/// a vCPU address the guest's do not.
-fn host_symbols() -> Option<crate::run::hang::kernel_symbols::Symbols> {
-    std::fs::read_to_string("/proc/kallsyms")
-        .ok()
-        .map(|t| crate::run::hang::kernel_symbols::Symbols::parse(&t))
-}
-
-/// Stock QEMU at a hang, through its monitor socket `mon`
-/// ([`crate::run::hang::stock_qemu`]): its virtio-iommu's request queue, its vCPUs'
-/// registers and stacks and their threads' CPU time over a second, read
-/// and judged as ours are (see [`hang_state`]).
-async fn qemu_hang_state(
-    mon: &std::path::Path,
-    pid: Option<u32>,
-    syms: Option<&crate::run::hang::kernel_symbols::Symbols>,
-) -> (String, bool) {
-    let first = match crate::run::hang::stock_qemu::read(mon, pid).await {
-        Ok(r) => r,
-        Err(e) => return (format!("stock QEMU's monitor did not answer ({e})"), false),
-    };
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let then = crate::run::hang::stock_qemu::read_gauges(mon, pid)
-        .await
-        .unwrap_or_default();
-    let (text, owes) = judge_hang(&first.gauges, &then, &first.vcpus.to_string(), syms);
-    (format!("stock QEMU: {text}"), owes)
-}
-
-/// What a VMM that SIGKILL does not end is reported as.
-pub const UNKILLABLE: &str = "the VMM did not exit within 30 s of SIGKILL: it is stuck in the host's kernel (look for a soft lockup or hung task in the host's log); the cell is given up";
-
-/// At most this much of a thread listing goes into a warning (the log
-/// has all of it).
-const WARNING_STACKS: usize = 600;
-
-/// `s` cut to [`WARNING_STACKS`] bytes at a character boundary.
-fn bounded(s: &str) -> String {
-    if s.len() <= WARNING_STACKS {
-        return s.to_string();
-    }
-    let mut end = WARNING_STACKS;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 /// Say that SIGKILL did not end the VMM, with where its threads are in the
@@ -596,244 +558,6 @@ async fn wait_for_stuck(
             waited_s: still.since.elapsed().as_secs(),
             cell: still.cell,
         }),
-    }
-}
-
-/// SIGKILL the VMM and wait up to 30 s; whether it exited.
-async fn kill(child: &mut tokio::process::Child) -> bool {
-    let _ = child.start_kill();
-    matches!(
-        tokio::time::timeout(Duration::from_secs(30), child.wait()).await,
-        Ok(Ok(_))
-    )
-}
-
-/// Take one console line; true when it shows progress.
-async fn on_line(
-    line: &str,
-    st: &mut Cell,
-    src: &mut CounterSource,
-    (kvm, brk): (
-        Option<&crate::run::kvm_exits::KvmExits>,
-        Option<&crate::run::host_trace::Settings>,
-    ),
-    (column, round, progress, start): (&str, u32, &Progress, Instant),
-) -> bool {
-    let m = match parse_line(line) {
-        Ok(Some(m)) => m,
-        Ok(None) => return false,
-        Err(e) => {
-            warn!("{column}: {e}");
-            return false;
-        }
-    };
-    match m {
-        Marker::PhaseBegin(n) if is_breakdown_phase(&n) => {
-            progress.line(
-                column,
-                round,
-                &format!("{n}, untimed: the host's tracefs records the VMM's threads"),
-                start.elapsed(),
-            );
-            breakdown_phase(&n, st, src, brk, column).await;
-            st.phase = n;
-        }
-        Marker::PhaseEnd(n) if is_breakdown_phase(&n) => {
-            st.phase = format!("after {n}");
-        }
-        Marker::PhaseBegin(n) if is_count_phase(&n) => {
-            progress.line(
-                column,
-                round,
-                &format!("{n}, untimed: counting with QEMU's trace events on"),
-                start.elapsed(),
-            );
-            let go = match src {
-                CounterSource::Qemu(q) => match q.begin().await {
-                    Ok(c) => {
-                        st.begin.insert(n.clone(), c);
-                        true
-                    }
-                    Err(e) => {
-                        debug!("{column} {n}: not counted: {e}");
-                        false
-                    }
-                },
-                _ => false,
-            };
-            answer(st, go).await;
-            st.phase = n;
-        }
-        Marker::PhaseEnd(n) if is_count_phase(&n) => {
-            if let (CounterSource::Qemu(q), Some(b)) = (&mut *src, st.begin.get(&n)) {
-                match q.end(&n).await {
-                    Ok(Some(end)) => {
-                        st.phases.entry(n.clone()).or_default().device = Some(end.since(b));
-                    }
-                    // No trace at all: said once, at the cell's end.
-                    Ok(None) => {}
-                    Err(e) => warn!("{column} {n}: not counted: {e}"),
-                }
-            }
-            st.phase = format!("after {n}");
-        }
-        Marker::PhaseBegin(n) => {
-            progress.line(column, round, &n, start.elapsed());
-            match src.snapshot().await {
-                Ok(Some(c)) => {
-                    st.begin.insert(n.clone(), c);
-                }
-                Ok(None) => {}
-                Err(e) => warn!("{column} {n}: {e}"),
-            }
-            if let Some(Err(e)) = kvm.map(|k| k.clear()) {
-                warn!("{column} {n}: {e}");
-            }
-            if let Some(c) = crate::run::cpu_time::CpuTimes::read_host() {
-                st.cpu_begin.insert(n.clone(), c);
-            }
-            st.phase = n;
-        }
-        Marker::PhaseEnd(n) => {
-            if let Some(k) = kvm {
-                st.phases.entry(n.clone()).or_default().kvm_exits = Some(k.read());
-            }
-            if let (Some(end), Some(b)) = (
-                crate::run::cpu_time::CpuTimes::read_host(),
-                st.cpu_begin.get(&n),
-            ) {
-                st.phases.entry(n.clone()).or_default().host_cpu = Some(end.since(b));
-            }
-            match src.snapshot().await {
-                Ok(Some(end)) => {
-                    if let Some(b) = st.begin.get(&n) {
-                        st.phases.entry(n.clone()).or_default().device = Some(end.since(b));
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => warn!("{column} {n}: {e}"),
-            }
-            st.phase = format!("after {n}");
-        }
-        Marker::Fio(r) => {
-            let name = r.phase.clone();
-            st.phases.entry(name).or_default().fio = Some(r);
-        }
-        Marker::Boot(b) => st.boot = Some(b),
-        Marker::Error(e) => {
-            warn!("{column}: guest error: {e}");
-            st.errors.push(e);
-        }
-        Marker::Done(rc) => st.guest_rc = Some(rc),
-        Marker::Attack(a) => {
-            if !a.ok {
-                warn!("{column}: attack {} could not run: {}", a.name, a.detail);
-            }
-            st.attacks.push(a);
-        }
-        Marker::Progress(r, w) => {
-            let total = r + w;
-            let moved = total > st.io_seen;
-            st.io_seen = st.io_seen.max(total);
-            return moved;
-        }
-    }
-    true
-}
-
-/// A breakdown phase `n`, from its begin marker: a tracefs instance for
-/// the VMM's threads (or `skip` to the guest, and a warning, when it cannot
-/// be had), `go`, the recording over [`crate::run::host_trace::Settings`]'s
-/// window (our VMM's counters read at its two ends), the analysis into the
-/// phase's `breakdown`; the instance is gone when this returns.
-async fn breakdown_phase(
-    n: &str,
-    st: &mut Cell,
-    src: &mut CounterSource,
-    brk: Option<&crate::run::host_trace::Settings>,
-    column: &str,
-) {
-    let rec = match (brk, st.vmm_pid) {
-        (Some(s), Some(pid)) => crate::run::host_trace::Recorder::create(s, pid)
-            .map(|r| (s, r))
-            .map_err(|e| e.to_string()),
-        (None, _) => Err("the tool was not asked for --breakdown".into()),
-        (_, None) => Err("the VMM's process id is unknown".into()),
-    };
-    let (s, mut rec) = match rec {
-        Ok(r) => r,
-        Err(e) => {
-            let why = format!("{n}: not recorded: {e}");
-            warn!("{column} {why}");
-            st.warnings.push(why);
-            answer(st, false).await;
-            return;
-        }
-    };
-    answer(st, true).await;
-    tokio::time::sleep(s.delay).await;
-    let before = src.snapshot().await.ok().flatten();
-    let started = rec.start();
-    if started.is_ok() {
-        tokio::time::sleep(s.window).await;
-    }
-    let stopped = started.and_then(|()| rec.stop());
-    let after = src.snapshot().await.ok().flatten();
-    let device = before.zip(after).map(|(b, a)| a.since(&b));
-    // The thread that made the most map/unmap ioctls serves the requests,
-    // found the same way for both VMMs: a vCPU for stock QEMU and for
-    // ours by default (`--viommu-kicks vcpu`), ours' device thread
-    // `viommu` with `--viommu-kicks thread`.
-    match stopped.and_then(|()| rec.collect(Serving::DmaCaller, device)) {
-        Ok(b) => {
-            if let Some(why) = &b.server_missing {
-                let w = format!("{n}: no request-serving thread found: {why}");
-                warn!("{column} {w}");
-                st.warnings.push(w);
-            }
-            if b.missing_events() > 0 {
-                let w = format!(
-                    "{n}: the trace buffer lost or dropped {} event(s) (its counts and times are lower bounds{})",
-                    b.missing_events(),
-                    if b.cut {
-                        "; the window ends where the first CPU's buffer filled"
-                    } else {
-                        ""
-                    }
-                );
-                warn!("{column} {w}");
-                st.warnings.push(w);
-            }
-            if let Some(why) = &b.pins_missing {
-                debug!("{column} {n}: page pinning not traced: {why}");
-            }
-            st.phases.entry(n.to_string()).or_default().breakdown = Some(b);
-        }
-        Err(e) => {
-            let why = format!("{n}: not recorded: {e}");
-            warn!("{column} {why}");
-            st.warnings.push(why);
-        }
-    }
-    drop(rec);
-}
-
-/// Answer an untimed phase's begin marker on the guest's console: `go`
-/// (the observer is on) or `skip`. A guest with no console input (not a
-/// counting VMM) waits out its own timeout.
-async fn answer(st: &mut Cell, go: bool) {
-    let Some(c) = st.console.as_mut() else {
-        return;
-    };
-    let word: &[u8] = if go { b"go\n" } else { b"skip\n" };
-    if let Err(e) = async {
-        c.write_all(word).await?;
-        c.flush().await
-    }
-    .await
-    {
-        warn!("the guest's console input: {e}");
-        st.console = None;
     }
 }
 

@@ -135,5 +135,33 @@ fn stack_frames(stack: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a VMM that SIGKILL does not end is reported as.
+pub const UNKILLABLE: &str = "the VMM did not exit within 30 s of SIGKILL: it is stuck in the host's kernel (look for a soft lockup or hung task in the host's log); the cell is given up";
+
+/// At most this much of a thread listing goes into a warning (the log
+/// has all of it).
+const WARNING_STACKS: usize = 600;
+
+/// `s` cut to [`WARNING_STACKS`] bytes at a character boundary.
+pub fn bounded(s: &str) -> String {
+    if s.len() <= WARNING_STACKS {
+        return s.to_string();
+    }
+    let mut end = WARNING_STACKS;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// SIGKILL the VMM and wait up to 30 s; whether it exited.
+pub async fn kill(child: &mut tokio::process::Child) -> bool {
+    let _ = child.start_kill();
+    matches!(
+        tokio::time::timeout(Duration::from_secs(30), child.wait()).await,
+        Ok(Ok(_))
+    )
+}
+
 #[cfg(test)]
 mod tests;

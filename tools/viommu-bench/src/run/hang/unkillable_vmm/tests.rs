@@ -71,3 +71,15 @@ async fn a_process_that_exits_is_waited_for_and_one_that_does_not_is_kept() {
     let kept = s.wait(Duration::from_millis(100)).await.unwrap_err();
     assert_eq!(kept.cell, "b round 1");
 }
+
+#[test]
+fn warnings_hold_a_bounded_thread_listing() {
+    assert_eq!(bounded("short"), "short");
+    let long = "é".repeat(WARNING_STACKS);
+    let b = bounded(&long);
+    assert!(
+        b.len() <= WARNING_STACKS + 3 && b.ends_with("..."),
+        "{}",
+        b.len()
+    );
+}

@@ -93,3 +93,6 @@ pub fn cells(r: &CpuRow) -> Vec<String> {
 
 /// What the table shows, for the Markdown report.
 pub const NOTE: &str = "Where the CPU time goes (the guest's /proc/stat over the phase, and the host's from the phase's begin to its end marker, host-wide; CPU microseconds summed over CPUs per I/O, medians over rounds; 10 ms ticks; when the host has no idle time left, the CPU time per I/O sets the IOPS)";
+
+#[cfg(test)]
+mod tests;

@@ -578,7 +578,7 @@ fn judge(st: &Cell, vmm_rc: Option<i32>) -> CellStatus {
         (Some(b), _) if !b.nvme => failed(format!(
             "the guest saw no NVMe (/dev/nvme0n1): its kernel ({}) must have {} built in (=y; the guest image loads no modules)",
             if b.kernel.is_empty() { "?" } else { b.kernel.as_str() },
-            crate::setup::preflight::GUEST_KERNEL_OPTIONS.join(", ")
+            crate::setup::preflight::guest_kernel::GUEST_KERNEL_OPTIONS.join(", ")
         )),
         (_, None) => failed(format!("the VMM exited {rc} before the guest finished")),
         (_, Some(_)) if !st.errors.is_empty() => failed(st.errors.join("; ")),

@@ -1,4 +1,8 @@
 use super::*;
+use std::os::unix::fs::PermissionsExt;
+
+use super::device::*;
+use super::guest_kernel::*;
 use std::os::unix::fs::symlink;
 
 const BDF: &str = "0000:01:00.0";

@@ -7,8 +7,6 @@
 mod findings;
 mod samples;
 
-#[cfg(test)]
-pub(crate) use findings::is_retry_warning as is_retry_warning_for_tests;
 pub use findings::retry_warning_head;
 
 use crate::columns::{Column, Iommu};

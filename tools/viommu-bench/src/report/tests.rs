@@ -1,7 +1,5 @@
 use super::markdown::render_markdown;
-use super::summarize::{
-    is_retry_warning_for_tests as is_retry_warning, retry_warning_head, summarize,
-};
+use super::summarize::summarize;
 use super::summary::*;
 use super::text::render_text;
 use crate::columns::builtin;
@@ -128,17 +126,6 @@ pub(crate) fn fixture() -> (Vec<Column>, Vec<Phase>, Vec<CellResult>) {
         cells.push(ceiling);
     }
     (cols, phases, cells)
-}
-
-#[test]
-fn retry_warnings_old_and_new() {
-    assert!(is_retry_warning(
-        "first attempt failed (x); ran it again (log y)"
-    ));
-    let w = format!("{} (x); ran it again (log y)", retry_warning_head(3));
-    assert!(w.starts_with("attempt 3 failed (") && is_retry_warning(&w));
-    assert!(!is_retry_warning("attempt to map failed (x)"));
-    assert!(!is_retry_warning("the guest may use IOVAs 0x1-0x2"));
 }
 
 #[test]

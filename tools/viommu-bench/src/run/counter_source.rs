@@ -40,3 +40,6 @@ impl CounterSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -286,4 +286,4 @@ pub fn prometheus_samples(text: &str) -> (BTreeMap<&str, u64>, Option<&str>) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -134,9 +134,12 @@ pub fn retry_warning_head(n: usize) -> String {
 
 /// Whether a cell's warning records a failed attempt that was run again
 /// (older results say "first attempt failed" for every one of them).
-pub(crate) fn is_retry_warning(w: &str) -> bool {
+fn is_retry_warning(w: &str) -> bool {
     w.starts_with("first attempt failed")
         || w.strip_prefix("attempt ")
             .and_then(|rest| rest.split_once(" failed ("))
             .is_some_and(|(n, _)| n.parse::<usize>().is_ok())
 }
+
+#[cfg(test)]
+mod tests;

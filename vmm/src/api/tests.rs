@@ -101,6 +101,9 @@ fn routes() {
     assert_eq!((wrong.status, wrong.allow), (405, Some("PUT")));
     assert_eq!(route("PUT", "/metrics", &s).status, 405);
     assert_eq!(exit.reason(), None);
+    assert_eq!(route("PUT", "/api/v1/vm.reboot", &s).status, 204);
+    assert_eq!(exit.reason(), Some(ExitReason::ApiReboot));
+    assert_eq!(exit.clear(), Some(ExitReason::ApiReboot));
     assert_eq!(route("PUT", "/api/v1/vm.shutdown", &s).status, 204);
     assert_eq!(exit.reason(), Some(ExitReason::ApiShutdown));
 }

@@ -11,7 +11,9 @@
 //!   pointer, flags, privilege level, page table root) and its CPU time,
 //!   for a guest that stopped answering ([`liveness`]);
 //! - `PUT /api/v1/vm.shutdown`: stop the VM (the VMM exits with code 0);
-//!   answered 204.
+//!   answered 204;
+//! - `PUT /api/v1/vm.reboot`: reboot the guest, as its own reset would
+//!   (`--on-reboot` decides what that does); answered 204.
 //!
 //! Errors are JSON `{"error": ...}` with a 4xx status. One request per
 //! connection. The server runs on a current-thread tokio runtime of its
@@ -88,10 +90,10 @@ pub enum ApiError {
 pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
     let allowed = match path {
         "/metrics" | "/api/v1/vm.info" | "/api/v1/vm.vcpus" => "GET",
-        "/api/v1/vm.shutdown" => "PUT",
+        "/api/v1/vm.shutdown" | "/api/v1/vm.reboot" => "PUT",
         _ => return Response::error(
             404,
-            "no such route; try /metrics, /api/v1/vm.info, /api/v1/vm.vcpus or /api/v1/vm.shutdown",
+            "no such route; try /metrics, /api/v1/vm.info, /api/v1/vm.vcpus, /api/v1/vm.shutdown or /api/v1/vm.reboot",
         ),
     };
     if method != allowed {
@@ -104,6 +106,10 @@ pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
         "/api/v1/vm.info" => Response::new(200, "application/json", state.info.to_string() + "\n"),
         "/api/v1/vm.vcpus" => {
             Response::new(200, "application/json", (state.vcpus)().to_string() + "\n")
+        }
+        "/api/v1/vm.reboot" => {
+            state.exit.request(ExitReason::ApiReboot);
+            Response::no_content()
         }
         _ => {
             state.exit.request(ExitReason::ApiShutdown);

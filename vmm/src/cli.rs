@@ -124,6 +124,21 @@ pub struct Cli {
     /// for the thread. Needs --viommu. [default: vcpu]
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
+    /// What a guest reboot (ACPI reset register, i8042 0xfe, `vmmctl
+    /// reboot`) does: `exit` with code 3 (the caller restarts the VMM), or
+    /// `restart` the guest in this process (not available yet: the
+    /// device-side reset is in place, the vCPU and guest-memory side is
+    /// not; see README "Reboot").
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "exit")]
+    pub on_reboot: crate::reboot::OnReset,
+    /// What a triple fault does: `exit` with code 4, or `restart` the
+    /// guest as for a reboot.
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "exit")]
+    pub on_triple_fault: crate::reboot::OnReset,
+    /// A guest that restarts more than N times within SECS seconds ends
+    /// the VMM (exit code 1) instead of rebooting in a loop.
+    #[arg(long, value_name = "N/SECS", default_value = "10/60", value_parser = parse::parse_reboot_limit)]
+    pub reboot_limit: (u32, u64),
     /// Where the virtio-iommu offers the guest its notify registers:
     /// `port`, port I/O registers first and the MMIO ones second (a
     /// driver takes the first it can use; Linux takes the port); or
@@ -225,6 +240,8 @@ pub struct VmConfig {
     pub viommu_kicks: crate::devices::viommu::KickServing,
     /// Where the virtio-iommu's notify registers are (`--viommu-notify`).
     pub viommu_notify: crate::devices::virtio::pci::NotifyRegister,
+    /// What reboots and triple faults do, and the reboot-loop bound.
+    pub reboot: crate::reboot::RebootPolicy,
     /// Whether threads get seccomp filters.
     pub seccomp: crate::seccomp::Policy,
     /// Who to run as after the setup (`--user`).
@@ -252,6 +269,14 @@ impl Cli {
                 align,
                 hint,
             });
+        }
+        for (flag, on) in [
+            ("on-reboot", self.on_reboot),
+            ("on-triple-fault", self.on_triple_fault),
+        ] {
+            if on == crate::reboot::OnReset::Restart {
+                return Err(ConfigError::RestartUnavailable { flag });
+            }
         }
         let pool_hint = self.check_viommu_options()?;
         // The vCPUs serve kicks unless told otherwise, polling or not
@@ -288,6 +313,12 @@ impl Cli {
             viommu_notify: self
                 .viommu_notify
                 .unwrap_or(crate::devices::virtio::pci::NotifyRegister::Port),
+            reboot: crate::reboot::RebootPolicy {
+                on_reboot: self.on_reboot,
+                on_triple_fault: self.on_triple_fault,
+                max: self.reboot_limit.0,
+                window: std::time::Duration::from_secs(self.reboot_limit.1),
+            },
             seccomp: crate::seccomp::Policy {
                 enabled: self.seccomp,
             },

@@ -41,12 +41,20 @@ use crate::pci::msix::{MsiRouter, MsiSender};
 use crate::pci::{Bdf, PciConfigIo, PciEcam, PciRoot};
 use crate::vm::{KvmMsiRouter, KvmMsiSender, Vm};
 
+/// An endpoint's mapper with its own host-call counters: what
+/// `GET /metrics` shows per passed-through device.
+pub type EndpointMapper = dma_mapper::RecordingMapper<Arc<dyn HostIommuMapper>>;
+
 /// A passed-through device as DMA sees it: its guest BDF and the mapper
 /// that programs its VFIO container or iommufd IOAS (the virtio-iommu
-/// counts the host calls it makes through it).
+/// counts the host calls it makes through it, and `counted` counts this
+/// endpoint's own; the VMM's two `--vfio` devices have two containers or
+/// IOASes, so two mappers).
 struct Endpoint {
     bdf: Bdf,
     mapper: Arc<dyn HostIommuMapper>,
+    /// `mapper`, counting: what the virtio-iommu programs.
+    counted: Arc<EndpointMapper>,
 }
 
 /// The VM's devices, from creation to ordered release.
@@ -207,6 +215,12 @@ impl<'a> DeviceManager<'a> {
             viommu: self.viommu_status.clone(),
             vcpu_clocks: Vec::new(),
             vcpu_probes: Vec::new(),
+            endpoint_dma: self
+                .endpoints
+                .iter()
+                .map(|e| (e.bdf, e.counted.clone()))
+                .collect(),
+            reboots: Default::default(),
         }
     }
 

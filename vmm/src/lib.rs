@@ -33,6 +33,7 @@ pub mod layout;
 pub mod machine;
 pub mod pci;
 pub mod privileges;
+pub mod reboot;
 pub mod seccomp;
 pub mod vcpu;
 pub mod vcpu_probe;

@@ -212,5 +212,91 @@ pub fn prometheus_text(prefix: &str, set: &dyn CounterSet) -> String {
     t.out
 }
 
+/// One sample of a set, flattened: full name (without `_total`), HELP
+/// text, the labels of a family member, value.
+type Sample = (String, String, Option<(String, String)>, u64);
+
+struct Samples {
+    prefix: Vec<String>,
+    out: Vec<Sample>,
+}
+
+impl Samples {
+    fn full(&self, name: &str) -> String {
+        let mut p = self.prefix.clone();
+        p.push(name.to_string());
+        p.join("_")
+    }
+}
+
+impl Visitor for Samples {
+    fn counter(&mut self, name: &str, help: &str, value: u64) {
+        let full = self.full(name);
+        self.out.push((full, help.to_string(), None, value));
+    }
+
+    fn family(&mut self, name: &str, help: &str, label: &str, values: &[(String, u64)]) {
+        let full = self.full(name);
+        for (l, v) in values {
+            let member = Some((label.to_string(), l.clone()));
+            self.out.push((full.clone(), help.to_string(), member, *v));
+        }
+    }
+
+    fn nested(&mut self, name: &str, set: &dyn CounterSet) {
+        self.prefix.push(name.to_string());
+        set.visit(self);
+        self.prefix.pop();
+    }
+}
+
+fn escape_label(l: &str) -> String {
+    l.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Several sets of the same type in the Prometheus text format, one
+/// sample per set and counter told apart by `label` (e.g. one set per
+/// endpoint: `label` `"endpoint"`, values its names): every name starts
+/// with `prefix_`, each metric has one HELP and TYPE.
+pub fn prometheus_text_by(prefix: &str, label: &str, sets: &[(String, &dyn CounterSet)]) -> String {
+    let mut t = Text {
+        out: String::new(),
+        prefix: Vec::new(),
+    };
+    let per_set: Vec<Vec<Sample>> = sets
+        .iter()
+        .map(|(_, set)| {
+            let mut s = Samples {
+                prefix: vec![prefix.to_string()],
+                out: Vec::new(),
+            };
+            set.visit(&mut s);
+            s.out
+        })
+        .collect();
+    let Some(first) = per_set.first() else {
+        return String::new();
+    };
+    let mut done = std::collections::BTreeSet::new();
+    for (name, help, _, _) in first {
+        if !done.insert(name.clone()) {
+            continue;
+        }
+        let full = t.header(name, help);
+        for ((value, _), samples) in sets.iter().zip(&per_set) {
+            let value = escape_label(value);
+            for (n, _, member, v) in samples.iter().filter(|s| &s.0 == name) {
+                debug_assert_eq!(n, name);
+                let member = member
+                    .as_ref()
+                    .map(|(l, m)| format!(",{l}=\"{}\"", escape_label(m)))
+                    .unwrap_or_default();
+                let _ = writeln!(t.out, "{full}{{{label}=\"{value}\"{member}}} {v}");
+            }
+        }
+    }
+    t.out
+}
+
 #[cfg(test)]
 mod tests;

@@ -55,3 +55,32 @@ fn renders_every_kind_of_field() {
          x_plain_total 7\n"
     );
 }
+
+#[test]
+fn renders_several_sets_by_label() {
+    let a = Outer {
+        requests: Inner { calls: 1, bytes: 2 },
+        plain: 3,
+        ..Default::default()
+    };
+    let b = Outer {
+        plain: 9,
+        ..Default::default()
+    };
+    let t = prometheus_text_by("x", "ep", &[("a".into(), &a), ("b\"".into(), &b)]);
+    assert!(t.starts_with(
+        "# HELP x_requests_total Requests by type.\n\
+         # TYPE x_requests_total counter\n\
+         x_requests_total{ep=\"a\",type=\"calls\"} 1\n\
+         x_requests_total{ep=\"a\",type=\"bytes\"} 2\n\
+         x_requests_total{ep=\"b\\\"\",type=\"calls\"} 0\n"
+    ));
+    assert!(t.contains("# HELP x_host_calls_total Calls made.\n"));
+    assert!(t.ends_with(
+        "# TYPE x_plain_total counter\n\
+         x_plain_total{ep=\"a\"} 3\n\
+         x_plain_total{ep=\"b\\\"\"} 9\n"
+    ));
+    assert_eq!(t.matches("# TYPE").count(), 5);
+    assert!(prometheus_text_by("x", "ep", &[]).is_empty());
+}

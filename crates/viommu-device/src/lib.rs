@@ -334,6 +334,11 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         Some(self.domains.get(&domain)?.table.iter().copied().collect())
     }
 
+    /// How many domains exist (every one has an endpoint attached).
+    pub fn domain_count(&self) -> usize {
+        self.domains.len()
+    }
+
     /// The deferred unmaps of a domain still on the host, in IOVA order.
     pub fn pending_unmaps(&self, domain: u32) -> Option<Vec<Mapping>> {
         Some(

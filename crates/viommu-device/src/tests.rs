@@ -987,3 +987,4 @@ mod lazy;
 mod linux;
 mod polling;
 mod smp;
+mod two_endpoints;

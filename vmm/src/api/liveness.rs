@@ -29,6 +29,11 @@ pub struct Liveness {
     pub vcpu_clocks: Vec<Option<libc::clockid_t>>,
     /// The vCPUs' register probes, in vCPU order.
     pub vcpu_probes: Vec<Arc<VcpuProbe>>,
+    /// Each passed-through device's mapper as the virtio-iommu programs
+    /// it, by guest BDF: its own host DMA calls.
+    pub endpoint_dma: Vec<(crate::pci::Bdf, Arc<crate::device_manager::EndpointMapper>)>,
+    /// Guest reboots served in place.
+    pub reboots: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How long `GET /api/v1/vm.vcpus` waits for each vCPU's answer.
@@ -99,6 +104,14 @@ impl Liveness {
         if let Some(t) = &self.viommu {
             render_device_thread(&mut out, &t.read());
         }
+        self.render_endpoints(&mut out);
+        metric(
+            &mut out,
+            "vmm_reboots_total",
+            "counter",
+            "Guest reboots (reset register, i8042, triple fault with --on-triple-fault restart, API) served in place.",
+            Some(self.reboots.load(std::sync::atomic::Ordering::Relaxed)),
+        );
         out
     }
 
@@ -150,6 +163,27 @@ impl Liveness {
                 let _ = writeln!(out, "vmm_vcpu_cpu_ms_total{{vcpu=\"{i}\"}} {ms}");
             }
         }
+    }
+}
+
+impl Liveness {
+    /// The host DMA calls of each passed-through device's mapper, one
+    /// series per endpoint (label `endpoint`: its guest BDF).
+    fn render_endpoints(&self, out: &mut String) {
+        let stats: Vec<(String, dma_mapper::DmaStats)> = self
+            .endpoint_dma
+            .iter()
+            .map(|(bdf, m)| (bdf.to_string(), m.stats()))
+            .collect();
+        let sets: Vec<(String, &dyn viommu_counters::CounterSet)> = stats
+            .iter()
+            .map(|(b, s)| (b.clone(), s as &dyn viommu_counters::CounterSet))
+            .collect();
+        out.push_str(&viommu_counters::prometheus_text_by(
+            "viommu_endpoint",
+            "endpoint",
+            &sets,
+        ));
     }
 }
 

@@ -101,6 +101,9 @@ fn routes() {
     assert_eq!((wrong.status, wrong.allow), (405, Some("PUT")));
     assert_eq!(route("PUT", "/metrics", &s).status, 405);
     assert_eq!(exit.reason(), None);
+    assert_eq!(route("PUT", "/api/v1/vm.reboot", &s).status, 204);
+    assert_eq!(exit.reason(), Some(ExitReason::ApiReboot));
+    assert_eq!(exit.clear(), Some(ExitReason::ApiReboot));
     assert_eq!(route("PUT", "/api/v1/vm.shutdown", &s).status, 204);
     assert_eq!(exit.reason(), Some(ExitReason::ApiShutdown));
 }
@@ -234,6 +237,8 @@ fn liveness_gauges_are_well_formed_next_to_the_counters() {
         viommu: None,
         vcpu_clocks: vec![Some(own), None],
         vcpu_probes: vec![Default::default()],
+        endpoint_dma: Vec::new(),
+        reboots: Default::default(),
     };
     let text = viommu_counters::prometheus_text("viommu", &Counters::default()) + &live.render();
     let m = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -255,4 +260,81 @@ fn liveness_gauges_are_well_formed_next_to_the_counters() {
     let v = live.vcpus_json();
     assert_eq!(v[0]["vcpu"], 0);
     assert!(v[0]["rip"].is_null(), "{v}");
+}
+
+/// A host mapper that accepts everything (the metrics test's endpoints).
+struct NullHostMapper;
+
+impl dma_mapper::DmaMapper for NullHostMapper {
+    fn map(
+        &self,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: dma_mapper::DmaPerm,
+    ) -> Result<(), dma_mapper::DmaError> {
+        Ok(())
+    }
+    fn unmap(&self, _: u64, _: u64) -> Result<(), dma_mapper::DmaError> {
+        Ok(())
+    }
+    fn page_size_mask(&self) -> u64 {
+        dma_mapper::PAGE_SIZE_4K_MASK
+    }
+    fn disown(&self, _: u64, _: u64) {}
+}
+
+impl dma_mapper::HostIommuMapper for NullHostMapper {
+    fn iova_ranges(&self) -> std::io::Result<Vec<(u64, u64)>> {
+        Ok(vec![(0, u64::MAX - 1)])
+    }
+    fn dma_avail(&self) -> std::io::Result<u32> {
+        Ok(u32::MAX)
+    }
+}
+
+#[test]
+fn metrics_show_each_endpoint_and_the_reboots() {
+    use crate::devices::serial::SerialDevice;
+    use dma_mapper::DmaMapper;
+    use std::sync::atomic::Ordering;
+    use std::sync::Mutex;
+
+    let serial = SerialDevice::new(
+        Arc::new(crate::devices::serial::RecordedLine::default()),
+        Box::new(std::io::sink()),
+    );
+    let endpoint = || {
+        let m: Arc<dyn dma_mapper::HostIommuMapper> = Arc::new(NullHostMapper);
+        Arc::new(dma_mapper::RecordingMapper::new(m))
+    };
+    let (a, b) = (endpoint(), endpoint());
+    a.map(0x1000, 0x1000, 0x2000, dma_mapper::DmaPerm::RW)
+        .unwrap();
+    b.map(0x1000, 0x1000, 0x1000, dma_mapper::DmaPerm::RW)
+        .unwrap();
+    b.unmap(0x1000, 0x1000).unwrap();
+    let live = super::liveness::Liveness {
+        serial: Arc::new(Mutex::new(serial)),
+        viommu: None,
+        vcpu_clocks: Vec::new(),
+        vcpu_probes: Vec::new(),
+        endpoint_dma: vec![(crate::pci::Bdf::slot(3), a), (crate::pci::Bdf::slot(4), b)],
+        reboots: Default::default(),
+    };
+    live.reboots.fetch_add(2, Ordering::Relaxed);
+    let text = live.render();
+    let m = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let a = "{endpoint=\"0000:00:03.0\"}";
+    let b = "{endpoint=\"0000:00:04.0\"}";
+    assert_eq!(
+        m[&format!("viommu_endpoint_map_calls_total{a}")],
+        1.0,
+        "{text}"
+    );
+    assert_eq!(m[&format!("viommu_endpoint_bytes_mapped_total{a}")], 8192.0);
+    assert_eq!(m[&format!("viommu_endpoint_unmap_calls_total{a}")], 0.0);
+    assert_eq!(m[&format!("viommu_endpoint_map_calls_total{b}")], 1.0);
+    assert_eq!(m[&format!("viommu_endpoint_unmap_calls_total{b}")], 1.0);
+    assert_eq!(m["vmm_reboots_total"], 2.0);
 }

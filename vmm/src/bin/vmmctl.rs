@@ -4,7 +4,8 @@
 //! - `metrics`: `GET /metrics`, the counters as Prometheus text;
 //! - `info`: `GET /api/v1/vm.info`, JSON;
 //! - `vcpus`: `GET /api/v1/vm.vcpus`, where each vCPU is now, JSON;
-//! - `shutdown`: `PUT /api/v1/vm.shutdown`.
+//! - `shutdown`: `PUT /api/v1/vm.shutdown`;
+//! - `reboot`: `PUT /api/v1/vm.reboot`.
 //!
 //! Exit code 0 on a 2xx answer, 1 on another answer, 2 when the socket
 //! cannot be reached.
@@ -34,6 +35,8 @@ enum Command {
     Vcpus,
     /// Stop the VM.
     Shutdown,
+    /// Reboot the guest (what `vmm --on-reboot` says a reboot does).
+    Reboot,
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Info => ("GET", "/api/v1/vm.info"),
         Command::Vcpus => ("GET", "/api/v1/vm.vcpus"),
         Command::Shutdown => ("PUT", "/api/v1/vm.shutdown"),
+        Command::Reboot => ("PUT", "/api/v1/vm.reboot"),
     };
     match vmm::api::request(&args.socket, method, path) {
         Ok((status, body)) => {

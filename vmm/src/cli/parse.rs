@@ -44,3 +44,16 @@ pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
 
 #[cfg(test)]
 mod tests;
+
+/// `N/SECS` of `--reboot-limit`: at most N restarts within SECS seconds
+/// (both at least 1).
+pub fn parse_reboot_limit(s: &str) -> Result<(u32, u64), String> {
+    let err = || format!("{s:?}: expected N/SECS, e.g. 10/60 (at most N reboots in SECS seconds)");
+    let (n, secs) = s.split_once('/').ok_or_else(err)?;
+    let n: u32 = n.trim().parse().map_err(|_| err())?;
+    let secs: u64 = secs.trim().parse().map_err(|_| err())?;
+    if n == 0 || secs == 0 || secs > 86_400 {
+        return Err(err());
+    }
+    Ok((n, secs))
+}

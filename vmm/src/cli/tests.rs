@@ -257,3 +257,30 @@ fn viommu_options() {
         })
     ));
 }
+
+#[test]
+fn reboot_limit_is_n_per_seconds() {
+    use super::parse::parse_reboot_limit;
+    assert_eq!(parse_reboot_limit("10/60"), Ok((10, 60)));
+    assert_eq!(parse_reboot_limit("1/1"), Ok((1, 1)));
+    for bad in ["", "10", "0/60", "10/0", "a/b", "10/60/1", "10/100000"] {
+        assert!(parse_reboot_limit(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn reboot_flags() {
+    let (d, v) = validator("reboot");
+    let cfg = v(&[]).unwrap();
+    assert_eq!(cfg.reboot.on_reboot, crate::reboot::OnReset::Exit);
+    assert_eq!(cfg.reboot.on_triple_fault, crate::reboot::OnReset::Exit);
+    assert_eq!((cfg.reboot.max, cfg.reboot.window.as_secs()), (10, 60));
+    let cfg = v(&["--reboot-limit", "3/10"]).unwrap();
+    assert_eq!((cfg.reboot.max, cfg.reboot.window.as_secs()), (3, 10));
+    for flag in ["--on-reboot", "--on-triple-fault"] {
+        let e = v(&[flag, "restart"]).unwrap_err();
+        assert!(matches!(e, ConfigError::RestartUnavailable { .. }), "{e}");
+        assert!(e.to_string().contains("exit"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -92,6 +92,7 @@ impl DeviceManager<'_> {
         tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
         Ok(Endpoint {
             bdf: Bdf::slot(slot),
+            counted: Arc::new(dma_mapper::RecordingMapper::new(mapper.clone())),
             mapper,
         })
     }

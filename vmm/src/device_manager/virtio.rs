@@ -29,7 +29,7 @@ impl DeviceManager<'_> {
     pub(super) fn add_viommu(&mut self, cfg: &VmConfig) -> Result<(), VmmError> {
         let mut model = ViommuModel::new(viommu_config(cfg, &self.endpoints))?;
         for e in &self.endpoints {
-            model.add_endpoint(e.bdf.id(), e.mapper.clone() as Arc<dyn DmaMapper>)?;
+            model.add_endpoint(e.bdf.id(), e.counted.clone() as Arc<dyn DmaMapper>)?;
         }
         // The spare-CPU check is only read before polling.
         let spare = if cfg.viommu_poll.is_zero() {
@@ -127,7 +127,7 @@ impl DeviceManager<'_> {
     /// Without a vIOMMU: each device sees all guest RAM at its
     /// guest-physical address.
     pub(super) fn map_all_ram(&self) -> Result<(), VmmError> {
-        for Endpoint { bdf, mapper } in &self.endpoints {
+        for Endpoint { bdf, mapper, .. } in &self.endpoints {
             for r in self.vm.memory().iter() {
                 mapper
                     .map(r.start_addr().0, r.start_addr().0, r.len(), DmaPerm::RW)

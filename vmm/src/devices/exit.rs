@@ -9,9 +9,11 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 pub enum ExitReason {
     /// The guest powered off (ACPI S5 through the FADT sleep control register).
     PowerOff,
-    /// The guest asked for a reset (ACPI reset register or i8042 0xfe). We
-    /// do not restart guests: the VMM exits and the caller may start it again.
+    /// The guest asked for a reset (ACPI reset register or i8042 0xfe):
+    /// restarted in place unless `--on-reboot exit`.
     Reset,
+    /// The control plane asked for a reboot (`vmmctl reboot`).
+    ApiReboot,
     /// A vCPU triple-faulted or KVM reported a shutdown.
     TripleFault,
     /// The control plane asked the VM to stop.
@@ -31,7 +33,7 @@ impl ExitReason {
     pub fn exit_code(&self) -> u8 {
         match self {
             ExitReason::PowerOff | ExitReason::ApiShutdown => 0,
-            ExitReason::Reset => 3,
+            ExitReason::Reset | ExitReason::ApiReboot => 3,
             ExitReason::TripleFault => 4,
             ExitReason::Error(_) => 1,
             ExitReason::Signal(n) => u8::try_from(128 + n).unwrap_or(1),
@@ -75,6 +77,14 @@ impl VmExit {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Forget the recorded reason and drain the eventfd: the guest was
+    /// restarted and runs again. Returns the reason forgotten.
+    pub fn clear(&self) -> Option<ExitReason> {
+        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.evt.read();
+        r.take()
     }
 
     /// Readable once an exit was requested.

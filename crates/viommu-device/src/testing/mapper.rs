@@ -152,6 +152,16 @@ impl FakeMapper {
         })
     }
 
+    /// The guest-physical address `iova` translates to with `need`
+    /// rights, as the device behind this address space would see it;
+    /// `None` (an IOMMU fault) if no mapping covers it or the rights lack.
+    pub fn translate(&self, iova: u64, need: DmaPerm) -> Option<u64> {
+        self.with(|s| {
+            let (&start, &(size, gpa, perm)) = s.maps.range(..=iova).next_back()?;
+            (iova - start < size && perm.allows(need)).then(|| gpa + (iova - start))
+        })
+    }
+
     /// Calls seen (when recording).
     pub fn log(&self) -> Vec<FakeCall> {
         self.with(|s| s.log.clone())

@@ -30,6 +30,7 @@ fn info_names_each_device_on_host_and_guest() {
         viommu_notify: crate::devices::virtio::pci::NotifyRegister::Port,
         seccomp: Default::default(),
         user: None,
+        reboot: Default::default(),
     };
     let exit = Arc::new(VmExit::new().unwrap());
     let s = state(&cfg, &exit, None, None, &[Bdf::slot(1)]);

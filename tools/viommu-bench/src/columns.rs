@@ -322,109 +322,139 @@ pub fn launch(
         full_cmdline.push(' ');
         full_cmdline.push_str(p);
     }
-    let s = |x: &str| x.to_string();
-    let p = |x: &Path| x.to_string_lossy().into_owned();
-    let mut args = Vec::new();
-    let mut trace = None;
-    let mut qmp = None;
-    let mut monitor = None;
-    let mut api_socket = None;
-    let mut counting = Counting::None;
-    let program = match col.vmm {
-        Vmm::Qemu => {
-            args.extend(["-accel", "kvm", "-M", "q35", "-cpu", "host", "-smp"].map(s));
-            args.push(inp.cpus.to_string());
-            args.push(s("-m"));
-            args.push(inp.memory_mib.to_string());
-            args.extend(
-                [
-                    "-nodefaults",
-                    "-display",
-                    "none",
-                    "-monitor",
-                    "none",
-                    "-serial",
-                    "stdio",
-                    "-no-reboot",
-                    "-net",
-                    "none",
-                    "-kernel",
-                ]
-                .map(s),
-            );
-            args.push(p(kernel));
-            args.push(s("-initrd"));
-            args.push(p(&inp.initramfs));
-            // An idle socket: nothing on the hot path, as our VMM's API.
-            let m = run_dir.join(format!("{name}.mon"));
-            args.push(s("-qmp"));
-            args.push(format!("unix:{},server=on,wait=off", p(&m)));
-            monitor = Some(m);
-            if col.iommu == Iommu::Viommu {
-                args.extend(["-device", "virtio-iommu-pci"].map(s));
-                if col.counts_in_pass() && inp.count_runtime > 0 {
-                    let t = run_dir.join(format!("{name}.trace"));
-                    let q = run_dir.join(format!("{name}.qmp"));
-                    args.push(s("-D"));
-                    args.push(p(&t));
-                    args.push(s("-qmp"));
-                    args.push(format!("unix:{},server=on,wait=off", p(&q)));
-                    full_cmdline.push_str(&format!(" lab.count={}", inp.count_runtime));
-                    trace = Some(t);
-                    qmp = Some(q);
-                    counting = Counting::Pass;
-                } else {
-                    counting = Counting::NotCounted {
-                        why: "--count-runtime 0: no counting pass".into(),
-                    };
-                }
-            }
-            args.push(s("-device"));
-            args.push(format!("vfio-pci,host={}", inp.bdf));
-            args.extend(col.vmm_flags.iter().cloned());
-            args.push(s("-append"));
-            inp.qemu.clone()
-        }
-        Vmm::Ours => {
-            let sock = run_dir.join(format!("{name}.sock"));
-            args.push(s("--kernel"));
-            args.push(p(kernel));
-            args.push(s("--initrd"));
-            args.push(p(&inp.initramfs));
-            args.push(s("--memory"));
-            args.push(format!("{}M", inp.memory_mib));
-            args.push(s("--cpus"));
-            args.push(inp.cpus.to_string());
-            args.push(s("--api-socket"));
-            args.push(p(&sock));
-            args.push(s("--vfio"));
-            args.push(format!("/sys/bus/pci/devices/{}", inp.bdf));
-            if col.iommu == Iommu::Viommu {
-                args.push(s("--viommu"));
-                counting = Counting::Exact;
-            }
-            args.extend(col.vmm_flags.iter().cloned());
-            args.push(s("--cmdline"));
-            api_socket = Some(sock);
-            inp.vmm.clone()
-        }
+    let mut l = match col.vmm {
+        Vmm::Qemu => qemu_launch(col, inp, kernel, (run_dir, name), &mut full_cmdline),
+        Vmm::Ours => ours_launch(col, inp, kernel, (run_dir, name)),
     };
     // The breakdown runs come last in the guest, after any counting runs.
     let breakdown = inp.breakdown && col.iommu == Iommu::Viommu && inp.count_runtime > 0;
     if breakdown {
         full_cmdline.push_str(&format!(" lab.breakdown={}", inp.count_runtime));
     }
-    args.push(full_cmdline);
+    l.args.push(full_cmdline);
+    l.breakdown = breakdown;
+    l
+}
+
+/// Stock QEMU's command for `col`, up to its `-append`; a counting
+/// column's guest gets `lab.count=S` on `cmdline`.
+fn qemu_launch(
+    col: &Column,
+    inp: &LaunchInputs,
+    kernel: &Path,
+    (run_dir, name): (&Path, &str),
+    full_cmdline: &mut String,
+) -> Launch {
+    let s = |x: &str| x.to_string();
+    let p = |x: &Path| x.to_string_lossy().into_owned();
+    let mut args = Vec::new();
+    let mut trace = None;
+    let mut qmp = None;
+    let mut counting = Counting::None;
+    args.extend(["-accel", "kvm", "-M", "q35", "-cpu", "host", "-smp"].map(s));
+    args.push(inp.cpus.to_string());
+    args.push(s("-m"));
+    args.push(inp.memory_mib.to_string());
+    args.extend(
+        [
+            "-nodefaults",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+            "-net",
+            "none",
+            "-kernel",
+        ]
+        .map(s),
+    );
+    args.push(p(kernel));
+    args.push(s("-initrd"));
+    args.push(p(&inp.initramfs));
+    // An idle socket: nothing on the hot path, as our VMM's API.
+    let m = run_dir.join(format!("{name}.mon"));
+    args.push(s("-qmp"));
+    args.push(format!("unix:{},server=on,wait=off", p(&m)));
+    let monitor = Some(m);
+    if col.iommu == Iommu::Viommu {
+        args.extend(["-device", "virtio-iommu-pci"].map(s));
+        if col.counts_in_pass() && inp.count_runtime > 0 {
+            let t = run_dir.join(format!("{name}.trace"));
+            let q = run_dir.join(format!("{name}.qmp"));
+            args.push(s("-D"));
+            args.push(p(&t));
+            args.push(s("-qmp"));
+            args.push(format!("unix:{},server=on,wait=off", p(&q)));
+            full_cmdline.push_str(&format!(" lab.count={}", inp.count_runtime));
+            trace = Some(t);
+            qmp = Some(q);
+            counting = Counting::Pass;
+        } else {
+            counting = Counting::NotCounted {
+                why: "--count-runtime 0: no counting pass".into(),
+            };
+        }
+    }
+    args.push(s("-device"));
+    args.push(format!("vfio-pci,host={}", inp.bdf));
+    args.extend(col.vmm_flags.iter().cloned());
+    args.push(s("-append"));
     Launch {
-        program,
+        program: inp.qemu.clone(),
         args,
         trace,
         qmp,
         monitor,
-        api_socket,
-        kernel: Some(kernel.clone()),
+        api_socket: None,
+        kernel: Some(kernel.to_path_buf()),
         counting,
-        breakdown,
+        breakdown: false,
+    }
+}
+
+/// Our VMM's command for `col`, up to its `--cmdline`.
+fn ours_launch(
+    col: &Column,
+    inp: &LaunchInputs,
+    kernel: &Path,
+    (run_dir, name): (&Path, &str),
+) -> Launch {
+    let s = |x: &str| x.to_string();
+    let p = |x: &Path| x.to_string_lossy().into_owned();
+    let mut args = Vec::new();
+    let mut counting = Counting::None;
+    let sock = run_dir.join(format!("{name}.sock"));
+    args.push(s("--kernel"));
+    args.push(p(kernel));
+    args.push(s("--initrd"));
+    args.push(p(&inp.initramfs));
+    args.push(s("--memory"));
+    args.push(format!("{}M", inp.memory_mib));
+    args.push(s("--cpus"));
+    args.push(inp.cpus.to_string());
+    args.push(s("--api-socket"));
+    args.push(p(&sock));
+    args.push(s("--vfio"));
+    args.push(format!("/sys/bus/pci/devices/{}", inp.bdf));
+    if col.iommu == Iommu::Viommu {
+        args.push(s("--viommu"));
+        counting = Counting::Exact;
+    }
+    args.extend(col.vmm_flags.iter().cloned());
+    args.push(s("--cmdline"));
+    Launch {
+        program: inp.vmm.clone(),
+        args,
+        trace: None,
+        qmp: None,
+        monitor: None,
+        api_socket: Some(sock),
+        kernel: Some(kernel.to_path_buf()),
+        counting,
+        breakdown: false,
     }
 }
 

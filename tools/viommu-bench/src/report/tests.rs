@@ -486,11 +486,17 @@ fn hung_and_noise() {
     assert!(!s1.groups[0].rows[1].vs_baseline.unwrap().significant);
     assert_eq!(s1.groups[0].rows[1].vs_baseline.unwrap().p, None);
     assert!(
-        s1.groups[0].verdict.contains("n/a (fewer than 2 rounds paired"),
+        s1.groups[0]
+            .verdict
+            .contains("n/a (fewer than 2 rounds paired"),
         "{}",
         s1.groups[0].verdict
     );
-    assert!(render_text(&s1).contains("+200% (n/a)"), "{}", render_text(&s1));
+    assert!(
+        render_text(&s1).contains("+200% (n/a)"),
+        "{}",
+        render_text(&s1)
+    );
 }
 
 #[test]
@@ -512,7 +518,10 @@ fn renders_text_and_markdown() {
         .lines()
         .find(|l| l.starts_with("ours+patched-lazy"))
         .unwrap();
-    assert!(o.contains("0.73 [0.65..0.82] *  +192% [+159..+229] *"), "{o}");
+    assert!(
+        o.contains("0.73 [0.65..0.82] *  +192% [+159..+229] *"),
+        "{o}"
+    );
     assert!(t.contains("== lazy unmap"));
     let md = render_markdown(&s, "viommu-bench");
     assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25..0.25] * | (baseline) | >=2.00 untimed | >=2.00 untimed | 99% / - |"), "{md}");
@@ -521,7 +530,12 @@ fn renders_text_and_markdown() {
             md.contains("| 4k | 1 | ours+patched-lazy | 3000 [2900-3300] | 0.73 [0.65..0.82] * | +192% [+159..+229] * | 0.01 | 0.00 |"),
             "{md}"
         );
-    assert!(md.contains("| 4k | 1 | no-viommu | 4200 [4000-4400] | (ceiling) | +300% [+300..+300] * | - | - |"), "{md}");
+    assert!(
+        md.contains(
+            "| 4k | 1 | no-viommu | 4200 [4000-4400] | (ceiling) | +300% [+300..+300] * | - | - |"
+        ),
+        "{md}"
+    );
     assert!(
         md.contains("`>=N untimed` = stock QEMU's trace events over an untimed counting run"),
         "{md}"

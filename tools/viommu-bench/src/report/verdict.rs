@@ -13,10 +13,7 @@ pub(crate) fn verdict(rows: &[Row], ceiling: Option<&str>, baseline: &str) -> St
         .filter(|r| Some(r.column.as_str()) != ceiling)
         .filter(|r| r.iops.is_some())
         .collect();
-    let Some(best) = cands
-        .iter()
-        .max_by(|a, b| median(a).total_cmp(&median(b)))
-    else {
+    let Some(best) = cands.iter().max_by(|a, b| median(a).total_cmp(&median(b))) else {
         return "no column measured this phase".into();
     };
     let (mut beyond, mut within, mut untested) = (vec![], vec![], vec![]);
@@ -31,7 +28,10 @@ pub(crate) fn verdict(rows: &[Row], ceiling: Option<&str>, baseline: &str) -> St
     }
     let mut v = format!("highest median: {}", best.column);
     if !beyond.is_empty() {
-        v += &format!("; beyond the noise against {baseline}: {}", beyond.join(", "));
+        v += &format!(
+            "; beyond the noise against {baseline}: {}",
+            beyond.join(", ")
+        );
     }
     if !within.is_empty() {
         v += &format!("; within the noise of {baseline}: {}", within.join(", "));

@@ -111,15 +111,33 @@ fn both_renderers_mark_what_the_adjusted_test_marks() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    assert!(line("a").contains("0.80 [0.77..0.83] +30% [+25..+35] * -"), "{text}");
+    assert!(
+        line("a").contains("0.80 [0.77..0.83] +30% [+25..+35] * -"),
+        "{text}"
+    );
     assert!(line("b").contains("0.70 (n/a) +10% [+6..+14] -"), "{text}");
     assert!(!line("b").contains('*'), "{text}");
-    assert!(line("base").contains("0.50 [0.48..0.52] * (baseline)"), "{text}");
-    assert!(line("ceil").contains("(ceiling) +100% [+92..+108] *"), "{text}");
+    assert!(
+        line("base").contains("0.50 [0.48..0.52] * (baseline)"),
+        "{text}"
+    );
+    assert!(
+        line("ceil").contains("(ceiling) +100% [+92..+108] *"),
+        "{text}"
+    );
     let md = render_markdown(&s, "t");
-    assert!(md.contains("| a | 1000 | 0.80 [0.77..0.83] | +30% [+25..+35] * |"), "{md}");
-    assert!(md.contains("| b | 1000 | 0.70 (n/a) | +10% [+6..+14] |"), "{md}");
-    assert!(md.contains("| base | 1000 | 0.50 [0.48..0.52] * | (baseline) |"), "{md}");
+    assert!(
+        md.contains("| a | 1000 | 0.80 [0.77..0.83] | +30% [+25..+35] * |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| b | 1000 | 0.70 (n/a) | +10% [+6..+14] |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| base | 1000 | 0.50 [0.48..0.52] * | (baseline) |"),
+        "{md}"
+    );
     for out in [&text, &md] {
         assert!(
             out.contains("paired t-test of ratio = 1 on the per-round log ratios")
@@ -135,7 +153,8 @@ fn lost_rounds_are_left_out_of_the_pairs() {
     let (cols, phases, mut cells) = fixture();
     // ours loses round 1; the baseline round 2.
     cells.retain(|c| {
-        !(c.column == "ours+patched-lazy" && c.round == 1 || c.column == "qemu+stock" && c.round == 2)
+        !(c.column == "ours+patched-lazy" && c.round == 1
+            || c.column == "qemu+stock" && c.round == 2)
     });
     let s = summarize(&cols, &phases, &cells, 0, 3);
     let rows = &s.groups[0].rows;
@@ -150,9 +169,16 @@ fn lost_rounds_are_left_out_of_the_pairs() {
     assert!((vc.ratio - (0.75f64 * 2900.0 / 4200.0).sqrt()).abs() < 1e-12);
     assert!(vc.p.is_some());
     let text = render_text(&s);
-    let line = text.lines().find(|l| l.starts_with("ours+patched-lazy")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("ours+patched-lazy"))
+        .unwrap();
     assert!(line.contains("+200% (n/a)"), "{text}");
-    assert!(s.groups[0].verdict.contains("n/a"), "{}", s.groups[0].verdict);
+    assert!(
+        s.groups[0].verdict.contains("n/a"),
+        "{}",
+        s.groups[0].verdict
+    );
     // The baseline against the ceiling: rounds 0 and 1.
     assert_eq!(rows[0].vs_ceiling.unwrap().n, 2);
     // One round in all: nothing is tested, nothing counted in the family.
@@ -259,6 +285,9 @@ fn a_twenty_percent_difference_with_small_noise_is_marked() {
         found += usize::from(every_phase);
         false_marks += usize::from(marked(&g, Some("c2")) || marked(&g, Some("c3")));
     }
-    assert!(found as f64 >= 0.95 * tables as f64, "found in {found}/{tables}");
+    assert!(
+        found as f64 >= 0.95 * tables as f64,
+        "found in {found}/{tables}"
+    );
     assert!(false_marks as f64 <= 0.08 * tables as f64, "{false_marks}");
 }

@@ -97,8 +97,13 @@ fn the_reciprocal_ratios_give_the_same_p_and_the_reciprocal_interval() {
 #[test]
 fn a_wide_spread_is_not_significant_and_its_interval_holds_one() {
     // Log ratios ±0.2 around 0.05: t = 0.05/(0.2309/2) = 0.433, df 3.
-    let r = RatioTest::of(&[0.25f64.exp(), (-0.15f64).exp(), 0.25f64.exp(), (-0.15f64).exp()])
-        .unwrap();
+    let r = RatioTest::of(&[
+        0.25f64.exp(),
+        (-0.15f64).exp(),
+        0.25f64.exp(),
+        (-0.15f64).exp(),
+    ])
+    .unwrap();
     assert!(r.p.unwrap() > 0.5, "{r:?}");
     assert!(r.low.unwrap() < 1.0 && r.high.unwrap() > 1.0, "{r:?}");
 }
@@ -144,7 +149,8 @@ fn an_old_comparison_in_results_json_still_parses() {
     let old = r#"{"pct": 12.0, "significant": true, "paired": {"median": 1.0, "min": 1.0, "max": 2.0, "n": 3}}"#;
     let t: RatioTest = serde_json::from_str(old).unwrap();
     assert!(t.significant && t.p.is_none());
-    let old_round = r#"{"median": 0.9, "geomean": 0.9, "low": 0.8, "high": 1.0, "n": 3, "below_one": 3}"#;
+    let old_round =
+        r#"{"median": 0.9, "geomean": 0.9, "low": 0.8, "high": 1.0, "n": 3, "below_one": 3}"#;
     let t: RatioTest = serde_json::from_str(old_round).unwrap();
     assert_eq!((t.n, t.low, t.high), (3, Some(0.8), Some(1.0)));
 }

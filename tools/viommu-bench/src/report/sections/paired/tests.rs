@@ -62,5 +62,8 @@ fn rows_pair_each_round_with_the_ceiling_and_the_baseline() {
     assert!(text.contains("2/2, p "), "{text}");
     // The p shown is the corrected one.
     let p = c.p_holm.unwrap();
-    assert!(p >= c.p.unwrap() && text.contains(&format!("p {}", p_text(p))), "{text}");
+    assert!(
+        p >= c.p.unwrap() && text.contains(&format!("p {}", p_text(p))),
+        "{text}"
+    );
 }

@@ -108,7 +108,10 @@ pub struct Args {
     pub count_runtime: u32,
     /// Run every column this many times, in a balanced order: rounds 2k and
     /// 2k+1 run the columns from column k mod n on, forwards then backwards.
-    #[arg(long, default_value_t = 3)]
+    /// The table's tests pair the columns by round (df = rounds - 1): more
+    /// rounds narrow the intervals and let smaller differences show; one
+    /// round has no test.
+    #[arg(long, default_value_t = 5)]
     pub rounds: u32,
     /// A guest that completes no I/O and prints no marker this long is killed and reported hung.
     #[arg(long, default_value_t = 60)]

@@ -2,8 +2,9 @@
 //! [`summarize`] from what each cell measured, [`cells`]), each phase's
 //! [`verdict`], the sections beside the table ([`sections`], [`exits`]),
 //! its two renderings ([`text`], [`markdown`], sharing [`row_text`]), the
-//! results document ([`document`]), the spread of a sample ([`stats`])
-//! and the chart ([`chart`]).
+//! results document ([`document`]), the spread of a sample and the paired
+//! test ([`stats`]), the table's family of tests ([`significance`]) and
+//! the chart ([`chart`]).
 
 pub mod cells;
 pub mod chart;
@@ -12,6 +13,7 @@ pub mod exits;
 pub mod markdown;
 pub mod row_text;
 pub mod sections;
+pub mod significance;
 pub mod stats;
 pub mod summarize;
 pub mod summary;

@@ -44,7 +44,7 @@ fn defaults() {
     assert_eq!(c.memory_mib, 1024);
     assert_eq!(c.ceiling(), Some(5));
     assert_eq!(c.args.rw, Rw::Randread);
-    assert_eq!(c.args.rounds, 3);
+    assert_eq!(c.args.rounds, 5);
     assert_eq!(c.args.count_runtime, 3);
     assert_eq!(
         parse(&["--count-runtime", "0"]).unwrap().args.count_runtime,

@@ -24,7 +24,7 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
     for g in &s.groups {
         for r in &g.rows {
             let mut cells = vec![g.bs.clone(), g.numjobs.to_string()];
-            cells.extend(row_cells(r, &s.baseline));
+            cells.extend(row_cells(r, &s.baseline, s.ceiling.as_deref()));
             rows.push(cells);
         }
     }

@@ -1,7 +1,7 @@
 //! The summary's rows as text cells, their headers and the notes under
 //! the table: what both renderers print.
 
-use crate::report::stats::Spread;
+use crate::report::stats::{RatioTest, Spread};
 use crate::report::summary::{Counted, LazyRow, Row, Summary, TimeRow};
 
 pub(crate) fn spread_cell(s: Option<Spread>, prec: usize) -> String {
@@ -30,8 +30,36 @@ pub(crate) fn per_io(v: Option<f64>, how: Option<Counted>) -> String {
     }
 }
 
+/// A paired ratio as the table shows it: the geometric mean of the
+/// per-round ratios (as a ratio, or with `pct` as a difference in
+/// percent), its 95% interval, and ` *` when the Holm-corrected test puts
+/// it beyond the noise; `(n/a)` for the interval and test of one round.
+pub(crate) fn ratio_cell(t: Option<RatioTest>, pct: bool) -> String {
+    let Some(t) = t else {
+        return "-".into();
+    };
+    let show = |x: f64| {
+        if pct {
+            format!("{:+.0}", (x - 1.0) * 100.0)
+        } else {
+            format!("{x:.2}")
+        }
+    };
+    let unit = if pct { "%" } else { "" };
+    match (t.low, t.high, t.p) {
+        (Some(low), Some(high), Some(_)) => format!(
+            "{}{unit} [{}..{}]{}",
+            show(t.ratio),
+            show(low),
+            show(high),
+            if t.significant { " *" } else { "" }
+        ),
+        _ => format!("{}{unit} (n/a)", show(t.ratio)),
+    }
+}
+
 /// The cells of one row, in [`HEADER`] order (after the group's bs/numjobs).
-pub(crate) fn row_cells(r: &Row, baseline: &str) -> Vec<String> {
+pub(crate) fn row_cells(r: &Row, baseline: &str, ceiling: Option<&str>) -> Vec<String> {
     let iops = if r.rounds_ok == 0 {
         if r.hung > 0 {
             "hung".to_string()
@@ -51,21 +79,17 @@ pub(crate) fn row_cells(r: &Row, baseline: &str) -> Vec<String> {
     let vs = if r.column == baseline {
         "(baseline)".to_string()
     } else {
-        r.vs_baseline.map_or("-".into(), |v| {
-            let paired = v.paired.map_or(String::new(), |p| {
-                format!(" [{:+.0}..{:+.0}]", p.min, p.max)
-            });
-            format!(
-                "{:+.0}%{}{paired}",
-                v.pct,
-                if v.significant { " *" } else { "" }
-            )
-        })
+        ratio_cell(r.vs_baseline, true)
+    };
+    let x_ceiling = if Some(r.column.as_str()) == ceiling {
+        "(ceiling)".to_string()
+    } else {
+        ratio_cell(r.vs_ceiling, false)
     };
     vec![
         r.column.clone(),
         iops,
-        spread_cell(r.ratio, 2),
+        x_ceiling,
         vs,
         per_io(r.requests_per_io, r.counted),
         per_io(r.vfio_per_io, r.counted),
@@ -85,8 +109,8 @@ pub(crate) fn percent(rate: Option<f64>) -> String {
 pub const HEADER: [&str; 7] = [
     "column",
     "IOPS median [min-max]",
-    "x ceiling [min-max]",
-    "vs baseline",
+    "x ceiling [95%]",
+    "vs baseline [95%]",
     "requests/IO",
     "VFIO calls/IO",
     "hit rate pool / reuse",
@@ -167,11 +191,13 @@ pub(crate) const TIME_NOTE: &str = "Where our VMM's virtio-iommu time goes (devi
 
 pub(crate) fn notes(s: &Summary) -> String {
     let mut n = format!(
-        "Medians over {}, [min-max] across rounds. vs baseline: median IOPS against {}; * = the min-max ranges do not overlap (significant), no * = within the noise; [a..b] = the lowest and highest difference in percent round by round, each against the baseline's IOPS in the same round (same host and drive).",
-        s.rounds_text(), s.baseline
+        "IOPS: median [min-max] over {}. x ceiling and vs baseline: each column's IOPS over the reference column's of the same round (same host boot and drive), paired over the rounds both measured: the geometric mean of those ratios (vs baseline as a difference in percent) and its 95% interval, exp(mean ± t(0.975, n-1)·sd/√n) of the per-round log ratios (each interval on its own, not corrected for the table's many comparisons). * = beyond the noise: a two-sided paired t-test of ratio = 1 on the per-round log ratios over the paired rounds, Holm-corrected over {} in this table (every column against {} and against the ceiling in every phase), alpha 0.05, so that the chance of any false * in the whole table is at most 5%; no * = within the noise (not shown to differ: not shown to be equal); (n/a) = one round paired, no interval and no test.",
+        s.rounds_text(),
+        s.significance.as_ref().map_or("the comparisons".to_string(), |f| format!("{} comparison(s)", f.comparisons)),
+        s.baseline
     );
     match &s.ceiling {
-        Some(c) => n += &format!(" x ceiling: IOPS / {c}'s IOPS of the same round."),
+        Some(c) => n += &format!(" The ceiling: {c}."),
         None => n += " No no-viommu column ran, so there is no ceiling ratio.",
     }
     n += " requests/IO and VFIO calls/IO: plain = exact, our VMM's always-on device counters over the timed phase itself; `>=N untimed` = stock QEMU's trace events over an untimed counting run of the same fio job after the timed phases (its events are off in every timed phase), lower bounds of a sample; `>=N traced` = QEMU traced during the timed phase (results from before the counting run: its IOPS paid for the trace); `no trace` = that QEMU wrote no trace (no `log` trace backend); `not counted` = no counting run gave a count. hung: the guest stopped completing I/O and was killed.";

@@ -1,8 +1,9 @@
 //! From cells to the summary: per measured phase (block size, numjobs) and
-//! column, median IOPS with min-max over rounds, the ratio to the ceiling
-//! (the no-vIOMMU column), requests and VFIO calls per I/O, the bounce
-//! pool's hit rate, and which differences are beyond the noise; then the
-//! findings and the sections.
+//! column, median IOPS with min-max over rounds, the ratios to the ceiling
+//! (the no-vIOMMU column) and to the baseline paired by round with their
+//! tests, requests and VFIO calls per I/O, the bounce pool's hit rate;
+//! then the tests' correction over the table, the verdicts, the findings
+//! and the sections.
 
 mod findings;
 mod samples;
@@ -13,8 +14,9 @@ use crate::columns::{Column, Iommu};
 use crate::plan::Phase;
 use crate::report::exits::exit_row;
 use crate::report::sections::{breakdown, cpu_time, guest_time, order, paired};
-use crate::report::stats::Spread;
-use crate::report::summary::{Group, Row, Summary, Versus};
+use crate::report::significance;
+use crate::report::stats::RatioTest;
+use crate::report::summary::{Group, Summary};
 use crate::report::verdict::verdict;
 use crate::run::results::CellResult;
 use samples::Samples;
@@ -36,26 +38,42 @@ pub fn summarize(
     let mut exits = Vec::new();
     for ph in phases {
         let mut rows = Vec::new();
-        // Each row's differences to the baseline round by round, percent.
-        let mut paired_pcts: Vec<Vec<f64>> = Vec::new();
-        for col in columns {
+        for (i, col) in columns.iter().enumerate() {
             let s = Samples::of(col, ph, cells, ceiling, base_tag);
             lazy.extend(s.lazy_row(ph, col));
             time.extend(s.time_row(ph, col));
-            rows.push(s.row(col));
-            paired_pcts.push(s.paired);
+            let mut row = s.row(col);
+            // Paired by round: only the rounds both columns measured.
+            if ceiling.is_some_and(|c| c.tag != col.tag) {
+                row.vs_ceiling = RatioTest::of(&s.vs_ceiling);
+            }
+            if i != baseline {
+                row.vs_baseline = RatioTest::of(&s.vs_baseline);
+            }
+            rows.push(row);
         }
-        versus_baseline(&mut rows, baseline, &paired_pcts);
         exits.extend(columns.iter().filter_map(|col| exit_row(col, ph, cells)));
-        let verdict = verdict(&rows, ceiling.map(|c| c.tag.as_str()), rounds);
         groups.push(Group {
             phase: ph.name.clone(),
             bs: ph.bs.clone(),
             numjobs: ph.numjobs,
             rows,
-            verdict,
+            verdict: String::new(),
         });
     }
+    let ceiling_tag = ceiling.map(|c| c.tag.as_str());
+    let family = significance::correct(&mut groups, base_tag.unwrap_or_default(), ceiling_tag);
+    for g in &mut groups {
+        g.verdict = verdict(&g.rows, ceiling_tag, base_tag.unwrap_or_default());
+    }
+    let paired = groups
+        .iter()
+        .flat_map(|g| {
+            g.rows
+                .iter()
+                .filter_map(|r| paired::row(&g.phase, &r.column, r.vs_ceiling, r.vs_baseline))
+        })
+        .collect();
     Summary {
         findings: findings::findings(columns, cells),
         baseline: columns
@@ -65,6 +83,7 @@ pub fn summarize(
         ceiling: ceiling.map(|c| c.tag.clone()),
         rounds,
         groups,
+        significance: Some(family),
         lazy,
         time,
         guest_time: guest_time::rows(columns, phases, cells),
@@ -72,24 +91,7 @@ pub fn summarize(
         exits,
         breakdown: breakdown::rows(columns, phases, cells),
         order: order::rows(columns, phases, cells, baseline),
-        paired: paired::rows(columns, phases, cells, baseline),
+        paired,
         lead: None,
-    }
-}
-
-/// Each row's difference to the baseline row's median, whether it is
-/// beyond the noise, and the spread of its round-by-round differences.
-fn versus_baseline(rows: &mut [Row], baseline: usize, paired_pcts: &[Vec<f64>]) {
-    let base = rows.get(baseline).and_then(|r| r.iops);
-    for (i, r) in rows.iter_mut().enumerate() {
-        if let (Some(b), Some(me)) = (base, r.iops) {
-            if i != baseline && b.median > 0.0 {
-                r.vs_baseline = Some(Versus {
-                    pct: (me.median / b.median - 1.0) * 100.0,
-                    significant: me.significantly_differs(&b),
-                    paired: Spread::of(&paired_pcts[i]).filter(|p| p.n >= 2),
-                });
-            }
-        }
     }
 }

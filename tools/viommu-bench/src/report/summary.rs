@@ -8,22 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::report::sections::cpu_time::CpuRow;
 use crate::report::sections::guest_time::GuestTimeRow;
 use crate::report::sections::{headline, paired};
-use crate::report::stats::Spread;
-
-/// One column against the baseline column.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Versus {
-    /// Median IOPS difference, percent.
-    pub pct: f64,
-    /// Whether the min-max ranges are disjoint (and both have 2+ rounds).
-    pub significant: bool,
-    /// The difference round by round, percent: this column's IOPS against
-    /// the baseline's of the same round (same host, same drive), over the
-    /// rounds both measured. Host-to-host drift cancels out of it, so it is
-    /// narrower than the two columns' own spreads.
-    #[serde(default)]
-    pub paired: Option<Spread>,
-}
+use crate::report::stats::{Family, RatioTest, Spread};
 
 /// One column at one phase.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,8 +17,13 @@ pub struct Row {
     pub column: String,
     /// IOPS over the rounds.
     pub iops: Option<Spread>,
-    /// IOPS / the ceiling's IOPS of the same round.
+    /// IOPS / the ceiling's IOPS of the same round (median and min-max,
+    /// for the chart).
     pub ratio: Option<Spread>,
+    /// Against the ceiling, paired by round: the ratio, its interval and
+    /// the test (None for the ceiling itself).
+    #[serde(default)]
+    pub vs_ceiling: Option<RatioTest>,
     /// Median virtio-iommu requests (MAP+UNMAP+FLUSH) per I/O.
     pub requests_per_io: Option<f64>,
     /// Median VFIO calls per I/O.
@@ -54,8 +44,9 @@ pub struct Row {
     pub hung: u32,
     /// Rounds that failed otherwise.
     pub failed: u32,
-    /// Against the baseline column.
-    pub vs_baseline: Option<Versus>,
+    /// Against the baseline column, paired by round: the ratio, its
+    /// interval and the test (None for the baseline itself).
+    pub vs_baseline: Option<RatioTest>,
 }
 
 /// How a row's requests and VFIO calls per I/O were taken, from the most
@@ -171,6 +162,10 @@ pub struct Summary {
     pub rounds: u32,
     /// Per phase.
     pub groups: Vec<Group>,
+    /// What the marks mean: the test, alpha and how many comparisons
+    /// were corrected together.
+    #[serde(default)]
+    pub significance: Option<Family>,
     /// Lazy-unmap rows.
     pub lazy: Vec<LazyRow>,
     /// Where the time goes (our VMM's columns, device busy and VFIO time).

@@ -177,20 +177,26 @@ fn summary_numbers() {
     assert_eq!(q.reuse_hit_rate, None, "no reuse counters in the fixture");
     let o = &g.rows[1];
     assert!(o.vs_baseline.unwrap().significant);
-    assert!((o.vs_baseline.unwrap().pct - (3000.0 / 1050.0 - 1.0) * 100.0).abs() < 1e-9);
-    // Round by round: 3000/1000, 3300/1100, 2900/1050.
-    let paired = o.vs_baseline.unwrap().paired.unwrap();
-    assert_eq!((paired.n, paired.median, paired.max), (3, 200.0, 200.0));
-    assert!((paired.min - (2900.0 / 1050.0 - 1.0) * 100.0).abs() < 1e-9);
+    // Round by round: 3000/1000, 3300/1100, 2900/1050; their geometric
+    // mean, and the t interval from the log ratios with t(0.975, 2).
+    let vb = o.vs_baseline.unwrap();
+    let logs = [3f64.ln(), 3f64.ln(), (2900f64 / 1050.0).ln()];
+    let mean = logs.iter().sum::<f64>() / 3.0;
+    let sd = (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let half = 4.302_652_7 * sd / 3f64.sqrt();
+    assert_eq!(vb.n, 3);
+    assert!((vb.ratio - mean.exp()).abs() < 1e-12);
+    assert!((vb.low.unwrap() - (mean - half).exp()).abs() < 1e-6);
+    assert!((vb.high.unwrap() - (mean + half).exp()).abs() < 1e-6);
     assert!(
-        render_text(&s).contains("+186% * [+176..+200]"),
+        render_text(&s).contains("+192% [+159..+229] *"),
         "{}",
         render_text(&s)
     );
     assert_eq!(g.rows[2].requests_per_io, None, "the ceiling has no vIOMMU");
     assert!(
         g.verdict
-            .contains("highest median: ours+patched-lazy; ahead beyond the noise of qemu+stock"),
+            .contains("highest median: ours+patched-lazy; beyond the noise against qemu+stock: ours+patched-lazy +192%"),
         "{}",
         g.verdict
     );
@@ -395,7 +401,7 @@ fn an_exact_zero_is_shown_as_zero() {
     assert_eq!((r.requests_per_io, r.vfio_per_io), (Some(0.0), Some(0.0)));
     let md = render_markdown(&s, "t");
     assert!(
-        md.contains("| +186% * [+176..+200] | 0.00 | 0.00 |"),
+        md.contains("| +192% [+159..+229] * | 0.00 | 0.00 |"),
         "{md}"
     );
 }
@@ -465,7 +471,19 @@ fn hung_and_noise() {
     let one: Vec<CellResult> = fixture().2.into_iter().filter(|c| c.round == 0).collect();
     let s1 = summarize(&cols, &phases, &one, 0, 1);
     assert!(!s1.groups[0].rows[1].vs_baseline.unwrap().significant);
-    assert!(s1.groups[0].verdict.contains("one round"));
+    assert_eq!(s1.groups[0].rows[1].vs_baseline.unwrap().p, None);
+    assert!(
+        s1.groups[0]
+            .verdict
+            .contains("n/a (fewer than 2 rounds paired"),
+        "{}",
+        s1.groups[0].verdict
+    );
+    assert!(
+        render_text(&s1).contains("+200% (n/a)"),
+        "{}",
+        render_text(&s1)
+    );
 }
 
 #[test]
@@ -477,7 +495,7 @@ fn renders_text_and_markdown() {
     let q = t.lines().find(|l| l.starts_with("qemu+stock")).unwrap();
     assert!(
         q.contains("1050 [1000-1100]")
-            && q.contains("0.25 [0.25-0.25]")
+            && q.contains("0.25 [0.25..0.25] *")
             && q.contains("(baseline)")
             && q.contains(">=2.00")
             && q.contains("99% / -"),
@@ -487,16 +505,24 @@ fn renders_text_and_markdown() {
         .lines()
         .find(|l| l.starts_with("ours+patched-lazy"))
         .unwrap();
-    assert!(o.contains("+186% *"), "{o}");
+    assert!(
+        o.contains("0.73 [0.65..0.82] *  +192% [+159..+229] *"),
+        "{o}"
+    );
     assert!(t.contains("== lazy unmap"));
     let md = render_markdown(&s, "viommu-bench");
-    assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25-0.25] | (baseline) | >=2.00 untimed | >=2.00 untimed | 99% / - |"), "{md}");
+    assert!(md.contains("| 4k | 1 | qemu+stock | 1050 [1000-1100] | 0.25 [0.25..0.25] * | (baseline) | >=2.00 untimed | >=2.00 untimed | 99% / - |"), "{md}");
     // Ours exact and plain; the ceiling has nothing to count.
     assert!(
-            md.contains("| 4k | 1 | ours+patched-lazy | 3000 [2900-3300] | 0.75 [0.69-0.75] | +186% * [+176..+200] | 0.01 | 0.00 |"),
+            md.contains("| 4k | 1 | ours+patched-lazy | 3000 [2900-3300] | 0.73 [0.65..0.82] * | +192% [+159..+229] * | 0.01 | 0.00 |"),
             "{md}"
         );
-    assert!(md.contains("| 4k | 1 | no-viommu | 4200 [4000-4400] | 1.00 [1.00-1.00] | +300% * [+300..+300] | - | - |"), "{md}");
+    assert!(
+        md.contains(
+            "| 4k | 1 | no-viommu | 4200 [4000-4400] | (ceiling) | +300% [+300..+300] * | - | - |"
+        ),
+        "{md}"
+    );
     assert!(
         md.contains("`>=N untimed` = stock QEMU's trace events over an untimed counting run"),
         "{md}"

@@ -22,7 +22,11 @@ pub fn render_text(s: &Summary) -> String {
     for g in &s.groups {
         out += &format!("\n== {} (bs {}, numjobs {}) ==\n", g.phase, g.bs, g.numjobs);
         let mut rows = vec![HEADER.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
-        rows.extend(g.rows.iter().map(|r| row_cells(r, &s.baseline)));
+        rows.extend(
+            g.rows
+                .iter()
+                .map(|r| row_cells(r, &s.baseline, s.ceiling.as_deref())),
+        );
         out += &aligned(&rows);
         out += &format!("\n{}\n", g.verdict);
     }

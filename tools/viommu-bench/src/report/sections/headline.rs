@@ -2,7 +2,8 @@
 //! against the baseline and against the ceiling, phase by phase, round by
 //! round. Everything else in the report follows it.
 
-use crate::report::sections::paired::{PairedRow, RoundRatio};
+use crate::report::sections::paired::{p_text, PairedRow};
+use crate::report::stats::RatioTest;
 
 /// One phase of the lead column.
 #[derive(Debug, Clone, PartialEq)]
@@ -10,9 +11,9 @@ pub struct Line {
     /// Phase name.
     pub phase: String,
     /// The lead's IOPS over the ceiling's of the same round.
-    pub vs_ceiling: Option<RoundRatio>,
+    pub vs_ceiling: Option<RatioTest>,
     /// The lead's IOPS over the baseline's of the same round.
-    pub vs_baseline: Option<RoundRatio>,
+    pub vs_baseline: Option<RatioTest>,
 }
 
 /// The lead column's lines from the round-by-round rows, in phase order;
@@ -47,18 +48,25 @@ pub fn header(baseline: &str, ceiling: Option<&str>) -> Vec<String> {
     vec![
         "phase".into(),
         format!(
-            "x {} (ceiling): median [geomean 95%]",
+            "x {} (ceiling): geomean [95%], p Holm",
             ceiling.unwrap_or("-")
         ),
-        format!("x {baseline} (baseline): median [geomean 95%]"),
+        format!("x {baseline} (baseline): geomean [95%], p Holm"),
     ]
 }
 
 /// One line's cells.
 pub fn cells(l: &Line) -> Vec<String> {
-    let show = |x: Option<RoundRatio>| {
+    let show = |x: Option<RatioTest>| {
         x.map_or("-".into(), |x| {
-            format!("{:.2} [{:.2}, {:.2}]", x.median, x.low, x.high)
+            format!(
+                "{:.2} [{:.2}, {:.2}], p {}{}",
+                x.ratio,
+                x.low.unwrap_or(f64::NAN),
+                x.high.unwrap_or(f64::NAN),
+                x.p_holm.map_or("n/a".into(), p_text),
+                if x.significant { " *" } else { "" }
+            )
         })
     };
     vec![l.phase.clone(), show(l.vs_ceiling), show(l.vs_baseline)]

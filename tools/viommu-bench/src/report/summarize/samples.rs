@@ -14,10 +14,11 @@ use crate::run::results::{CellResult, CellStatus, PhaseResult};
 pub(super) struct Samples<'a> {
     /// The column's cells.
     mine: Vec<&'a CellResult>,
-    /// Differences to the baseline, percent.
-    pub(super) paired: Vec<f64>,
+    /// IOPS / the baseline's of the same round.
+    pub(super) vs_baseline: Vec<f64>,
     iops: Vec<f64>,
-    ratio: Vec<f64>,
+    /// IOPS / the ceiling's of the same round.
+    pub(super) vs_ceiling: Vec<f64>,
     req: Vec<f64>,
     vfio: Vec<f64>,
     pool_hit: Vec<f64>,
@@ -66,10 +67,10 @@ impl<'a> Samples<'a> {
             let i = f.iops() as f64;
             s.iops.push(i);
             if let Some(base) = ceiling.and_then(|ceil| iops_in(&ceil.tag, c.round)) {
-                s.ratio.push(i / base);
+                s.vs_ceiling.push(i / base);
             }
             if let Some(base) = base_tag.and_then(|t| iops_in(t, c.round)) {
-                s.paired.push((i / base - 1.0) * 100.0);
+                s.vs_baseline.push(i / base);
             }
             let ios = ios_of(f, ph);
             if col.iommu == Iommu::Viommu && ios > 0.0 {
@@ -172,7 +173,8 @@ impl<'a> Samples<'a> {
         Row {
             column: col.tag.clone(),
             iops: Spread::of(&self.iops),
-            ratio: Spread::of(&self.ratio),
+            ratio: Spread::of(&self.vs_ceiling),
+            vs_ceiling: None,
             requests_per_io: median(&self.req),
             vfio_per_io: median(&self.vfio),
             lower_bound: self.shown.iter().any(|h| h.lower_bound()),

@@ -1,57 +1,34 @@
 use super::*;
+use crate::report::summarize::summarize;
 use crate::report::tests::{cell, cols, phase_4k};
 
 #[test]
-fn one_round_or_a_bad_ratio_has_no_summary() {
-    assert_eq!(RoundRatio::of(&[0.9]), None);
-    assert_eq!(RoundRatio::of(&[]), None);
-    assert_eq!(RoundRatio::of(&[0.9, 0.0]), None);
-    assert_eq!(RoundRatio::of(&[0.9, f64::NAN]), None);
-    assert_eq!(RoundRatio::of(&[0.9, f64::INFINITY]), None);
-}
-
-#[test]
-fn equal_rounds_give_a_point_interval() {
-    let r = RoundRatio::of(&[0.8, 0.8, 0.8]).unwrap();
-    assert!((r.geomean - 0.8).abs() < 1e-12);
-    assert!((r.low - 0.8).abs() < 1e-12 && (r.high - 0.8).abs() < 1e-12);
-    assert_eq!((r.n, r.below_one), (3, 3));
-}
-
-#[test]
-fn interval_holds_the_geomean_within_the_rounds_range() {
-    let v = [0.7, 1.3, 0.9, 1.1, 0.95, 1.02, 0.88, 1.2];
-    let r = RoundRatio::of(&v).unwrap();
-    // Geometric mean of the values, computed the long way.
-    let gm = v.iter().product::<f64>().powf(1.0 / v.len() as f64);
-    assert!((r.geomean - gm).abs() < 1e-12);
-    assert!(r.low < r.geomean && r.geomean < r.high, "{r:?}");
-    assert!(r.low >= 0.7 && r.high <= 1.3, "{r:?}");
-    assert_eq!(r.below_one, 4);
-    assert!((r.median - 0.985).abs() < 1e-12);
-    // Deterministic: the same rounds, the same interval.
-    assert_eq!(RoundRatio::of(&v), Some(r));
+fn one_round_has_no_row() {
+    let one = RatioTest::of(&[0.9]);
+    assert_eq!(row("p", "c", one, one), None);
+    assert_eq!(row("p", "c", None, None), None);
+    let two = RatioTest::of(&[0.9, 0.8]);
+    let r = row("p", "c", one, two).unwrap();
+    assert_eq!((r.vs_ceiling, r.vs_baseline), (None, two));
 }
 
 #[test]
 fn more_rounds_of_the_same_spread_narrow_the_interval() {
     let few = [0.8, 1.2, 0.9, 1.1];
     let many: Vec<f64> = few.iter().cycle().take(32).copied().collect();
-    let (a, b) = (
-        RoundRatio::of(&few).unwrap(),
-        RoundRatio::of(&many).unwrap(),
+    let (a, b) = (RatioTest::of(&few).unwrap(), RatioTest::of(&many).unwrap());
+    let (wa, wb) = (
+        a.high.unwrap() / a.low.unwrap(),
+        b.high.unwrap() / b.low.unwrap(),
     );
-    assert!(b.high / b.low < a.high / a.low, "{a:?} {b:?}");
+    assert!(wb < wa, "{a:?} {b:?}");
 }
 
 #[test]
-fn generator_spreads_over_the_range() {
-    let mut g = SplitMix64(SEED);
-    let mut seen = [0u32; 4];
-    for _ in 0..4000 {
-        seen[g.below(4)] += 1;
-    }
-    assert!(seen.iter().all(|&k| (800..1200).contains(&k)), "{seen:?}");
+fn p_values_read_plainly() {
+    assert_eq!(p_text(0.0004), "<0.001");
+    assert_eq!(p_text(0.0123), "0.012");
+    assert_eq!(p_text(1.0), "1.000");
 }
 
 #[test]
@@ -64,13 +41,13 @@ fn rows_pair_each_round_with_the_ceiling_and_the_baseline() {
         all.push(cell("ours+patched-lazy", round, ours, None, false));
         all.push(cell("no-viommu", round, ceil, None, false));
     }
-    let rows = rows(&cols, &[phase_4k()], &all, 0);
+    let rows = summarize(&cols, &[phase_4k()], &all, 0, 2).paired;
     let ours = rows
         .iter()
         .find(|r| r.column == "ours+patched-lazy")
         .unwrap();
     let c = ours.vs_ceiling.unwrap();
-    assert!((c.geomean - (0.9f64 * 0.8).sqrt()).abs() < 1e-9);
+    assert!((c.ratio - (0.9f64 * 0.8).sqrt()).abs() < 1e-9);
     assert_eq!((c.n, c.below_one), (2, 2));
     let b = ours.vs_baseline.unwrap();
     assert!((b.median - 2.5).abs() < 1e-9 && b.below_one == 0);
@@ -82,5 +59,11 @@ fn rows_pair_each_round_with_the_ceiling_and_the_baseline() {
     assert!(ceil.vs_ceiling.is_none() && ceil.vs_baseline.is_some());
     let text = cells(ours).join(" | ");
     assert!(text.contains("0.85, 0.85 ["), "{text}");
-    assert!(text.contains("2/2"), "{text}");
+    assert!(text.contains("2/2, p "), "{text}");
+    // The p shown is the corrected one.
+    let p = c.p_holm.unwrap();
+    assert!(
+        p >= c.p.unwrap() && text.contains(&format!("p {}", p_text(p))),
+        "{text}"
+    );
 }

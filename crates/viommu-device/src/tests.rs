@@ -986,4 +986,5 @@ mod hostile;
 mod lazy;
 mod linux;
 mod polling;
+mod share;
 mod smp;

@@ -49,8 +49,13 @@ pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Produces the current metrics as Prometheus text.
 pub type MetricsFn = Box<dyn Fn() -> String + Send + Sync>;
 
-/// Produces a JSON answer.
-pub type JsonFn = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+/// Produces a JSON answer, asynchronously (it may wait: never block the
+/// API's one runtime thread).
+pub type JsonFn = Box<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = serde_json::Value> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// What the API answers from.
 pub struct ApiState {
@@ -85,7 +90,7 @@ pub enum ApiError {
 }
 
 /// The routes: `(path, method)` -> answer.
-pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
+pub async fn route(method: &str, path: &str, state: &ApiState) -> Response {
     let allowed = match path {
         "/metrics" | "/api/v1/vm.info" | "/api/v1/vm.vcpus" => "GET",
         "/api/v1/vm.shutdown" => "PUT",
@@ -102,9 +107,11 @@ pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
     match path {
         "/metrics" => Response::new(200, PROMETHEUS_CONTENT_TYPE, (state.metrics)()),
         "/api/v1/vm.info" => Response::new(200, "application/json", state.info.to_string() + "\n"),
-        "/api/v1/vm.vcpus" => {
-            Response::new(200, "application/json", (state.vcpus)().to_string() + "\n")
-        }
+        "/api/v1/vm.vcpus" => Response::new(
+            200,
+            "application/json",
+            (state.vcpus)().await.to_string() + "\n",
+        ),
         _ => {
             state.exit.request(ExitReason::ApiShutdown);
             Response::no_content()
@@ -130,10 +137,35 @@ async fn serve_conn(stream: UnixStream, state: Arc<ApiState>) -> std::io::Result
     let resp = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut r)).await {
         Err(_) => Response::error(408, "no complete request in time"),
         Ok(Ok(None)) => return Ok(()),
-        Ok(Ok(Some(req))) => route(&req.method, &req.path, &state),
+        Ok(Ok(Some(req))) => route(&req.method, &req.path, &state).await,
         Ok(Err(resp)) => resp,
     };
     write_response(&mut w, &resp).await
+}
+
+/// Answers a connection over [`MAX_CONNECTIONS`] 503 and closes it, on
+/// the spot: no task, no wait, so a flood of connections costs the API
+/// nothing beyond the accept. What the client sent already (its request
+/// is usually in the socket before the accept) is read first, so that
+/// the close does not cut into its write; a client that sends later gets
+/// the 503 and a closed socket.
+fn refuse_busy(stream: UnixStream) {
+    use std::io::{Read, Write};
+    // Out of the runtime: plain nonblocking calls, made now (tokio's
+    // `try_*` would wait for the first readiness event).
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
+    let mut sink = [0u8; 1024];
+    for _ in 0..8 {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let resp = Response::error(503, "too many connections; try again");
+    // An empty socket buffer takes these few hundred bytes at once.
+    let _ = stream.write_all(&http::encode(&resp));
 }
 
 /// Accept connections on `listener` forever.
@@ -143,16 +175,7 @@ pub async fn serve(listener: UnixListener, state: Arc<ApiState>) {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tokio::spawn(async move {
-                        // Take the request first (briefly): closing on a
-                        // client still writing would be a broken pipe to it.
-                        let (r, mut w) = stream.into_split();
-                        let mut r = BufReader::new(r);
-                        let wait = std::time::Duration::from_secs(1);
-                        let _ = tokio::time::timeout(wait, read_request(&mut r)).await;
-                        let resp = Response::error(503, "too many connections; try again");
-                        let _ = write_response(&mut w, &resp).await;
-                    });
+                    refuse_busy(stream);
                     continue;
                 };
                 let state = state.clone();

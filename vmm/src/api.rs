@@ -247,17 +247,67 @@ pub fn spawn(
     Ok(entry)
 }
 
-/// The client side, for `vmmctl` and tests: one request on `socket`,
-/// returns the status code and the body.
+/// The client side, for tests: [`request_within`] with
+/// [`CLIENT_TIMEOUT`] and [`CLIENT_MAX_ANSWER`].
 pub fn request(socket: &Path, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    request_within(socket, method, path, CLIENT_TIMEOUT, CLIENT_MAX_ANSWER)
+}
+
+/// How long a client waits for the whole exchange by default.
+pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The largest answer a client takes by default (the metrics are tens of
+/// KiB).
+pub const CLIENT_MAX_ANSWER: u64 = 16 << 20;
+
+/// The client side, for `vmmctl`: one request on `socket`, returns the
+/// status code and the body; an answer slower than `timeout` (in all) or
+/// larger than `max_answer` bytes is an error.
+pub fn request_within(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    timeout: std::time::Duration,
+    max_answer: u64,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + timeout;
+    let left = || {
+        deadline
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))
+    };
     let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_write_timeout(Some(left()?))?;
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        s.set_read_timeout(Some(left()?))?;
+        let n = match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer in time",
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        if (raw.len() + n) as u64 > max_answer {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("answer larger than {max_answer} bytes"),
+            ));
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let raw = String::from_utf8_lossy(&raw);
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
     let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(bad)?;
     let status = head

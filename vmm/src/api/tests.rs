@@ -358,3 +358,43 @@ fn a_vcpus_probe_waiting_for_silent_vcpus_does_not_block_other_requests() {
     assert!(vcpus_took < Duration::from_millis(1200), "{vcpus_took:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The client gives up on a server that never answers, and on an answer
+/// larger than its limit.
+#[test]
+fn the_client_has_a_timeout_and_an_answer_size_limit() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("vmm-api-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("api.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        // First: read the request, never answer (until the client left).
+        let (mut c, _) = listener.accept().unwrap();
+        let mut b = [0u8; 1024];
+        let _ = c.read(&mut b);
+        let (mut big, _) = listener.accept().unwrap();
+        let _ = big.read(&mut b);
+        let _ = big.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+        let _ = big.write_all(&vec![b'x'; 1 << 20]);
+        let _ = c.read(&mut b);
+    });
+    let start = Instant::now();
+    let e = request_within(
+        &path,
+        "GET",
+        "/metrics",
+        Duration::from_millis(300),
+        1 << 30,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let e =
+        request_within(&path, "GET", "/metrics", Duration::from_secs(30), 64 << 10).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -51,8 +51,13 @@ pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Produces the current metrics as Prometheus text.
 pub type MetricsFn = Box<dyn Fn() -> String + Send + Sync>;
 
-/// Produces a JSON answer.
-pub type JsonFn = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+/// Produces a JSON answer, asynchronously (it may wait: never block the
+/// API's one runtime thread).
+pub type JsonFn = Box<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = serde_json::Value> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// What the API answers from.
 pub struct ApiState {
@@ -87,7 +92,7 @@ pub enum ApiError {
 }
 
 /// The routes: `(path, method)` -> answer.
-pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
+pub async fn route(method: &str, path: &str, state: &ApiState) -> Response {
     let allowed = match path {
         "/metrics" | "/api/v1/vm.info" | "/api/v1/vm.vcpus" => "GET",
         "/api/v1/vm.shutdown" | "/api/v1/vm.reboot" => "PUT",
@@ -104,9 +109,11 @@ pub fn route(method: &str, path: &str, state: &ApiState) -> Response {
     match path {
         "/metrics" => Response::new(200, PROMETHEUS_CONTENT_TYPE, (state.metrics)()),
         "/api/v1/vm.info" => Response::new(200, "application/json", state.info.to_string() + "\n"),
-        "/api/v1/vm.vcpus" => {
-            Response::new(200, "application/json", (state.vcpus)().to_string() + "\n")
-        }
+        "/api/v1/vm.vcpus" => Response::new(
+            200,
+            "application/json",
+            (state.vcpus)().await.to_string() + "\n",
+        ),
         "/api/v1/vm.reboot" => {
             state.exit.request(ExitReason::ApiReboot);
             Response::no_content()
@@ -136,10 +143,35 @@ async fn serve_conn(stream: UnixStream, state: Arc<ApiState>) -> std::io::Result
     let resp = match tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut r)).await {
         Err(_) => Response::error(408, "no complete request in time"),
         Ok(Ok(None)) => return Ok(()),
-        Ok(Ok(Some(req))) => route(&req.method, &req.path, &state),
+        Ok(Ok(Some(req))) => route(&req.method, &req.path, &state).await,
         Ok(Err(resp)) => resp,
     };
     write_response(&mut w, &resp).await
+}
+
+/// Answers a connection over [`MAX_CONNECTIONS`] 503 and closes it, on
+/// the spot: no task, no wait, so a flood of connections costs the API
+/// nothing beyond the accept. What the client sent already (its request
+/// is usually in the socket before the accept) is read first, so that
+/// the close does not cut into its write; a client that sends later gets
+/// the 503 and a closed socket.
+fn refuse_busy(stream: UnixStream) {
+    use std::io::{Read, Write};
+    // Out of the runtime: plain nonblocking calls, made now (tokio's
+    // `try_*` would wait for the first readiness event).
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
+    let mut sink = [0u8; 1024];
+    for _ in 0..8 {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    let resp = Response::error(503, "too many connections; try again");
+    // An empty socket buffer takes these few hundred bytes at once.
+    let _ = stream.write_all(&http::encode(&resp));
 }
 
 /// Accept connections on `listener` forever.
@@ -149,16 +181,7 @@ pub async fn serve(listener: UnixListener, state: Arc<ApiState>) {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tokio::spawn(async move {
-                        // Take the request first (briefly): closing on a
-                        // client still writing would be a broken pipe to it.
-                        let (r, mut w) = stream.into_split();
-                        let mut r = BufReader::new(r);
-                        let wait = std::time::Duration::from_secs(1);
-                        let _ = tokio::time::timeout(wait, read_request(&mut r)).await;
-                        let resp = Response::error(503, "too many connections; try again");
-                        let _ = write_response(&mut w, &resp).await;
-                    });
+                    refuse_busy(stream);
                     continue;
                 };
                 let state = state.clone();
@@ -230,17 +253,67 @@ pub fn spawn(
     Ok(entry)
 }
 
-/// The client side, for `vmmctl` and tests: one request on `socket`,
-/// returns the status code and the body.
+/// The client side, for tests: [`request_within`] with
+/// [`CLIENT_TIMEOUT`] and [`CLIENT_MAX_ANSWER`].
 pub fn request(socket: &Path, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    request_within(socket, method, path, CLIENT_TIMEOUT, CLIENT_MAX_ANSWER)
+}
+
+/// How long a client waits for the whole exchange by default.
+pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The largest answer a client takes by default (the metrics are tens of
+/// KiB).
+pub const CLIENT_MAX_ANSWER: u64 = 16 << 20;
+
+/// The client side, for `vmmctl`: one request on `socket`, returns the
+/// status code and the body; an answer slower than `timeout` (in all) or
+/// larger than `max_answer` bytes is an error.
+pub fn request_within(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    timeout: std::time::Duration,
+    max_answer: u64,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + timeout;
+    let left = || {
+        deadline
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))
+    };
     let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_write_timeout(Some(left()?))?;
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw)?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        s.set_read_timeout(Some(left()?))?;
+        let n = match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer in time",
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        if (raw.len() + n) as u64 > max_answer {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("answer larger than {max_answer} bytes"),
+            ));
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let raw = String::from_utf8_lossy(&raw);
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
     let (head, body) = raw.split_once("\r\n\r\n").ok_or_else(bad)?;
     let status = head

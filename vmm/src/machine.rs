@@ -3,7 +3,7 @@
 //! boot, vCPUs), waits for the guest (or the API, or a signal) to stop it,
 //! and tears it down in order.
 
-mod running;
+pub(crate) mod running;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

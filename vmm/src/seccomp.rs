@@ -17,11 +17,12 @@
 //! A system call outside its thread's list (or an `ioctl` outside the
 //! listed requests) is not run: the kernel sends `SIGSYS`
 //! (`SECCOMP_RET_TRAP`), and the handler installed by [`install_handler`]
-//! writes one line to stderr, with the thread's name and the syscall
-//! number, then ends the process with exit code 159 (128 + SIGSYS):
+//! writes one line to stderr, with the thread's name, the syscall
+//! number and name, the workaround (`--seccomp=false`) and what to report,
+//! then ends the process with exit code 159 (128 + SIGSYS):
 //!
 //! ```text
-//! vmm: seccomp: thread viommu made a denied system call (number 110); exiting
+//! vmm: seccomp: thread viommu made a denied system call (number 110, getppid) at 0x...; exiting. The VMM's seccomp allow list lacks this call (...). Workaround: run with --seccomp=false (no filters). Please report this line, ...
 //! ```
 //!
 //! `open` and `openat` are the exception: they fail with `EACCES` (see
@@ -229,6 +230,7 @@ pub fn build(kind: ThreadKind, known: &Known) -> Result<Filter, SeccompError> {
 
 mod allow_lists;
 mod denied_report;
+mod syscall_names;
 mod thread_filter;
 
 #[cfg(test)]

@@ -439,8 +439,17 @@ pub struct Vcpu {
 }
 
 impl Vcpu {
-    /// Run until the VM stops.
-    pub fn run(mut self) {
+    /// Run until the VM stops. A panic on this thread (device emulation on
+    /// a vCPU, such as a virtio-iommu drain served here: a bug, since
+    /// guest input must never panic) stops the VM in order, through the
+    /// same exit request as a power-off, instead of ending this thread
+    /// alone while the guest runs on.
+    pub fn run(self) {
+        let (id, exit) = (self.id, self.exit.clone());
+        stop_vm_on_panic(id, &exit, || self.run_loop());
+    }
+
+    fn run_loop(mut self) {
         let id = self.id;
         self.probe.register_thread();
         while !self.stop.load(Ordering::Acquire) {
@@ -460,13 +469,13 @@ impl Vcpu {
                 }
                 Ok(VcpuExit::MmioRead(addr, data)) => {
                     if !self.mmio.read(addr, data) {
-                        tracing::debug!(addr, len = data.len(), "unclaimed MMIO read");
+                        log_unclaimed("unclaimed MMIO read", addr, data.len());
                     }
                     continue;
                 }
                 Ok(VcpuExit::MmioWrite(addr, data)) => {
                     if !self.mmio.write(addr, data) {
-                        tracing::debug!(addr, ?data, "unclaimed MMIO write");
+                        log_unclaimed("unclaimed MMIO write", addr, data.len());
                     }
                     continue;
                 }
@@ -496,6 +505,50 @@ impl Vcpu {
             return;
         }
     }
+}
+
+/// Runs `f` (vCPU `id`'s loop); if it panics, logs it and asks `exit`
+/// to stop the VM with an error (exit code 1, devices released in order).
+fn stop_vm_on_panic(id: u8, exit: &VmExit, f: impl FnOnce()) {
+    // AssertUnwindSafe: after a panic nothing `f` touched is used on this
+    // thread again; the state it shares with other threads is behind
+    // mutexes whose users take a poisoned lock as it is, and the VM stops.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        tracing::error!(vcpu = id, "a vCPU thread panicked; stopping the VM");
+        exit.request(ExitReason::Error(format!("vCPU {id}: panicked")));
+    }
+}
+
+/// Unclaimed accesses logged per second per vCPU thread at most.
+const UNCLAIMED_PER_SECOND: u32 = 10;
+
+/// Logs (debug) a guest access no device claimed, at most
+/// [`UNCLAIMED_PER_SECOND`] a second per vCPU thread: the guest picks the
+/// address and repeats the access at will. How many were left out is
+/// logged with the next one logged.
+fn log_unclaimed(what: &'static str, addr: u64, len: usize) {
+    thread_local! {
+        /// (start of the current second, logged in it, left out since).
+        static BUDGET: std::cell::Cell<(Option<std::time::Instant>, u32, u64)> =
+            const { std::cell::Cell::new((None, 0, 0)) };
+    }
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    BUDGET.with(|b| {
+        let (start, logged, dropped) = b.get();
+        let now = std::time::Instant::now();
+        let (start, logged) = match start {
+            Some(s) if now.duration_since(s).as_secs() == 0 => (s, logged),
+            _ => (now, 0),
+        };
+        if logged < UNCLAIMED_PER_SECOND {
+            tracing::debug!(addr, len, dropped, "{what}");
+            b.set((Some(start), logged + 1, 0));
+        } else {
+            b.set((Some(start), logged, dropped + 1));
+        }
+    });
 }
 
 /// Log where vCPU `id` was when the guest triple-faulted (a guest reboot

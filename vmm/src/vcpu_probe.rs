@@ -82,33 +82,67 @@ impl VcpuProbe {
     }
 
     /// Ask for the registers, kicking the vCPU with `signal` every 10 ms,
-    /// for at most `timeout`.
+    /// for at most `timeout` (blocking: see [`ask`](Self::ask) for the
+    /// pieces, for a caller that must not block).
     pub fn sample(&self, signal: libc::c_int, timeout: Duration) -> Option<VcpuSample> {
+        let ask = self.ask()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if !self.kick(ask, signal) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            if let Some(sample) = self.answer_to(ask) {
+                return sample;
+            }
+        }
+        self.give_up();
+        None
+    }
+
+    /// Asks for the registers; `None` if the vCPU thread never ran. Then
+    /// [`kick`](Self::kick) until [`answer_to`](Self::answer_to) has the
+    /// answer, or [`give_up`](Self::give_up).
+    pub fn ask(&self) -> Option<Ask> {
         let tid = self.tid.load(Ordering::Acquire);
         if tid == 0 {
             return None;
         }
-        let before = self.answered.load(Ordering::Acquire);
+        let answered = self.answered.load(Ordering::Acquire);
         self.want.store(true, Ordering::Release);
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            // SAFETY: plain syscalls; a thread that is gone gives ESRCH.
-            let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, signal) };
-            if rc != 0 {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-            if self.answered.load(Ordering::Acquire) != before {
-                return self
-                    .sample
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-            }
-        }
-        self.want.store(false, Ordering::Release);
-        None
+        Some(Ask { tid, answered })
     }
+
+    /// Kicks the vCPU thread out of `KVM_RUN` with `signal`; false if the
+    /// thread is gone.
+    pub fn kick(&self, ask: Ask, signal: libc::c_int) -> bool {
+        // SAFETY: plain syscalls; a thread that is gone gives ESRCH.
+        let rc = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), ask.tid, signal) };
+        rc == 0
+    }
+
+    /// The answer to `ask`, once the vCPU gave it (`Some(None)`: it could
+    /// not read its registers).
+    pub fn answer_to(&self, ask: Ask) -> Option<Option<VcpuSample>> {
+        (self.answered.load(Ordering::Acquire) != ask.answered).then(|| {
+            self.sample
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
+    }
+
+    /// Withdraws the question (the vCPU did not answer in time).
+    pub fn give_up(&self) {
+        self.want.store(false, Ordering::Release);
+    }
+}
+
+/// A question to a vCPU ([`VcpuProbe::ask`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Ask {
+    tid: i32,
+    answered: u64,
 }
 
 fn read(fd: &VcpuFd, mem: &GuestMemoryMmap) -> Option<VcpuSample> {

@@ -1,5 +1,5 @@
-//! A denied system call is reported on stderr with the thread's name and
-//! the call's number, and ends the VMM with exit code 159. Runs the `vmm`
+//! A denied system call is reported on stderr with the thread's name, the
+//! call's number and name, the workaround and what to report, and ends the VMM with exit code 159. Runs the `vmm`
 //! binary's hidden self-test hook (no /dev/kvm needed).
 
 use std::process::Command;
@@ -13,7 +13,7 @@ fn selftest(kind: &str, extra: &[&str]) -> std::process::Output {
 }
 
 #[test]
-fn a_denied_syscall_is_reported_with_thread_and_number() {
+fn a_denied_syscall_is_reported_with_thread_number_name_and_workaround() {
     for (kind, thread) in [
         ("vcpu", "vcpu0"),
         ("device", "viommu"),
@@ -26,17 +26,24 @@ fn a_denied_syscall_is_reported_with_thread_and_number() {
         let err = String::from_utf8_lossy(&out.stderr);
         let want = if kind == "vcpu" {
             format!(
-                "vmm: seccomp: thread {thread} made a denied system call (number {}, ioctl request 0x{:016x}) at 0x",
+                "vmm: seccomp: thread {thread} made a denied system call (number {}, ioctl, ioctl request 0x{:016x}) at 0x",
                 libc::SYS_ioctl,
                 vmm::seccomp::SELFTEST_IOCTL
             )
         } else {
             format!(
-                "vmm: seccomp: thread {thread} made a denied system call (number {}) at 0x",
+                "vmm: seccomp: thread {thread} made a denied system call (number {}, getppid) at 0x",
                 libc::SYS_getppid
             )
         };
         assert!(err.contains(&want), "{kind}: {err}");
+        // One line, with the workaround and what to report.
+        let line = err.lines().find(|l| l.contains(&want)).unwrap();
+        assert!(
+            line.contains("Workaround: run with --seccomp=false"),
+            "{line}"
+        );
+        assert!(line.contains("Please report this line"), "{line}");
         assert_eq!(out.status.code(), Some(159), "{kind}: {err}");
     }
 }

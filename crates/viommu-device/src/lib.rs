@@ -74,6 +74,7 @@ mod execute;
 mod queue;
 pub mod ratelimit;
 mod request;
+mod share;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 #[cfg(test)]
@@ -94,6 +95,7 @@ pub use crate::config::{
     clip_ranges, merge_ranges, ConfigBuilder, ConfigWrite, DeviceConfig, PoolHint, X86_MSI_WINDOW,
 };
 pub use crate::counters::{Counters, RequestCounts, BATCH_BUCKETS};
+pub use crate::share::DrainShare;
 pub use dma_mapper::DmaStats;
 pub use viommu_wire::features::*;
 pub use viommu_wire::req_type;
@@ -124,6 +126,14 @@ pub enum Error {
     /// A queue does not fit guest memory or is not ready.
     #[error("queue {0} is not valid")]
     InvalidQueue(u16),
+    /// A queue the driver set up is not usable: `why` says how.
+    #[error("queue {queue}: {why}")]
+    QueueSetup {
+        /// Queue index.
+        queue: u16,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// The device is not activated.
     #[error("the device is not activated")]
     NotActivated,
@@ -158,8 +168,9 @@ pub enum Drained {
     /// Nothing is waiting; notifications are on again, the driver's next
     /// request comes with a notification.
     Empty,
-    /// The call took a queue size of requests and the driver has posted
-    /// more: call again (the driver may not notify for them).
+    /// The call took a queue size of requests (or its share) and the
+    /// driver has posted more, or may have: call again (the driver may not
+    /// notify for them).
     More,
 }
 
@@ -411,9 +422,10 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         {
             let m = mem.memory();
             for (i, q) in [&mut requestq, &mut eventq].into_iter().enumerate() {
-                if !q.is_valid(&*m) {
-                    return Err(Error::InvalidQueue(i as u16));
-                }
+                queue::check_rings(&*m, q).map_err(|why| Error::QueueSetup {
+                    queue: i as u16,
+                    why,
+                })?;
                 q.set_event_idx(event_idx);
             }
         }
@@ -497,11 +509,30 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         &mut self,
         after: Notifications,
     ) -> Result<Drained, Error> {
+        self.drain_timed(after, None)
+    }
+
+    /// [`process_request_queue_leaving`](Self::process_request_queue_leaving)
+    /// taking at most `share` of the requests waiting (see [`DrainShare`]):
+    /// [`Drained::More`] when it stopped before the queue was empty.
+    pub fn process_request_queue_share(
+        &mut self,
+        after: Notifications,
+        share: DrainShare,
+    ) -> Result<Drained, Error> {
+        self.drain_timed(after, Some(share))
+    }
+
+    fn drain_timed(
+        &mut self,
+        after: Notifications,
+        share: Option<DrainShare>,
+    ) -> Result<Drained, Error> {
         let Some(mut active) = self.active.take() else {
             return Err(Error::NotActivated);
         };
         let start = std::time::Instant::now();
-        let r = self.drain_requests(&mut active, after);
+        let r = self.drain_requests(&mut active, after, share);
         self.active = Some(active);
         self.counters.busy_ns += dma_mapper::elapsed_ns(start);
         r

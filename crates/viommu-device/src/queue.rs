@@ -12,9 +12,10 @@ use viommu_planner::PlanOptions;
 use viommu_wire as wire;
 use viommu_wire::status::*;
 use virtio_queue::{DescriptorChain, Queue, QueueOwnedT, QueueT};
-use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemory};
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestAddressSpace, GuestMemory, Permissions};
 
 use crate::chain::{head_is_indirect, read_chain, write_at, ChainError, RawRequest};
+use crate::share::{DrainShare, ShareLeft};
 use crate::{
     Active, Counters, Drained, Error, FaultReport, IommuInterrupt, Notifications, VirtioIommu,
 };
@@ -24,6 +25,17 @@ pub(crate) struct DrainedRequest {
     pub(crate) raw: Option<RawRequest>,
     pub(crate) head: u16,
     pub(crate) reply: Reply,
+}
+
+/// What [`VirtioIommu::pop_batch`] took.
+#[derive(Default)]
+struct PoppedBatch {
+    /// Requests taken (and completed).
+    popped: usize,
+    /// The avail index was more than a queue size ahead.
+    corrupt: bool,
+    /// The share ran out before the queue did.
+    share_used_up: bool,
 }
 
 /// How a drained request is answered.
@@ -42,13 +54,14 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
     /// Drains the request queue: pops what the driver made available,
     /// executes it as batches and completes them, until the queue stays
     /// empty with the driver's notifications as `after` says, or until a
-    /// queue size of requests has been taken ([`Drained::More`]: what is
-    /// left waits for the caller's next call, with notifications still
-    /// off).
+    /// queue size of requests has been taken, or `share` (if any) is used
+    /// up ([`Drained::More`]: what is left waits for the caller's next
+    /// call, with notifications still off).
     pub(crate) fn drain_requests(
         &mut self,
         active: &mut Active<S>,
         after: Notifications,
+        share: Option<DrainShare>,
     ) -> Result<Drained, Error> {
         let mem = active.mem.memory();
         let q = wire::REQUEST_QUEUE;
@@ -58,53 +71,24 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         // batch would otherwise keep the caller here for ever (and away from
         // reset, stop, config writes).
         let mut budget = usize::from(active.requestq.size()).max(1);
+        let mut share = share.map(ShareLeft::new);
         let mut empty_rounds = 0u32;
+        let mut rounds = 0u32;
         loop {
+            if rounds > 0 && share.as_ref().is_some_and(ShareLeft::expired) {
+                return Ok(Drained::More);
+            }
+            rounds += 1;
             active
                 .requestq
                 .disable_notification(&*mem)
                 .map_err(queue_err)?;
-            let mut requests = Vec::new();
-            let mut popped = 0usize;
-            let mut corrupt = false;
-            let desc_table = GuestAddress(active.requestq.desc_table());
-            while popped < budget {
-                let Some(chain) = pop(&mut active.requestq, &*mem, &mut corrupt) else {
-                    break;
-                };
-                popped += 1;
-                let indirect = head_is_indirect(&*mem, desc_table, chain.head_index());
-                let read = if indirect {
-                    Err((chain.head_index(), ChainError::Indirect))
-                } else {
-                    read_chain(chain)
-                };
-                let request = match read {
-                    Ok(raw) => DrainedRequest {
-                        head: raw.head,
-                        raw: Some(raw),
-                        reply: Reply::Pending,
-                    },
-                    Err((head, e)) => {
-                        debug!(head, error = ?e, "unanswerable request chain");
-                        DrainedRequest {
-                            head,
-                            raw: None,
-                            reply: Reply::Unanswered,
-                        }
-                    }
-                };
-                requests.push(request);
-                if !self.cfg.batching {
-                    self.run_and_complete(active, &*mem, &mut requests, PlanOptions::ONE_BY_ONE)?;
-                    requests.clear();
-                }
+            let batch = self.pop_batch(active, &*mem, budget, share.as_mut())?;
+            if batch.share_used_up {
+                return Ok(Drained::More);
             }
-            if !requests.is_empty() {
-                self.run_and_complete(active, &*mem, &mut requests, PlanOptions::BATCHED)?;
-            }
-            budget -= popped;
-            if budget == 0 && !corrupt {
+            budget -= batch.popped;
+            if budget == 0 && !batch.corrupt {
                 let avail = active
                     .requestq
                     .avail_idx(&*mem, Ordering::Acquire)
@@ -136,12 +120,12 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             if !more {
                 return Ok(Drained::Empty);
             }
-            if corrupt {
+            if batch.corrupt {
                 // A corrupt index (more than a queue size ahead): stop
                 // instead of spinning; the next notification retries.
                 return Ok(Drained::Empty);
             }
-            if popped == 0 {
+            if batch.popped == 0 {
                 // Published between the pop and the re-enabling (the driver
                 // may have seen notifications off and not kicked): go again.
                 // More than twice in a row means the ring cannot be read.
@@ -156,6 +140,67 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
                 empty_rounds = 0;
             }
         }
+    }
+
+    /// Pops up to `budget` requests (fewer if `share` runs out: the
+    /// request beyond it is put back) and executes and completes them as
+    /// a batch (one by one without batching).
+    fn pop_batch<M: GuestMemory + ?Sized>(
+        &mut self,
+        active: &mut Active<S>,
+        mem: &M,
+        budget: usize,
+        mut share: Option<&mut ShareLeft>,
+    ) -> Result<PoppedBatch, Error> {
+        let mut requests = Vec::new();
+        let mut batch = PoppedBatch::default();
+        let desc_table = GuestAddress(active.requestq.desc_table());
+        let lazy = self.acked(crate::VIRTIO_IOMMU_F_LAZY_IOTLB_FLUSH);
+        while batch.popped < budget {
+            let Some(chain) = pop(&mut active.requestq, mem, &mut batch.corrupt) else {
+                break;
+            };
+            let indirect = head_is_indirect(mem, desc_table, chain.head_index());
+            let read = if indirect {
+                Err((chain.head_index(), ChainError::Indirect))
+            } else {
+                read_chain(chain)
+            };
+            if let Some(left) = share.as_deref_mut() {
+                if !left.take(read.as_ref().ok(), self.probe_size, lazy) {
+                    // Put back, for whoever drains next.
+                    let next = Wrapping(active.requestq.next_avail()) - Wrapping(1);
+                    active.requestq.set_next_avail(next.0);
+                    batch.share_used_up = true;
+                    break;
+                }
+            }
+            batch.popped += 1;
+            let request = match read {
+                Ok(raw) => DrainedRequest {
+                    head: raw.head,
+                    raw: Some(raw),
+                    reply: Reply::Pending,
+                },
+                Err((head, e)) => {
+                    debug!(head, error = ?e, "unanswerable request chain");
+                    DrainedRequest {
+                        head,
+                        raw: None,
+                        reply: Reply::Unanswered,
+                    }
+                }
+            };
+            requests.push(request);
+            if !self.cfg.batching {
+                self.run_and_complete(active, mem, &mut requests, PlanOptions::ONE_BY_ONE)?;
+                requests.clear();
+            }
+        }
+        if !requests.is_empty() {
+            self.run_and_complete(active, mem, &mut requests, PlanOptions::BATCHED)?;
+        }
+        Ok(batch)
     }
 
     /// Executes a batch and completes it on the request queue.
@@ -236,7 +281,15 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
         let mem = active.mem.memory();
         let mut used = Vec::new();
         while !self.events.is_empty() {
-            let Some(chain) = active.eventq.pop_descriptor_chain(&*mem) else {
+            // Not `pop_descriptor_chain`: it logs every refusal itself.
+            let chain = match active.eventq.iter(&*mem) {
+                Ok(mut it) => it.next(),
+                Err(e) => {
+                    guest_warn!(error = %e, "event queue avail index is inconsistent");
+                    None
+                }
+            };
+            let Some(chain) = chain else {
                 break;
             };
             let entry = match read_chain(chain) {
@@ -287,6 +340,53 @@ impl<S: GuestAddressSpace> VirtioIommu<S> {
             &mut self.counters,
         )
     }
+}
+
+/// Whether `queue` is ready and its rings lie in guest memory, like
+/// `QueueT::is_valid` but without its error log (the driver can repeat a
+/// bad setup at will: the caller reports it, rate limited).
+pub(crate) fn check_rings<M: GuestMemory + ?Sized>(
+    mem: &M,
+    queue: &Queue,
+) -> Result<(), &'static str> {
+    if !queue.ready() {
+        return Err("not enabled by the driver");
+    }
+    let size = u64::from(queue.size());
+    if size == 0 {
+        return Err("size 0");
+    }
+    // Descriptor 16 bytes; avail: flags, idx, ring, used_event; used:
+    // flags, idx, 8-byte elements, avail_event.
+    let rings = [
+        (
+            queue.desc_table(),
+            16 * size,
+            Permissions::Read,
+            "descriptor table outside guest memory",
+        ),
+        (
+            queue.avail_ring(),
+            6 + 2 * size,
+            Permissions::Read,
+            "available ring outside guest memory",
+        ),
+        (
+            queue.used_ring(),
+            6 + 8 * size,
+            Permissions::Write,
+            "used ring outside guest memory",
+        ),
+    ];
+    for (addr, len, access, why) in rings {
+        let fits = usize::try_from(len)
+            .ok()
+            .is_some_and(|len| mem.check_range(GuestAddress(addr), len, access));
+        if !fits {
+            return Err(why);
+        }
+    }
+    Ok(())
 }
 
 /// Asks the driver not to notify `queue`: without EVENT_IDX the used

@@ -986,5 +986,6 @@ mod hostile;
 mod lazy;
 mod linux;
 mod polling;
+mod share;
 mod smp;
 mod two_endpoints;

@@ -174,6 +174,12 @@ pub async fn write_response<W: AsyncWrite + Unpin>(
     w: &mut W,
     resp: &Response,
 ) -> std::io::Result<()> {
+    w.write_all(&encode(resp)).await?;
+    w.flush().await
+}
+
+/// The bytes of `resp` on the wire: status line, headers, body.
+pub fn encode(resp: &Response) -> Vec<u8> {
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         resp.status,
@@ -187,9 +193,9 @@ pub async fn write_response<W: AsyncWrite + Unpin>(
         head.push_str(&format!("Allow: {allow}\r\n"));
     }
     head.push_str("\r\n");
-    w.write_all(head.as_bytes()).await?;
-    w.write_all(&resp.body).await?;
-    w.flush().await
+    let mut out = head.into_bytes();
+    out.extend_from_slice(&resp.body);
+    out
 }
 
 #[cfg(test)]

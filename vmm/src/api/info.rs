@@ -97,9 +97,14 @@ pub fn state(
     };
     let liveness = liveness.map(Arc::new);
     let probes = liveness.clone();
-    let vcpus = Box::new(move || match &probes {
-        Some(l) => l.vcpus_json(),
-        None => serde_json::Value::Array(Vec::new()),
+    let vcpus: crate::api::JsonFn = Box::new(move || {
+        let probes = probes.clone();
+        Box::pin(async move {
+            match probes {
+                Some(l) => l.vcpus_json().await,
+                None => serde_json::Value::Array(Vec::new()),
+            }
+        })
     });
     let metrics = Box::new(move || {
         let mut text = match &viommu {

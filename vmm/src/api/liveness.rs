@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use crate::devices::serial::SerialDevice;
 use crate::devices::viommu::pending::PendingTypes;
 use crate::devices::viommu::{StatusReading, ThreadStatus};
-use crate::vcpu_probe::VcpuProbe;
+use crate::vcpu_probe::{VcpuProbe, VcpuSample};
 
 /// Where the liveness gauges come from.
 pub struct Liveness {
@@ -65,16 +65,41 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, value: Option<u6
 
 impl Liveness {
     /// Each vCPU's registers now and its CPU time, as JSON
-    /// (`GET /api/v1/vm.vcpus`); a vCPU that does not answer in time has
-    /// `null` registers.
-    pub fn vcpus_json(&self) -> serde_json::Value {
+    /// (`GET /api/v1/vm.vcpus`); a vCPU that does not answer within
+    /// [`PROBE_TIMEOUT`] has `null` registers. Every vCPU is asked at once
+    /// and the wait is an async sleep: the API's one runtime thread keeps
+    /// serving other connections meanwhile.
+    pub async fn vcpus_json(&self) -> serde_json::Value {
         let kick = vmm_sys_util::signal::SIGRTMIN();
-        let v: Vec<serde_json::Value> = self
-            .vcpu_probes
+        let asks: Vec<_> = self.vcpu_probes.iter().map(|p| p.ask()).collect();
+        let mut regs: Vec<Option<Option<VcpuSample>>> = asks
             .iter()
+            .map(|a| if a.is_none() { Some(None) } else { None })
+            .collect();
+        let deadline = tokio::time::Instant::now() + PROBE_TIMEOUT;
+        while regs.iter().any(Option::is_none) && tokio::time::Instant::now() < deadline {
+            for ((p, a), r) in self.vcpu_probes.iter().zip(&asks).zip(regs.iter_mut()) {
+                if let (None, Some(a)) = (&r, a) {
+                    if !p.kick(*a, kick) {
+                        *r = Some(None);
+                    }
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            for ((p, a), r) in self.vcpu_probes.iter().zip(&asks).zip(regs.iter_mut()) {
+                if let (None, Some(a)) = (&r, a) {
+                    *r = p.answer_to(*a);
+                }
+            }
+        }
+        let v: Vec<serde_json::Value> = regs
+            .into_iter()
             .enumerate()
-            .map(|(i, p)| {
-                let regs = p.sample(kick, PROBE_TIMEOUT);
+            .map(|(i, r)| {
+                let regs = r.flatten();
+                if regs.is_none() {
+                    self.vcpu_probes[i].give_up();
+                }
                 let cpu = self.vcpu_clocks.get(i).copied().flatten().and_then(cpu_ms);
                 serde_json::json!({
                     "vcpu": i,

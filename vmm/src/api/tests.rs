@@ -11,7 +11,9 @@ fn state(counters: Counters) -> (ApiState, Arc<VmExit>) {
         ApiState {
             info: json!({"cpus": 2}),
             metrics: Box::new(move || viommu_counters::prometheus_text("viommu", &counters)),
-            vcpus: Box::new(|| json!([{"vcpu": 0, "rip": "0xffffffff81000000"}])),
+            vcpus: Box::new(|| {
+                Box::pin(async { json!([{"vcpu": 0, "rip": "0xffffffff81000000"}]) })
+            }),
             exit: exit.clone(),
         },
         exit,
@@ -84,27 +86,30 @@ fn parse_prometheus(text: &str) -> Result<BTreeMap<String, f64>, String> {
 #[test]
 fn routes() {
     let (s, exit) = state(Counters::default());
-    let info = route("GET", "/api/v1/vm.info", &s);
+    let info = block_on(route("GET", "/api/v1/vm.info", &s));
     assert_eq!(info.status, 200);
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&info.body).unwrap(),
         json!({"cpus": 2})
     );
-    let vcpus = route("GET", "/api/v1/vm.vcpus", &s);
+    let vcpus = block_on(route("GET", "/api/v1/vm.vcpus", &s));
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&vcpus.body).unwrap()[0]["rip"],
         "0xffffffff81000000"
     );
-    assert_eq!(route("PUT", "/api/v1/vm.vcpus", &s).status, 405);
-    assert_eq!(route("GET", "/nope", &s).status, 404);
-    let wrong = route("GET", "/api/v1/vm.shutdown", &s);
+    assert_eq!(block_on(route("PUT", "/api/v1/vm.vcpus", &s)).status, 405);
+    assert_eq!(block_on(route("GET", "/nope", &s)).status, 404);
+    let wrong = block_on(route("GET", "/api/v1/vm.shutdown", &s));
     assert_eq!((wrong.status, wrong.allow), (405, Some("PUT")));
-    assert_eq!(route("PUT", "/metrics", &s).status, 405);
+    assert_eq!(block_on(route("PUT", "/metrics", &s)).status, 405);
     assert_eq!(exit.reason(), None);
-    assert_eq!(route("PUT", "/api/v1/vm.reboot", &s).status, 204);
+    assert_eq!(block_on(route("PUT", "/api/v1/vm.reboot", &s)).status, 204);
     assert_eq!(exit.reason(), Some(ExitReason::ApiReboot));
     assert_eq!(exit.clear(), Some(ExitReason::ApiReboot));
-    assert_eq!(route("PUT", "/api/v1/vm.shutdown", &s).status, 204);
+    assert_eq!(
+        block_on(route("PUT", "/api/v1/vm.shutdown", &s)).status,
+        204
+    );
     assert_eq!(exit.reason(), Some(ExitReason::ApiShutdown));
 }
 
@@ -202,6 +207,17 @@ fn socket_is_private_a_live_one_is_kept_and_connections_are_bounded() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let (status, _) = request(&path, "GET", "/metrics").unwrap();
     assert_eq!(status, 503);
+    // Refused on the spot, without a task waiting for a request: clients
+    // that send nothing get their 503 at once, however many.
+    for _ in 0..100 {
+        let mut silent = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        silent
+            .set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+        let mut answer = String::new();
+        silent.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    }
     // An idle connection gets 408 after the request timeout, freeing its slot.
     let mut first = idle.into_iter().next().unwrap();
     first
@@ -257,7 +273,7 @@ fn liveness_gauges_are_well_formed_next_to_the_counters() {
         "no virtio-iommu, no device thread gauges"
     );
     // A vCPU thread that never ran answers with its CPU time only.
-    let v = live.vcpus_json();
+    let v = block_on(live.vcpus_json());
     assert_eq!(v[0]["vcpu"], 0);
     assert!(v[0]["rip"].is_null(), "{v}");
 }
@@ -337,4 +353,132 @@ fn metrics_show_each_endpoint_and_the_reboots() {
     assert_eq!(m[&format!("viommu_endpoint_map_calls_total{b}")], 1.0);
     assert_eq!(m[&format!("viommu_endpoint_unmap_calls_total{b}")], 1.0);
     assert_eq!(m["vmm_reboots_total"], 2.0);
+}
+
+/// Runs `f` on a current-thread runtime, as the API thread does.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+extern "C" fn ignore_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+/// `vm.vcpus` waits for vCPUs that do not answer without blocking the
+/// API's runtime: a `/metrics` request made meanwhile is answered at once,
+/// and all vCPUs are waited for together (one timeout, not one each).
+#[test]
+fn a_vcpus_probe_waiting_for_silent_vcpus_does_not_block_other_requests() {
+    use crate::vcpu_probe::VcpuProbe;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    vmm_sys_util::signal::register_signal_handler(vmm_sys_util::signal::SIGRTMIN(), ignore_kick)
+        .unwrap();
+    const N: usize = 8;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let probes: Vec<Arc<VcpuProbe>> = (0..N).map(|_| Arc::default()).collect();
+    let silent: Vec<_> = probes
+        .iter()
+        .map(|p| {
+            let (p, stop, tx) = (p.clone(), stop.clone(), tx.clone());
+            std::thread::spawn(move || {
+                p.register_thread();
+                tx.send(()).unwrap();
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        })
+        .collect();
+    for _ in 0..N {
+        rx.recv().unwrap();
+    }
+    let serial = crate::devices::serial::SerialDevice::new(
+        Arc::new(crate::devices::serial::RecordedLine::default()),
+        Box::new(std::io::sink()),
+    );
+    let live = Arc::new(super::liveness::Liveness {
+        serial: Arc::new(std::sync::Mutex::new(serial)),
+        viommu: None,
+        vcpu_clocks: vec![None; N],
+        vcpu_probes: probes,
+        endpoint_dma: Vec::new(),
+        reboots: Default::default(),
+    });
+    let (mut s, _exit) = state(Counters::default());
+    s.vcpus = Box::new(move || {
+        let live = live.clone();
+        Box::pin(async move { live.vcpus_json().await })
+    });
+    let dir = std::env::temp_dir().join(format!("vmm-api-vcpus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("api.sock");
+    let _ = std::fs::remove_file(&path);
+    let _socket = spawn(&path, s, api_filter(), None).unwrap();
+    let p = path.clone();
+    let start = Instant::now();
+    let vcpus = std::thread::spawn(move || request(&p, "GET", "/api/v1/vm.vcpus").unwrap());
+    std::thread::sleep(Duration::from_millis(30));
+    let asked = Instant::now();
+    assert_eq!(request(&path, "GET", "/metrics").unwrap().0, 200);
+    let metrics_took = asked.elapsed();
+    let (status, body) = vcpus.join().unwrap();
+    let vcpus_took = start.elapsed();
+    stop.store(true, Ordering::Release);
+    silent.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), N);
+    assert!(v[0]["rip"].is_null(), "{v}");
+    // One probe timeout each would be N x 200 ms, on the runtime thread.
+    assert!(
+        metrics_took < Duration::from_millis(800),
+        "{metrics_took:?}"
+    );
+    assert!(vcpus_took < Duration::from_millis(1200), "{vcpus_took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The client gives up on a server that never answers, and on an answer
+/// larger than its limit.
+#[test]
+fn the_client_has_a_timeout_and_an_answer_size_limit() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("vmm-api-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("api.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        // First: read the request, never answer (until the client left).
+        let (mut c, _) = listener.accept().unwrap();
+        let mut b = [0u8; 1024];
+        let _ = c.read(&mut b);
+        let (mut big, _) = listener.accept().unwrap();
+        let _ = big.read(&mut b);
+        let _ = big.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+        let _ = big.write_all(&vec![b'x'; 1 << 20]);
+        let _ = c.read(&mut b);
+    });
+    let start = Instant::now();
+    let e = request_within(
+        &path,
+        "GET",
+        "/metrics",
+        Duration::from_millis(300),
+        1 << 30,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let e =
+        request_within(&path, "GET", "/metrics", Duration::from_secs(30), 64 << 10).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

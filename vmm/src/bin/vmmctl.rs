@@ -8,7 +8,8 @@
 //! - `reboot`: `PUT /api/v1/vm.reboot`.
 //!
 //! Exit code 0 on a 2xx answer, 1 on another answer, 2 when the socket
-//! cannot be reached.
+//! cannot be reached or the answer does not come within `--timeout-secs`
+//! (10) or is larger than `--max-answer-bytes` (16 MiB).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +24,12 @@ struct Args {
     socket: PathBuf,
     /// What to ask.
     command: Command,
+    /// Give up after this many seconds without the whole answer.
+    #[arg(long, default_value_t = 10)]
+    timeout_secs: u64,
+    /// Refuse an answer larger than this many bytes.
+    #[arg(long, default_value_t = vmm::api::CLIENT_MAX_ANSWER)]
+    max_answer_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -48,7 +55,8 @@ fn main() -> ExitCode {
         Command::Shutdown => ("PUT", "/api/v1/vm.shutdown"),
         Command::Reboot => ("PUT", "/api/v1/vm.reboot"),
     };
-    match vmm::api::request(&args.socket, method, path) {
+    let timeout = std::time::Duration::from_secs(args.timeout_secs.max(1));
+    match vmm::api::request_within(&args.socket, method, path, timeout, args.max_answer_bytes) {
         Ok((status, body)) => {
             print!("{body}");
             if (200..300).contains(&status) {

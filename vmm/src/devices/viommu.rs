@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use viommu_device::VirtioIommu;
+use viommu_device::{DrainShare, VirtioIommu};
 use vm_memory::GuestMemoryMmap;
 
 #[cfg(doc)]
@@ -48,6 +48,18 @@ pub const POLL_MAX_LIMIT: Duration = Duration::from_millis(1);
 /// thread goes back through its `poll(2)` (a self-kick; commands end a
 /// session at once).
 pub const SESSION_MAX: Duration = Duration::from_millis(1);
+
+/// The most a vCPU serves of one notification with [`KickServing::Vcpu`]
+/// (holding the transport, and the VMM's stop waiting for it); the rest,
+/// and every ATTACH (it may replay a whole domain onto a new mapper),
+/// DETACH and IOTLB_FLUSH, go to the device thread. A stock guest's
+/// request (one MAP or UNMAP of an I/O buffer) fits well within it.
+pub const VCPU_SHARE: DrainShare = DrainShare {
+    requests: 64,
+    bytes: 16 << 20,
+    request_bytes: 2 << 20,
+    time: Duration::from_millis(1),
+};
 
 /// The model as the VMM runs it.
 pub type ViommuModel = VirtioIommu<Arc<GuestMemoryMmap>>;

@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 
+use super::syscall_names;
 use super::thread_filter::{spawn, NAME};
 use super::{Policy, SeccompError, ThreadKind, DENIED_EXIT_CODE};
 
@@ -11,6 +12,15 @@ use super::{Policy, SeccompError, ThreadKind, DENIED_EXIT_CODE};
 /// after `si_signo`, `si_errno`, `si_code` and padding (16 bytes) comes
 /// `_sigsys { void *_call_addr; int _syscall; unsigned _arch; }`.
 const SI_SYSCALL_OFFSET: usize = 24;
+
+/// The end of the report: what it means for the user, the workaround and
+/// what to report (a call this host's kernel or libc makes that the allow
+/// lists do not know yet).
+pub const REPORT_TAIL: &[u8] = b"; exiting. The VMM's seccomp allow list lacks this call (a newer \
+kernel or libc than it knows?). Workaround: run with --seccomp=false (no filters). Please report \
+this line, the output of `uname -r` and `ldd --version | head -1`, and the VMM's version to the \
+VMM's maintainers (issue tracker of the project's repository; vmm/README.md, \"Threads and \
+seccomp\")\n";
 
 extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // Only async-signal-safe work: stack buffers, write(2), _exit(2).
@@ -23,7 +33,7 @@ extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
     };
     let name = NAME.try_with(Cell::get).unwrap_or([0; 16]);
     let name_len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    let mut line = [0u8; 160];
+    let mut line = [0u8; 512];
     let mut n = 0;
     let mut put = |s: &[u8]| {
         for &b in s {
@@ -55,6 +65,10 @@ extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
         put(b"-");
     }
     put(&digits[d..]);
+    if let Some(name) = syscall_names::name(i64::from(nr)) {
+        put(b", ");
+        put(name.as_bytes());
+    }
     let hex = |v: u64| {
         let mut h = [0u8; 16];
         for (i, b) in h.iter_mut().enumerate() {
@@ -76,7 +90,7 @@ extern "C" fn sigsys_handler(_: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
         put(b" at 0x");
         put(&hex(rip));
     }
-    put(b"; exiting; --seccomp=false turns the filters off\n");
+    put(REPORT_TAIL);
     // SAFETY: write(2) and _exit(2) are async-signal-safe; `line[..n]` is
     // initialised. Both are allowed in every filter.
     unsafe {

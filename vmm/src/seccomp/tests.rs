@@ -564,3 +564,16 @@ fn vcpus_make_dma_calls_only_when_they_serve_the_iommu() {
         "only vCPUs"
     );
 }
+
+#[test]
+fn syscall_names_cover_old_and_new_calls() {
+    assert_eq!(super::syscall_names::name(libc::SYS_ioctl), Some("ioctl"));
+    assert_eq!(
+        super::syscall_names::name(libc::SYS_getppid),
+        Some("getppid")
+    );
+    assert_eq!(super::syscall_names::name(462), Some("mseal"));
+    assert_eq!(super::syscall_names::name(400), None, "no call there");
+    assert_eq!(super::syscall_names::name(-1), None);
+    assert_eq!(super::syscall_names::name(1 << 40), None);
+}

@@ -202,3 +202,57 @@ fn lint_modes() {
     assert_eq!((lapic_reg(&l, APIC_LVT1) >> 8) & 7, APIC_MODE_NMI);
     assert_eq!(boot_msrs().len(), 11);
 }
+
+/// Counts every event, at every level.
+struct AllEvents(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl tracing::Subscriber for AllEvents {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A guest hammering an address no device claims logs a bounded number
+/// of debug lines, not one per access.
+#[test]
+fn unclaimed_mmio_logging_is_rate_limited() {
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = std::time::Instant::now();
+    tracing::subscriber::with_default(AllEvents(n.clone()), || {
+        for _ in 0..100_000 {
+            log_unclaimed("unclaimed MMIO write", 0xdead_0000, 4);
+        }
+    });
+    let seconds = start.elapsed().as_secs() + 1;
+    let logged = n.load(std::sync::atomic::Ordering::Relaxed) as u64;
+    assert!(logged >= 1, "the first is logged");
+    assert!(
+        logged <= seconds * u64::from(UNCLAIMED_PER_SECOND),
+        "{logged} lines in {seconds} s"
+    );
+}
+
+/// A panic on a vCPU thread asks the VM to stop with an error (exit code
+/// 1, ordered release) instead of ending that thread silently.
+#[test]
+fn a_panic_on_a_vcpu_thread_stops_the_vm() {
+    let exit = VmExit::new().unwrap();
+    stop_vm_on_panic(3, &exit, || {});
+    assert_eq!(exit.reason(), None, "no panic, no stop");
+    // (The panic's message is printed: the hook is the process's.)
+    stop_vm_on_panic(3, &exit, || panic!("a drain went wrong"));
+    match exit.reason() {
+        Some(ExitReason::Error(e)) => assert!(e.contains("vCPU 3"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}

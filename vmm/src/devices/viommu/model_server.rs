@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use viommu_device::{Drained, Notifications};
+use viommu_device::{DrainShare, Drained, Notifications};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::device_thread::{Command, Irq, Mailbox};
@@ -131,14 +131,22 @@ impl ModelServer {
     }
 
     /// Drains the request queue, leaving the driver's notifications as
-    /// `after` says once it is empty; whether the drain took requests.
-    pub(super) fn drain(&mut self, after: Notifications) -> (Drained, bool) {
+    /// `after` says once it is empty, taking at most `share` of it if
+    /// given; whether the drain took requests.
+    pub(super) fn drain(
+        &mut self,
+        after: Notifications,
+        share: Option<DrainShare>,
+    ) -> (Drained, bool) {
         // A kick before activation or after a reset finds no queue.
         if !self.model.is_activated() {
             return (Drained::Empty, false);
         }
         let before = self.model.request_queue_next_avail();
-        let r = self.model.process_request_queue_leaving(after);
+        let r = match share {
+            Some(share) => self.model.process_request_queue_share(after, share),
+            None => self.model.process_request_queue_leaving(after),
+        };
         let next_avail = self.model.request_queue_next_avail();
         // Where the device stands, for the liveness gauges: after every
         // drain (a polling session drains many times in one wake-up).
@@ -175,7 +183,7 @@ impl ModelServer {
         } else {
             Notifications::On
         };
-        let (r, took) = self.drain(after);
+        let (r, took) = self.drain(after, None);
         // The gap since the last request taken, which the thread slept
         // through (or a poll was cut short in).
         self.adapt_window(took, previous, woke);
@@ -195,7 +203,7 @@ impl ModelServer {
             }
             // Notifications on, then the ring read again: what was
             // published as the polling ended is taken now.
-            let (r, took) = self.drain(Notifications::On);
+            let (r, took) = self.drain(Notifications::On, None);
             if r == Drained::More {
                 self.rekick();
                 return;

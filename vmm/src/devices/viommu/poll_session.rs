@@ -60,7 +60,7 @@ impl ModelServer {
         if window.is_zero() {
             return PollEnd::Off;
         }
-        if !suppressed && self.drain(Notifications::Suppressed).0 == Drained::More {
+        if !suppressed && self.drain(Notifications::Suppressed, None).0 == Drained::More {
             self.rekick();
             return PollEnd::Rekicked;
         }
@@ -95,7 +95,7 @@ impl ModelServer {
                         start = now;
                         break PollEnd::Rekicked;
                     }
-                    let (r, took) = self.drain(Notifications::Suppressed);
+                    let (r, took) = self.drain(Notifications::Suppressed, None);
                     start = Instant::now();
                     if !took {
                         break PollEnd::Stalled;

@@ -12,7 +12,8 @@
 //!
 //! So before a polling session the thread asks the host how many tasks are
 //! runnable right now: the fourth field of `/proc/loadavg` (`R/T`, R
-//! counting this thread, which is running) against the online CPUs. It
+//! counting this thread, which is running) against the CPUs this process
+//! may use (online, within its affinity and its cgroup's `cpu.max`). It
 //! polls only if no runnable task waits for a CPU (R <= CPUs), the check
 //! KVM's halt polling makes per CPU with `single_task_running()`, here for
 //! the whole host because the thread may run on any CPU. A `pread` of an
@@ -65,7 +66,10 @@ impl SpareCpu {
     pub fn open() -> Self {
         // SAFETY: sysconf has no memory effects.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        let cpus = u32::try_from(online).ok().filter(|&c| c > 0);
+        let cpus = u32::try_from(online)
+            .ok()
+            .filter(|&c| c > 0)
+            .map(|online| usable_cpus(online, allowed_cpus(), cgroup_cpu_quota()));
         let why = match (File::open("/proc/loadavg"), cpus) {
             (Ok(file), Some(cpus)) => {
                 if runnable_in(&file).is_some() {
@@ -130,6 +134,66 @@ impl SpareCpu {
             }
         }
     }
+}
+
+/// The CPUs this process may use: the online ones, fewer if its
+/// affinity (cpuset) allows fewer, fewer again if its cgroup's
+/// `cpu.max` quota is less (rounded up to whole CPUs). The runnable count
+/// stays host-wide, so a process confined to a few CPUs polls only when
+/// the host as a whole has fewer runnable tasks than those: conservative.
+fn usable_cpus(online: u32, allowed: Option<u32>, quota: Option<(u64, u64)>) -> u32 {
+    let by_quota = quota
+        .filter(|&(_, period)| period > 0)
+        .map(|(q, period)| u32::try_from(q.div_ceil(period)).unwrap_or(u32::MAX).max(1));
+    [Some(online), allowed.filter(|&a| a > 0), by_quota]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(online)
+}
+
+/// How many CPUs this thread's affinity mask allows.
+fn allowed_cpus() -> Option<u32> {
+    // SAFETY: a zeroed cpu_set_t is valid; the kernel writes at most its
+    // size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size given.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    // SAFETY: `set` was filled by the kernel.
+    (rc == 0).then(|| u32::try_from(unsafe { libc::CPU_COUNT(&set) }).unwrap_or(0))
+}
+
+/// The tightest `cpu.max` quota (quota, period) on this process's cgroup
+/// v2 path and its ancestors; `None` without cgroup v2 or a quota.
+fn cgroup_cpu_quota() -> Option<(u64, u64)> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let mut dir = std::path::PathBuf::from("/sys/fs/cgroup");
+    let mut tightest: Option<(u64, u64)> = None;
+    let mut consider = |dir: &std::path::Path| {
+        let Ok(text) = std::fs::read_to_string(dir.join("cpu.max")) else {
+            return;
+        };
+        if let Some(q) = parse_cpu_max(&text) {
+            let cpus = |(q, p): (u64, u64)| q as f64 / p.max(1) as f64;
+            if tightest.is_none_or(|t| cpus(q) < cpus(t)) {
+                tightest = Some(q);
+            }
+        }
+    };
+    for part in path.trim().split('/').filter(|p| !p.is_empty()) {
+        dir.push(part);
+        consider(&dir);
+    }
+    tightest
+}
+
+/// A cgroup v2 `cpu.max` ("QUOTA PERIOD", or "max PERIOD": no quota).
+fn parse_cpu_max(text: &str) -> Option<(u64, u64)> {
+    let mut f = text.split_ascii_whitespace();
+    let quota = f.next()?.parse().ok()?;
+    let period = f.next()?.parse().ok()?;
+    Some((quota, period))
 }
 
 /// Runnable tasks on the host now, from `/proc/loadavg` open as `file`.

@@ -23,6 +23,7 @@ use super::status::ThreadStatus;
 use super::DEFAULT_POLL_MAX;
 use super::{
     pending, KickServing, ViommuModel, COMMAND_QUEUE, EVENT_QUEUE_SIZE, REQUEST_QUEUE_SIZE,
+    VCPU_SHARE,
 };
 use crate::devices::virtio::{ActivateError, VirtioDevice, VirtioInterrupt};
 
@@ -196,7 +197,7 @@ impl ViommuDevice {
         status.vcpu_kicks.fetch_add(1, Ordering::Relaxed);
         let woke = Instant::now();
         let previous = server.last_taken;
-        let (r, took) = server.drain(Notifications::On);
+        let (r, took) = server.drain(Notifications::On, Some(VCPU_SHARE));
         // The gap the thread's polling would have had to cover: the window
         // adapts as when the thread serves.
         server.adapt_window(took, previous, woke);

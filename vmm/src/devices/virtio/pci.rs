@@ -25,7 +25,7 @@ use virtio_bindings::virtio_config::{
     VIRTIO_F_VERSION_1,
 };
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{GuestAddress, GuestMemoryMmap};
 
 use super::{VirtioDevice, VirtioInterrupt};
 use crate::bus::BusDevice;
@@ -131,6 +131,37 @@ impl QueueState {
         }
     }
 }
+/// Why a queue the driver set up cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum QueueSetupError {
+    #[error("queue max size {0} refused by virtio-queue")]
+    Max(u16),
+    #[error("size {0} is not a power of two from 1 to the maximum")]
+    Size(u16),
+    #[error("{what} address {addr:#x} is not aligned")]
+    Align { what: &'static str, addr: u64 },
+}
+
+impl QueueState {
+    /// The queue as the driver set it, every value checked: a value
+    /// virtio-queue refuses is an error here, never its default (which
+    /// would put the rings at GPA 0) nor a log line of its own.
+    fn to_queue(self) -> Result<Queue, QueueSetupError> {
+        let mut q = Queue::new(self.max).map_err(|_| QueueSetupError::Max(self.max))?;
+        q.try_set_size(self.size)
+            .map_err(|_| QueueSetupError::Size(self.size))?;
+        let align = |what, addr| QueueSetupError::Align { what, addr };
+        q.try_set_desc_table_address(GuestAddress(self.desc))
+            .map_err(|_| align("descriptor table", self.desc))?;
+        q.try_set_avail_ring_address(GuestAddress(self.avail))
+            .map_err(|_| align("available ring", self.avail))?;
+        q.try_set_used_ring_address(GuestAddress(self.used))
+            .map_err(|_| align("used ring", self.used))?;
+        q.set_ready(self.ready);
+        Ok(q)
+    }
+}
+
 /// A virtio device on PCI. Plug it into the PCI root (config space) and
 /// map [`BAR_SIZE`] bytes of it on the MMIO bus at the address of BAR 0;
 /// with port notify registers, a [`PortNotify`] of it on the port bus at
@@ -494,17 +525,15 @@ impl VirtioPciDevice {
     }
 
     fn activate(&mut self) -> Result<(), super::ActivateError> {
-        let mut queues = Vec::with_capacity(self.queues.len());
-        for (i, s) in self.queues.iter().enumerate() {
-            let mut q =
-                Queue::new(s.max).map_err(|e| super::ActivateError(format!("queue {i}: {e:?}")))?;
-            q.set_size(s.size);
-            q.set_desc_table_address(Some(s.desc as u32), Some((s.desc >> 32) as u32));
-            q.set_avail_ring_address(Some(s.avail as u32), Some((s.avail >> 32) as u32));
-            q.set_used_ring_address(Some(s.used as u32), Some((s.used >> 32) as u32));
-            q.set_ready(s.ready);
-            queues.push(q);
-        }
+        let queues = self
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.to_queue()
+                    .map_err(|e| super::ActivateError(format!("queue {i}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let interrupt = self.interrupt();
         self.device.activate(self.mem.clone(), queues, interrupt)
     }

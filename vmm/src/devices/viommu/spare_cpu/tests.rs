@@ -63,3 +63,22 @@ fn a_fixed_check_answers_as_told() {
     assert!(!SpareCpu::fixed(false).spare_for_another());
     assert_eq!(SpareCpu::fixed(true).fd(), None);
 }
+
+#[test]
+fn usable_cpus_follow_affinity_and_the_cgroup_quota() {
+    // 64 online, nothing else: 64.
+    assert_eq!(usable_cpus(64, None, None), 64);
+    // A cpuset of 2.
+    assert_eq!(usable_cpus(64, Some(2), None), 2);
+    // cpu.max 150000 100000: 1.5 CPUs, rounded up.
+    assert_eq!(usable_cpus(64, Some(8), Some((150_000, 100_000))), 2);
+    // A quota under one CPU still counts one.
+    assert_eq!(usable_cpus(64, None, Some((10_000, 100_000))), 1);
+    // A bogus period or an empty mask changes nothing.
+    assert_eq!(usable_cpus(4, Some(0), Some((1, 0))), 4);
+    assert_eq!(parse_cpu_max("max 100000\n"), None);
+    assert_eq!(parse_cpu_max("200000 100000\n"), Some((200_000, 100_000)));
+    // This process: at most the online CPUs, at least one.
+    let n = allowed_cpus().unwrap();
+    assert!(n >= 1);
+}

@@ -477,3 +477,96 @@ fn repeated_features_ok_with_bad_features_logs_within_the_rate_limit() {
         "{n} warnings"
     );
 }
+
+thread_local! {
+    /// `log` records made on this thread (see [`count_log_records`]).
+    static LOG_RECORDS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A `log` logger counting records per thread: virtio-queue logs through
+/// `log`, outside the `tracing` rate limiter.
+struct LogCounter;
+
+impl log::Log for LogCounter {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, _: &log::Record<'_>) {
+        LOG_RECORDS.with(|c| c.set(c.get() + 1));
+    }
+    fn flush(&self) {}
+}
+
+/// Runs `f` and returns how many `log` records it made on this thread.
+fn count_log_records(f: impl FnOnce()) -> usize {
+    static LOGGER: LogCounter = LogCounter;
+    // Once per process: a second test finds it installed.
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(log::LevelFilter::Trace);
+    let before = LOG_RECORDS.with(std::cell::Cell::get);
+    f();
+    LOG_RECORDS.with(std::cell::Cell::get) - before
+}
+
+/// A guest looping {reset, queue size 3, rings at 1, DRIVER_OK}: the
+/// device is never activated (not on virtio-queue's defaults for the
+/// refused values either), the driver is told DEVICE_NEEDS_RESET, and the
+/// log stays within the rate limiter's budget.
+#[test]
+fn bad_queue_setups_in_a_loop_are_refused_within_the_log_budget() {
+    let mut r = rig();
+    let start = std::time::Instant::now();
+    let mut records = 0;
+    let warnings = viommu_device::testing::count_warnings(|| {
+        records = count_log_records(|| {
+            for _ in 0..1000 {
+                r.w(STATUS, 0, 1);
+                r.w(STATUS, 1 | 2, 1);
+                r.w(0x08, 0, 4);
+                r.w(0x0c, DUMMY_FEATURES & 0xffff_ffff, 4);
+                r.w(0x08, 1, 4);
+                r.w(0x0c, DUMMY_FEATURES >> 32, 4);
+                r.w(STATUS, 1 | 2 | 8, 1);
+                for q in 0..2 {
+                    r.w(0x16, q, 2);
+                    r.w(0x18, 3, 2);
+                    for ring in [0x20, 0x28, 0x30] {
+                        r.w(ring, 1, 4);
+                    }
+                    r.w(0x1c, 1, 2);
+                }
+                r.w(STATUS, 1 | 2 | 8 | 4, 1);
+                assert!(
+                    r.state.lock().unwrap().activated.is_empty(),
+                    "activated on rings the driver never set"
+                );
+                let needs_reset = u64::from(VIRTIO_CONFIG_S_NEEDS_RESET);
+                assert_eq!(r.r(STATUS, 1) & needs_reset, needs_reset);
+            }
+        });
+    });
+    assert_eq!(records, 0, "virtio-queue logged on its own");
+    let budget = viommu_device::testing::warning_budget(start.elapsed().as_secs());
+    assert!(warnings <= budget, "{warnings} warnings, budget {budget}");
+}
+
+/// Valid values the driver set are what the device gets.
+#[test]
+fn a_valid_queue_setup_activates_with_the_drivers_values() {
+    let mut r = rig();
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x0c, DUMMY_FEATURES & 0xffff_ffff, 4);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, DUMMY_FEATURES >> 32, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    r.w(0x16, 0, 2);
+    r.w(0x18, 16, 2);
+    r.w(0x20, 0x1000, 8);
+    r.w(0x28, 0x2000, 8);
+    r.w(0x30, 0x3000, 8);
+    r.w(0x1c, 1, 2);
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    let s = r.state.lock().unwrap();
+    assert_eq!(s.activated[0], (16, 0x1000, 0x2000, 0x3000, true));
+    assert_eq!(s.activated[1], (64, 0, 0, 0, false));
+}

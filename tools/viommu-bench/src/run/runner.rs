@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
@@ -28,6 +28,7 @@ use crate::columns::Counting;
 use crate::columns::Launch;
 use crate::plan::{is_breakdown_phase, is_count_phase};
 use crate::run::breakdown::Serving;
+use crate::run::console::{line_text, read_line_capped, MAX_LINE_BYTES};
 use crate::run::counter_source::CounterSource;
 use crate::run::footprint::Footprint;
 use crate::run::guest::{parse_line, Marker};
@@ -170,12 +171,10 @@ fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
         let mut buf = Vec::new();
         loop {
             buf.clear();
-            match r.read_until(b'\n', &mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf)
-                        .trim_end_matches(['\n', '\r'])
-                        .to_string();
+            match read_line_capped(&mut r, &mut buf, MAX_LINE_BYTES).await {
+                Ok((0, _)) | Err(_) => break,
+                Ok((_, cut)) => {
+                    let line = line_text(&buf, cut);
                     if tx.send((stderr, line)).await.is_err() {
                         break;
                     }
@@ -207,6 +206,8 @@ struct Cell {
     console: Option<tokio::process::ChildStdin>,
     /// The VMM's process id (its threads are what a breakdown records).
     vmm_pid: Option<u32>,
+    /// fio's JSON output of the run in flight, chunk by chunk.
+    fio_json: crate::run::fio_chunks::Assembler,
 }
 
 /// Run `launch` as the cell `column` round `round`.
@@ -715,10 +716,18 @@ async fn on_line(
             }
             st.phase = format!("after {n}");
         }
-        Marker::Fio(r) => {
-            let name = r.phase.clone();
-            st.phases.entry(name).or_default().fio = Some(r);
-        }
+        Marker::FioChunk(c) => st.fio_json.chunk(c),
+        Marker::Fio(r) => match st.fio_json.complete(r) {
+            Ok(r) => {
+                let name = r.phase.clone();
+                st.phases.entry(name).or_default().fio = Some(r);
+            }
+            Err(e) => {
+                let why = format!("{e}; the phase has no fio result");
+                warn!("{column}: {why}");
+                st.warnings.push(why);
+            }
+        },
         Marker::Boot(b) => st.boot = Some(b),
         Marker::Error(e) => {
             warn!("{column}: guest error: {e}");

@@ -14,7 +14,7 @@ pub use findings::retry_warning_head;
 use crate::columns::{Column, Iommu};
 use crate::plan::Phase;
 use crate::report::exits::exit_row;
-use crate::report::sections::{breakdown, cpu_time, guest_time, order, paired};
+use crate::report::sections::{breakdown, cpu_time, guest_time, latency, order, paired};
 use crate::report::stats::Spread;
 use crate::report::summary::{Group, Row, Summary, Versus};
 use crate::report::verdict::verdict;
@@ -67,6 +67,7 @@ pub fn summarize(
         ceiling: ceiling.map(|c| c.tag.clone()),
         rounds,
         groups,
+        latency: latency::rows(columns, phases, cells, ceiling),
         lazy,
         time,
         guest_time: guest_time::rows(columns, phases, cells),

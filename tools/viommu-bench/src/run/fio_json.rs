@@ -184,6 +184,7 @@ impl FioOutput {
 /// percentiles and the means weighted by their samples.
 fn totals<'a>(dirs: impl Iterator<Item = &'a Direction>) -> Totals {
     let mut t = Totals::default();
+    // Each direction with completions: its completion and total latency.
     let mut lats: Vec<(&LatStats, Option<&LatStats>)> = Vec::new();
     for d in dirs {
         t.io_bytes += d.io_bytes;
@@ -198,16 +199,28 @@ fn totals<'a>(dirs: impl Iterator<Item = &'a Direction>) -> Totals {
         return t;
     }
     let samples: u64 = lats.iter().map(|(c, _)| c.n).sum();
-    let weighted = |f: &dyn Fn(&(&LatStats, Option<&LatStats>)) -> f64| {
-        lats.iter().map(|l| f(l) * l.0.n as f64).sum::<f64>() / samples.max(1) as f64
+    // The mean of each entry's mean (of its completion or total latency),
+    // weighted by its completions.
+    let weighted = |total: bool| {
+        lats.iter()
+            .map(|(c, l)| {
+                let mean = if total {
+                    l.map_or(0.0, |l| l.mean)
+                } else {
+                    c.mean
+                };
+                mean * c.n as f64
+            })
+            .sum::<f64>()
+            / samples.max(1) as f64
     };
     let worst = |p: f64| lats.iter().filter_map(|(c, _)| c.at(p)).max();
     t.latency = Some(Latency {
         p50_ns: worst(50.0),
         p99_ns: worst(99.0),
         p999_ns: worst(99.9),
-        clat_mean_ns: weighted(&|(c, _)| c.mean),
-        lat_mean_ns: weighted(&|(_, l)| l.map_or(0.0, |l| l.mean)),
+        clat_mean_ns: weighted(false),
+        lat_mean_ns: weighted(true),
         samples,
         jobs: lats.len() as u32,
     });

@@ -1,5 +1,6 @@
 //! Running the cells: one VM per cell of the plan ([`runner`]), watched
-//! through the guest's console markers ([`guest`]), its device counted by
+//! through the guest's console markers ([`guest`], read by [`console`];
+//! fio's JSON output joined by [`fio_chunks`] and read by [`fio_json`]), its device counted by
 //! [`metrics`] (our VMM) or [`trace`] over [`qmp`] (stock QEMU, untimed
 //! counting phases only), with `--breakdown` recorded by [`host_trace`]
 //! and reduced by [`breakdown`], with `--kvm-exits` by [`kvm_exits`]; the
@@ -8,9 +9,12 @@
 //! What it produces is [`results`].
 
 pub mod breakdown;
+pub mod console;
 pub mod counter_source;
 pub mod cpu_time;
 pub mod faults;
+pub mod fio_chunks;
+pub mod fio_json;
 pub mod footprint;
 pub mod guest;
 pub mod hang;

@@ -1,9 +1,12 @@
 //! chart.png: per measured phase, each column's IOPS as a ratio to the
-//! ceiling (median bar, min-max whisker). Text needs a TrueType font found
-//! at run time; without one the chart is drawn without labels.
+//! ceiling (median bar, min-max whisker), and below it, when the guests
+//! reported latencies, each column's p99 completion latency over the
+//! ceiling's the same way. Text needs a TrueType font found at run time;
+//! without one the chart is drawn without labels.
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -87,6 +90,55 @@ fn bars(s: &Summary) -> (String, Bars) {
     (what, groups)
 }
 
+/// What the latency panel's bars show: each column's p99 over the
+/// ceiling's of the same round, else over the baseline's median p99; no
+/// panel when no phase reported latencies.
+fn latency_bars(s: &Summary) -> Option<(String, Bars)> {
+    if s.latency.is_empty() {
+        return None;
+    }
+    let what = match &s.ceiling {
+        Some(c) => format!("p99 latency / {c} p99"),
+        None => format!("p99 latency / {} median p99", s.baseline),
+    };
+    let groups = s
+        .groups
+        .iter()
+        .map(|g| {
+            let of = |tag: &str| {
+                s.latency
+                    .iter()
+                    .find(|l| l.phase == g.phase && l.column == tag)
+            };
+            let base = of(&s.baseline).and_then(|l| l.p99_us);
+            let rows = g
+                .rows
+                .iter()
+                .filter(|r| Some(&r.column) != s.ceiling.as_ref())
+                .map(|r| {
+                    let l = of(&r.column);
+                    let v = if s.ceiling.is_some() {
+                        l.and_then(|l| l.p99_ratio)
+                    } else {
+                        match (l.and_then(|l| l.p99_us), base) {
+                            (Some(p), Some(b)) if b.median > 0.0 => Some(Spread {
+                                median: p.median / b.median,
+                                min: p.min / b.median,
+                                max: p.max / b.median,
+                                n: p.n,
+                            }),
+                            _ => None,
+                        }
+                    };
+                    (r.column.clone(), v)
+                })
+                .collect();
+            (g.phase.clone(), rows)
+        })
+        .collect();
+    Some((what, groups))
+}
+
 /// Plot height in pixels that the legend box and the group titles take
 /// (above every bar), as a share of the plot: 16 px a legend line, its
 /// margins and frame, the titles' line; the plot is about 440 px high.
@@ -99,12 +151,41 @@ fn legend_share(ncols: usize, labels: bool) -> f64 {
 }
 
 /// Draw `s` into `path` (PNG); `labels` draws text (a font must be loaded).
+/// The IOPS panel on top; the latency panel below it when there is one.
 pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartError> {
     let err = |why: String| ChartError {
         path: path.to_path_buf(),
         why,
     };
+    let latency = latency_bars(s);
+    let height = if latency.is_some() { 1040 } else { 520 };
+    let root = BitMapBackend::new(path, (1000, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
     let (what, groups) = bars(s);
+    let rounds = s.rounds_text();
+    let mut panels = vec![(what, groups)];
+    panels.extend(latency);
+    let areas = root.split_evenly((panels.len(), 1));
+    for (area, (what, groups)) in areas.iter().zip(&panels) {
+        let caption = format!("NVMe passthrough: {what}, median and min-max over {rounds}");
+        panel(area, &caption, what, groups, s.ceiling.is_some(), labels)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    root.present().map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
+/// One panel: per phase, a bar per column (median, min-max whisker), a
+/// line at 1 when `reference` (the ceiling's level).
+fn panel(
+    root: &DrawingArea<BitMapBackend, Shift>,
+    caption: &str,
+    what: &str,
+    groups: &Bars,
+    reference: bool,
+    labels: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let err = |e: &dyn std::fmt::Display| -> Box<dyn std::error::Error> { e.to_string().into() };
     let n = groups.len().max(1);
     let ncols = groups.first().map_or(1, |g| g.1.len().max(1));
     let top = groups
@@ -114,32 +195,24 @@ pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartEr
     // Headroom for the legend (upper right, a line per column) and the
     // group titles, so that neither ever covers a bar.
     let ymax = top / (1.0 - legend_share(ncols, labels));
-    let root = BitMapBackend::new(path, (1000, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-    let mut b = ChartBuilder::on(&root);
+    let mut b = ChartBuilder::on(root);
     b.margin(12);
     if labels {
-        b.caption(
-            format!(
-                "NVMe passthrough: {what}, median and min-max over {}",
-                s.rounds_text()
-            ),
-            ("sans-serif", 18),
-        )
-        .x_label_area_size(10)
-        .y_label_area_size(50);
+        b.caption(caption, ("sans-serif", 18))
+            .x_label_area_size(10)
+            .y_label_area_size(50);
     }
     let mut chart = b
         .build_cartesian_2d(0f64..n as f64, 0f64..ymax)
-        .map_err(|e| err(e.to_string()))?;
+        .map_err(|e| err(&e))?;
     let mut mesh = chart.configure_mesh();
     mesh.disable_x_mesh().disable_x_axis();
     if labels {
-        mesh.y_desc(what.as_str()).label_style(("sans-serif", 13));
+        mesh.y_desc(what).label_style(("sans-serif", 13));
     } else {
         mesh.x_labels(0).y_labels(0);
     }
-    mesh.draw().map_err(|e| err(e.to_string()))?;
+    mesh.draw().map_err(|e| err(&e))?;
     let width = 0.8 / ncols as f64;
     for ci in 0..ncols {
         let color = Palette99::pick(ci).to_rgba();
@@ -169,23 +242,21 @@ pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartEr
                 BLACK.stroke_width(1),
             ));
         }
-        let series = chart.draw_series(rects).map_err(|e| err(e.to_string()))?;
+        let series = chart.draw_series(rects).map_err(|e| err(&e))?;
         if labels {
             series.label(tag).legend(move |(x, y)| {
                 Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
             });
         }
-        chart
-            .draw_series(whiskers)
-            .map_err(|e| err(e.to_string()))?;
+        chart.draw_series(whiskers).map_err(|e| err(&e))?;
     }
-    if s.ceiling.is_some() {
+    if reference {
         chart
             .draw_series([PathElement::new(
                 vec![(0.0, 1.0), (n as f64, 1.0)],
                 BLACK.stroke_width(1),
             )])
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(&e))?;
     }
     if labels {
         let style =
@@ -194,7 +265,7 @@ pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartEr
             .draw_series(groups.iter().enumerate().map(|(gi, (name, _))| {
                 Text::new(name.clone(), (gi as f64 + 0.5, ymax * 0.99), style.clone())
             }))
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(&e))?;
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
@@ -203,9 +274,8 @@ pub fn write_chart(s: &Summary, path: &Path, labels: bool) -> Result<(), ChartEr
             .border_style(BLACK)
             .label_font(("sans-serif", 12))
             .draw()
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(|e| err(&e))?;
     }
-    root.present().map_err(|e| err(e.to_string()))?;
     Ok(())
 }
 

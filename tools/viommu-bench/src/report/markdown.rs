@@ -4,7 +4,7 @@ use crate::report::exits::{exit_tables, EXITS_NOTE};
 use crate::report::row_text::{
     lazy_cells, notes, row_cells, time_cells, HEADER, LAZY_HEADER, TIME_HEADER, TIME_NOTE,
 };
-use crate::report::sections::{cpu_time, guest_time, headline, order, paired};
+use crate::report::sections::{cpu_time, guest_time, headline, latency, order, paired};
 use crate::report::summary::Summary;
 
 pub(crate) fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
@@ -42,6 +42,11 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
     out += "\n";
     for g in &s.groups {
         out += &format!("- {}: {}\n", g.phase, g.verdict);
+    }
+    if !s.latency.is_empty() {
+        let lh = latency::HEADER.map(String::from).to_vec();
+        let lr: Vec<Vec<String>> = s.latency.iter().map(latency::cells).collect();
+        out += &format!("\n{}:\n\n{}", latency::NOTE, md_table(&lh, &lr));
     }
     if !s.lazy.is_empty() {
         let lh: Vec<String> = LAZY_HEADER.iter().map(|h| h.to_string()).collect();

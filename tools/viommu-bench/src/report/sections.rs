@@ -5,5 +5,6 @@ pub mod breakdown;
 pub mod cpu_time;
 pub mod guest_time;
 pub mod headline;
+pub mod latency;
 pub mod order;
 pub mod paired;

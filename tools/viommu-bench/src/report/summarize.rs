@@ -13,7 +13,7 @@ pub use findings::retry_warning_head;
 use crate::columns::{Column, Iommu};
 use crate::plan::Phase;
 use crate::report::exits::exit_row;
-use crate::report::sections::{breakdown, cpu_time, guest_time, order, paired};
+use crate::report::sections::{breakdown, cpu_time, guest_time, latency, order, paired};
 use crate::report::significance;
 use crate::report::stats::RatioTest;
 use crate::report::summary::{Group, Summary};
@@ -84,6 +84,7 @@ pub fn summarize(
         rounds,
         groups,
         significance: Some(family),
+        latency: latency::rows(columns, phases, cells, ceiling),
         lazy,
         time,
         guest_time: guest_time::rows(columns, phases, cells),

@@ -166,6 +166,9 @@ pub struct Summary {
     /// were corrected together.
     #[serde(default)]
     pub significance: Option<Family>,
+    /// Completion latency per phase and column (fio's JSON output).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency: Vec<crate::report::sections::latency::LatencyRow>,
     /// Lazy-unmap rows.
     pub lazy: Vec<LazyRow>,
     /// Where the time goes (our VMM's columns, device busy and VFIO time).

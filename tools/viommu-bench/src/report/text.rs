@@ -4,7 +4,7 @@ use crate::report::exits::exit_tables;
 use crate::report::row_text::{
     aligned, lazy_cells, notes, row_cells, time_cells, HEADER, LAZY_HEADER, TIME_HEADER,
 };
-use crate::report::sections::{cpu_time, guest_time, headline, order, paired};
+use crate::report::sections::{cpu_time, guest_time, headline, latency, order, paired};
 use crate::report::summary::Summary;
 
 /// The table for a terminal.
@@ -31,6 +31,11 @@ pub fn render_text(s: &Summary) -> String {
         out += &format!("\n{}\n", g.verdict);
     }
     let heads = |h: &[&str]| h.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    out += &text_table(
+        "completion latency (fio clat, medians over rounds; p99 x ceiling of the same round)",
+        heads(&latency::HEADER),
+        s.latency.iter().map(latency::cells),
+    );
     out += &text_table(
         "lazy unmap (device counters, medians)",
         heads(&LAZY_HEADER),

@@ -53,7 +53,10 @@ pub struct BootInfo {
     pub busybox: Option<String>,
 }
 
-/// One fio run's result, as the guest reports it (fio terse v3 fields).
+/// One fio run's result: the guest's record (phase, jobs, its counters,
+/// the size of fio's JSON output it sent before it), with the figures the
+/// host read from that JSON ([`crate::run::fio_json`]); records of older
+/// guests carry the figures themselves (fio terse v3 fields).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct FioRecord {
     /// Phase name.
@@ -95,6 +98,52 @@ pub struct FioRecord {
     /// gauges, e.g. the reuse cache's live `entries`, must reach 0).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub after: BTreeMap<String, i64>,
+    /// Bytes of fio's JSON output the guest sent in `@@LAB-FIO@@` chunk
+    /// lines before this record (absent: a record that carries its
+    /// figures itself, as older guests' and the idle phase's do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_bytes: Option<u64>,
+    /// fio's version, from its JSON output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fio_version: Option<String>,
+    /// Read completion latency (from fio's JSON output; absent: no reads,
+    /// or a record from before the JSON output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lat: Option<Latency>,
+    /// Write completion latency, the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_lat: Option<Latency>,
+}
+
+/// The latency of one direction of a fio run, from fio's JSON output:
+/// completion latency (`clat_ns`: submission to completion) percentiles
+/// and mean, and the mean of the total latency (`lat_ns`, with the
+/// submission).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median completion latency, ns.
+    #[serde(default)]
+    pub p50_ns: Option<u64>,
+    /// 99th percentile, ns.
+    #[serde(default)]
+    pub p99_ns: Option<u64>,
+    /// 99.9th percentile, ns.
+    #[serde(default)]
+    pub p999_ns: Option<u64>,
+    /// Mean completion latency, ns.
+    #[serde(default)]
+    pub clat_mean_ns: f64,
+    /// Mean total latency, ns.
+    #[serde(default)]
+    pub lat_mean_ns: f64,
+    /// Completions sampled.
+    #[serde(default)]
+    pub samples: u64,
+    /// fio job entries these come from: 1 with `--group_reporting` (the
+    /// guest's runs), the run's own distribution; more: the percentiles
+    /// are the largest job's (an upper bound), the means weighted.
+    #[serde(default = "one")]
+    pub jobs: u32,
 }
 
 fn one() -> u32 {
@@ -105,6 +154,16 @@ impl FioRecord {
     /// Read plus write IOPS.
     pub fn iops(&self) -> u64 {
         self.read_iops + self.write_iops
+    }
+
+    /// The completion latency the report shows: the reads' where the run
+    /// read, else the writes', with which of the two it is.
+    pub fn latency(&self) -> Option<(&'static str, &Latency)> {
+        match (&self.read_lat, &self.write_lat) {
+            (Some(r), _) if self.read_iops > 0 || self.read_kib > 0 => Some(("read", r)),
+            (_, Some(w)) if self.write_iops > 0 || self.write_kib > 0 => Some(("write", w)),
+            _ => None,
+        }
     }
 
     /// Sum of the guest counters whose name ends in `suffix` (e.g. `/hits`).
@@ -142,6 +201,8 @@ pub enum Marker {
     Boot(BootInfo),
     /// `@@LAB-GUEST@@ {"event":"fio",...}`.
     Fio(FioRecord),
+    /// `@@LAB-FIO@@ NAME SEQ/TOTAL DATA`: a piece of fio's JSON output.
+    FioChunk(FioChunk),
     /// `@@LAB-GUEST@@ {"event":"error","message":...}`.
     Error(String),
     /// `@@LAB-GUEST@@ {"event":"attack",...}`: what one attacker of a
@@ -173,6 +234,61 @@ pub struct AttackRecord {
     pub detail: String,
 }
 
+/// Bytes of fio's JSON output one chunk line carries at most (the guest
+/// sends 1000).
+pub const MAX_CHUNK_BYTES: usize = 16 * 1024;
+/// Chunks of one fio run's JSON output at most.
+pub const MAX_CHUNKS: u32 = 4096;
+
+/// One `@@LAB-FIO@@ NAME SEQ/TOTAL DATA` line: the SEQth of TOTAL pieces
+/// of the JSON output of the fio run of phase NAME (the guest drops the
+/// lines' leading blanks and joins them; DATA is taken as is, blanks too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FioChunk {
+    /// Phase name.
+    pub phase: String,
+    /// This chunk's number, from 1.
+    pub seq: u32,
+    /// How many chunks the run's output has.
+    pub total: u32,
+    /// The piece of JSON.
+    pub data: String,
+}
+
+impl FioChunk {
+    /// The chunk after the marker (`raw`: `" NAME SEQ/TOTAL DATA"`).
+    fn parse(raw: &str) -> Result<FioChunk, String> {
+        let expected = "expected 'NAME SEQ/TOTAL DATA'";
+        let raw = raw.strip_prefix(' ').ok_or(expected)?;
+        let (phase, rest) = raw.split_once(' ').ok_or(expected)?;
+        let (count, data) = rest.split_once(' ').unwrap_or((rest, ""));
+        let (seq, total) = count
+            .split_once('/')
+            .and_then(|(s, t)| Some((s.parse::<u32>().ok()?, t.parse::<u32>().ok()?)))
+            .ok_or(expected)?;
+        if phase.is_empty() || phase.len() > 200 {
+            return Err("a phase name of 1 to 200 bytes expected".into());
+        }
+        if seq == 0 || seq > total || total > MAX_CHUNKS {
+            return Err(format!(
+                "chunk {seq} of {total}: 1 <= SEQ <= TOTAL <= {MAX_CHUNKS} expected"
+            ));
+        }
+        if data.len() > MAX_CHUNK_BYTES {
+            return Err(format!(
+                "a chunk of {} bytes, more than {MAX_CHUNK_BYTES}",
+                data.len()
+            ));
+        }
+        Ok(FioChunk {
+            phase: phase.to_string(),
+            seq,
+            total,
+            data: data.to_string(),
+        })
+    }
+}
+
 /// A marker line that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error("guest marker line {line:?}: {why}")]
@@ -191,10 +307,10 @@ pub fn parse_line(line: &str) -> Result<Option<Marker>, ProtocolError> {
         return Ok(None);
     };
     let m = &line[at + 6..];
-    let Some((kind, rest)) = m.split_once("@@") else {
+    let Some((kind, raw)) = m.split_once("@@") else {
         return Ok(None);
     };
-    let rest = rest.trim();
+    let rest = raw.trim();
     let err = |why: String| ProtocolError {
         line: line.to_string(),
         why,
@@ -228,6 +344,7 @@ pub fn parse_line(line: &str) -> Result<Option<Marker>, ProtocolError> {
                 other => return Err(err(format!("unknown event {other:?}"))),
             }
         }
+        "FIO" => Marker::FioChunk(FioChunk::parse(raw).map_err(err)?),
         "GUEST-DONE" => {
             let rc = rest
                 .strip_prefix("rc=")

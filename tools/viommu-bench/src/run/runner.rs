@@ -22,13 +22,14 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, BufReader};
 use tokio::process::Child;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::columns::Counting;
 use crate::columns::Launch;
+use crate::run::console::{line_text, read_line_capped, MAX_LINE_BYTES};
 use crate::run::counter_source::CounterSource;
 use crate::run::footprint::Footprint;
 use crate::run::hang::unkillable_vmm::{
@@ -117,12 +118,10 @@ fn spawn_lines<R: AsyncRead + Unpin + Send + 'static>(
         let mut buf = Vec::new();
         loop {
             buf.clear();
-            match r.read_until(b'\n', &mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf)
-                        .trim_end_matches(['\n', '\r'])
-                        .to_string();
+            match read_line_capped(&mut r, &mut buf, MAX_LINE_BYTES).await {
+                Ok((0, _)) | Err(_) => break,
+                Ok((_, cut)) => {
+                    let line = line_text(&buf, cut);
                     if tx.send((stderr, line)).await.is_err() {
                         break;
                     }

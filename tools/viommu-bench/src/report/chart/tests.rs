@@ -53,3 +53,54 @@ fn the_legend_sits_above_every_bar_and_the_caption_counts_finished_rounds() {
     assert!(share * 440.0 >= legend_px, "{share}");
     assert_eq!(legend_share(ncols, false), 0.0);
 }
+
+#[test]
+fn latencies_add_a_p99_panel_below() {
+    let (cols, phases, mut cells) = crate::report::tests::fixture();
+    let s = summarize(&cols, &phases, &cells, 0, 3);
+    assert!(latency_bars(&s).is_none());
+    for c in cells.iter_mut() {
+        let p99 = if c.column == "no-viommu" {
+            100_000
+        } else {
+            150_000
+        };
+        let f = c
+            .phases
+            .get_mut("randread-4k")
+            .unwrap()
+            .fio
+            .as_mut()
+            .unwrap();
+        f.read_lat = Some(crate::run::guest::Latency {
+            p50_ns: Some(p99 / 10),
+            p99_ns: Some(p99),
+            p999_ns: Some(p99 * 2),
+            jobs: 1,
+            ..Default::default()
+        });
+    }
+    let s = summarize(&cols, &phases, &cells, 0, 3);
+    let (what, groups) = latency_bars(&s).unwrap();
+    assert_eq!(what, "p99 latency / no-viommu p99");
+    // The ceiling has no bar of its own, as in the IOPS panel.
+    assert_eq!(groups[0].1.len(), 2);
+    assert!(groups[0].1.iter().all(|(_, v)| v.unwrap().median == 1.5));
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("lat.png");
+    write_chart(&s, &p, false).unwrap();
+    assert!(is_png(&p));
+    let b = std::fs::read(&p).unwrap();
+    // PNG IHDR: width then height, big-endian, at bytes 16..24.
+    assert_eq!(u32::from_be_bytes(b[20..24].try_into().unwrap()), 1040);
+    // Without a ceiling: over the baseline's median p99.
+    let cols2: Vec<_> = cols
+        .iter()
+        .filter(|c| c.tag != "no-viommu")
+        .cloned()
+        .collect();
+    let s2 = summarize(&cols2, &phases, &cells, 0, 3);
+    let (what, groups) = latency_bars(&s2).unwrap();
+    assert_eq!(what, "p99 latency / qemu+stock median p99");
+    assert_eq!(groups[0].1[1].1.unwrap().median, 1.0);
+}

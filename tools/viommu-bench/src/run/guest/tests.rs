@@ -278,18 +278,16 @@ fn gated_run(answer: &str) -> (String, bool) {
         .expect("idle_phase after fio_run");
     // The init's scratch files, in the test's directory.
     let fns = INIT_SCRIPT[start..end].replace("/tmp/", &format!("{dir}/"));
-    let fields: Vec<String> = (1..=50)
-        .map(|i| match i {
-            1 => "3".into(),
-            6 => "8".into(),
-            8 => "700".into(),
-            9 => "3000".into(),
-            _ => "0".into(),
-        })
-        .collect();
+    // fio's JSON output (Debian 12's fio 3.33), after the arguments it
+    // was given.
+    std::fs::write(
+        d.path().join("fio.json"),
+        crate::run::fio_json::tests::fixture("fio-3.33-randread-j1"),
+    )
+    .unwrap();
     std::fs::write(
         d.path().join("fio"),
-        format!("#!/bin/sh\n: >{dir}/fio.ran\necho '{}'\n", fields.join(";")),
+        format!("#!/bin/sh\necho \"$*\" >{dir}/fio.ran\ncat {dir}/fio.json\n"),
     )
     .unwrap();
     let script = format!(
@@ -310,10 +308,15 @@ fn gated_run(answer: &str) -> (String, bool) {
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    (
-        String::from_utf8(out.stdout).unwrap(),
-        d.path().join("fio.ran").exists(),
-    )
+    let args = std::fs::read_to_string(d.path().join("fio.ran")).ok();
+    if let Some(a) = &args {
+        assert!(
+            a.contains("--output-format=json --percentile_list=50:99:99.9"),
+            "{a}"
+        );
+        assert!(a.contains("--group_reporting"), "{a}");
+    }
+    (String::from_utf8(out.stdout).unwrap(), args.is_some())
 }
 
 #[test]
@@ -323,12 +326,22 @@ fn the_guest_runs_a_counting_run_after_the_hosts_go_and_not_before() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "@@LAB-PHASE@@ begin count-randread-4k", "{out}");
     assert_eq!(lines[1], "@@LAB-PHASE@@ end count-randread-4k", "{out}");
-    match parse_line(lines[2]).unwrap() {
+    // fio's JSON in chunks, then the record: the host's figures.
+    let mut json = crate::run::fio_chunks::Assembler::default();
+    for l in &lines[2..lines.len() - 1] {
+        match parse_line(l).unwrap() {
+            Some(Marker::FioChunk(c)) => json.chunk(c),
+            other => panic!("{other:?} in {out}"),
+        }
+    }
+    match parse_line(lines[lines.len() - 1]).unwrap() {
         Some(Marker::Fio(r)) => {
+            let r = json.complete(r).unwrap();
             assert_eq!(
                 (r.phase.as_str(), r.read_iops, r.read_kib),
-                ("count-randread-4k", 700, 8)
+                ("count-randread-4k", 8207, 65692)
             );
+            assert_eq!(r.read_lat.unwrap().p99_ns, Some(2932736));
         }
         other => panic!("{other:?} in {out}"),
     }

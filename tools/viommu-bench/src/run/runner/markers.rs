@@ -52,6 +52,8 @@ pub struct Cell {
     pub console: Option<tokio::process::ChildStdin>,
     /// The VMM's process id (its threads are what a breakdown records).
     pub vmm_pid: Option<u32>,
+    /// fio's JSON output of the run in flight, chunk by chunk.
+    pub fio_json: crate::run::fio_chunks::Assembler,
 }
 
 /// What the markers act on besides the cell's state: the counters, the
@@ -99,10 +101,18 @@ pub async fn on_line(line: &str, st: &mut Cell, o: &mut Observers<'_>) -> bool {
         Marker::PhaseEnd(n) if is_count_phase(&n) => count_end(n, st, o).await,
         Marker::PhaseBegin(n) => phase_begin(n, st, o).await,
         Marker::PhaseEnd(n) => phase_end(n, st, o).await,
-        Marker::Fio(r) => {
-            let name = r.phase.clone();
-            st.phases.entry(name).or_default().fio = Some(r);
-        }
+        Marker::FioChunk(c) => st.fio_json.chunk(c),
+        Marker::Fio(r) => match st.fio_json.complete(r) {
+            Ok(r) => {
+                let name = r.phase.clone();
+                st.phases.entry(name).or_default().fio = Some(r);
+            }
+            Err(e) => {
+                let why = format!("{e}; the phase has no fio result");
+                warn!("{column}: {why}");
+                st.warnings.push(why);
+            }
+        },
         Marker::Boot(b) => st.boot = Some(b),
         Marker::Error(e) => {
             warn!("{column}: guest error: {e}");

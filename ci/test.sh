@@ -18,7 +18,7 @@ if [ $lab = 1 ]; then
 	# series (smp-smoke and smp-smoke-1qp: strict and lazy, pool off and
 	# on, reuse cache off and on; vmm-exits); the patched guest behind
 	# stock QEMU at every size is smoke-6.12-ci's first column. The stock
-	# guest is stock 6.12 (ci/lab/lab's STOCK). So CI boots 6.12 guests
+	# guest is stock 6.12 (ci/lab/labkit/presets.py's STOCK). So CI boots 6.12 guests
 	# only and builds three kernels (stock and patched 6.12, our 6.12 lab
 	# host for iommufd; about 5 min each from scratch on 2 idle cores,
 	# built in that order in the background by ci/prebuild-kernels.sh, the

@@ -237,3 +237,14 @@ fn kernels_only_for_the_columns_that_boot_them() {
     .validate();
     assert!(ok.is_ok());
 }
+
+#[test]
+fn help_names_the_cache_the_code_uses() {
+    use clap::CommandFactory;
+    let help = Args::command().render_long_help().to_string();
+    assert!(help.contains("/var/cache/viommu-bench"), "{help}");
+    assert_eq!(
+        crate::setup::host::default_cache_for(0, None, Some("/root".as_ref())),
+        std::path::PathBuf::from("/var/cache/viommu-bench")
+    );
+}

@@ -80,6 +80,26 @@ pub struct DeviceFacts {
     pub contents: Vec<BlockDev>,
 }
 
+impl DeviceFacts {
+    /// What the plan says about the drive's contents and the measured
+    /// namespace: `on it now: nvme0n1 1G ..., nvme0n1p1 512M ext4 "data";
+    /// the guests measure nvme0n1 (their /dev/nvme0n1)`.
+    pub fn contents_note(&self) -> String {
+        let on_it = if self.contents.is_empty() {
+            "on it now: nothing the host can see (not on nvme)".to_string()
+        } else {
+            format!(
+                "on it now: {}",
+                crate::setup::blockdev::describe_all(&self.contents)
+            )
+        };
+        match &self.measured_namespace {
+            Some(ns) => format!("{on_it}; the guests measure {ns} (their /dev/nvme0n1)"),
+            None => format!("{on_it}; the guests measure their /dev/nvme0n1"),
+        }
+    }
+}
+
 /// What to check.
 #[derive(Debug, Clone)]
 pub struct Checks {

@@ -96,10 +96,13 @@ pub fn proc_of(r: &Root, pid: u32) -> Proc {
     }
 }
 
+/// Mount namespaces (`mnt:[INODE]`) with one process of each and its mounts.
+pub type Namespaces = BTreeMap<String, (Proc, Vec<Mount>)>;
+
 /// The mount namespaces of the host: one process of each (the lowest
 /// pid), keyed by the namespace (`mnt:[INODE]`, the link's target), and
 /// their mounts. The own namespace is `/proc/self`'s key.
-pub fn mount_namespaces(r: &Root) -> (Option<String>, BTreeMap<String, (Proc, Vec<Mount>)>) {
+pub fn mount_namespaces(r: &Root) -> (Option<String>, Namespaces) {
     let own = std::fs::read_link(r.path("/proc/self/ns/mnt"))
         .ok()
         .map(|l| l.to_string_lossy().into_owned());

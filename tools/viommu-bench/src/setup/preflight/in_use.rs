@@ -24,7 +24,7 @@ pub(super) struct HostUse {
     /// This process's mount namespace (`mnt:[INODE]`).
     own_ns: Option<String>,
     /// Every mount namespace: one process of it, and its mounts.
-    namespaces: BTreeMap<String, (Proc, Vec<Mount>)>,
+    namespaces: procfs::Namespaces,
     /// Processes holding `/dev` nodes open, per node.
     fds: BTreeMap<String, Vec<Proc>>,
     /// Mounted btrfs filesystems: UUID, member device names.

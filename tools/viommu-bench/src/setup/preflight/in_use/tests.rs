@@ -203,6 +203,10 @@ fn the_facts_list_what_is_on_the_drive() {
         crate::setup::blockdev::describe_all(&out.facts.contents),
         "nvme0n1 1G no filesystem signature, nvme0n1p1 512M ext4 \"data\""
     );
+    assert_eq!(
+        out.facts.contents_note(),
+        "on it now: nvme0n1 1G no filesystem signature, nvme0n1p1 512M ext4 \"data\"; the guests measure nvme0n1 (their /dev/nvme0n1)"
+    );
 }
 
 /// A dual-port drive under nvme_core.multipath=N: the drive's controller

@@ -116,7 +116,9 @@ impl Checks {
             }
         }
         // The kernel's answer covers what the rest cannot see; a namespace
-        // whose partition is in use is busy for that reason.
+        // whose partition is in use is busy for that reason, so the
+        // partitions are asked first.
+        busy_unexplained.sort_by_key(|d| d.parent.is_none());
         for d in busy_unexplained {
             let explained = devs.iter().any(|x| {
                 x.parent.as_deref() == Some(d.name.as_str())

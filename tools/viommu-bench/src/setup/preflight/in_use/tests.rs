@@ -38,6 +38,11 @@ fn an_exclusive_open_refused_with_ebusy_is_in_use() {
             && line.contains("pick another drive"),
         "{line}"
     );
+    // The kernel says both the namespace and its partition are busy
+    // (a claimed partition claims its disk): one line, the partition's.
+    c.opener = Arc::new(Busy(vec!["nvme0n1", "nvme0n1p1"]));
+    let line = f.only_problem(&c);
+    assert!(line.contains("/dev/nvme0n1p1 is in use"), "{line}");
     // Busy because its partition is mounted: the mount is the one line.
     f.file("proc/mounts", "/dev/nvme0n1p1 /data ext4 rw 0 0\n");
     c.opener = Arc::new(Busy(vec!["nvme0n1", "nvme0n1p1"]));

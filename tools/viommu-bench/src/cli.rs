@@ -48,7 +48,9 @@ pub struct Args {
     /// guest protocol of tools/viommu-bench/guest/init as its /init).
     #[arg(long, value_name = "PATH")]
     pub initramfs: Option<PathBuf>,
-    /// Where built initramfs images are cached [default: ~/.cache/viommu-bench].
+    /// Where built initramfs images are cached [default: /var/cache/viommu-bench
+    /// as root (under sudo too), else $XDG_CACHE_HOME/viommu-bench or
+    /// ~/.cache/viommu-bench].
     #[arg(long, value_name = "DIR")]
     pub cache: Option<PathBuf>,
     /// Stock QEMU.
@@ -298,7 +300,7 @@ pub const GUEST_MAX_CPUS: u32 = 64;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CliError {
     /// Not a PCI address.
-    #[error("--device {0:?}: not a PCI address; write it as DDDD:BB:DD.F, e.g. 0000:01:00.0 (lspci -D -d ::0108)")]
+    #[error("--device {0:?}: not a PCI address; write it as DDDD:BB:DD.F (a domain of 4 to 8 hex digits), e.g. 0000:01:00.0 (lspci -D -d ::0108)")]
     BadBdf(String),
     /// No consent.
     #[error("--destroy-data is missing: this run destroys the data on {0}; repeat its BDF or give its serial: --destroy-data {0}")]
@@ -382,19 +384,22 @@ pub struct Config {
 }
 
 /// `s` as a full PCI address: `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0.
+/// The domain has 4 to 8 hex digits: Intel VMD puts its drives in
+/// domains from `10000` on.
 pub fn normalize_bdf(s: &str) -> Option<String> {
     let s = s.trim().to_ascii_lowercase();
     let full = if s.len() == 7 { format!("0000:{s}") } else { s };
-    let b = full.as_bytes();
-    let hex = |r: std::ops::Range<usize>| b[r].iter().all(|c| c.is_ascii_hexdigit());
-    let ok = b.len() == 12
-        && hex(0..4)
-        && b[4] == b':'
-        && hex(5..7)
-        && b[7] == b':'
-        && hex(8..10)
-        && b[10] == b'.'
-        && (b'0'..=b'7').contains(&b[11]);
+    let (domain, rest) = full.split_once(':')?;
+    let b = rest.as_bytes();
+    let hex = |x: &[u8]| x.iter().all(|c| c.is_ascii_hexdigit());
+    let ok = (4..=8).contains(&domain.len())
+        && hex(domain.as_bytes())
+        && b.len() == 7
+        && hex(&b[0..2])
+        && b[2] == b':'
+        && hex(&b[3..5])
+        && b[5] == b'.'
+        && (b'0'..=b'7').contains(&b[6]);
     ok.then_some(full)
 }
 

@@ -5,9 +5,11 @@
 //! ([`bind`], restored on exit).
 
 pub mod bind;
+pub mod blockdev;
 pub mod exec;
 pub mod host;
 pub mod ikconfig;
 pub mod image;
 pub mod preflight;
+pub mod procfs;
 pub mod sysfs;

@@ -31,11 +31,12 @@ pub fn what_will_happen(cfg: &Config, p: &Prepared) -> String {
     format!("{what}; {}", plan::precondition_note(cfg))
 }
 
-/// The drive: its address, model and serial.
+/// The drive: its address, model and serial, what is on it and the
+/// namespace the guests measure.
 fn drive(cfg: &Config, p: &Prepared) -> String {
     let facts = &p.pre.facts;
     format!(
-        "{}{}{}",
+        "{}{}{} ({})",
         cfg.bdf,
         facts
             .model
@@ -46,7 +47,8 @@ fn drive(cfg: &Config, p: &Prepared) -> String {
             .serial
             .as_deref()
             .map(|s| format!(" serial {s}"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        facts.contents_note()
     )
 }
 

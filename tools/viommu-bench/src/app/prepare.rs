@@ -15,7 +15,7 @@ use crate::run::results::utc_timestamp;
 use crate::setup::bind::BindGuard;
 use crate::setup::host::{self, HostInfo};
 use crate::setup::image::{self, ImageInputs};
-use crate::setup::preflight::{Checks, Outcome};
+use crate::setup::preflight::{Checks, Outcome, SysOpen};
 use crate::setup::sysfs::Root;
 
 /// What the preparation found and decided, for the rest of the run.
@@ -172,6 +172,7 @@ fn preflight(cfg: &Config) -> Outcome {
         kvm_exits: a.kvm_exits,
         breakdown: a.breakdown,
         block_sizes: cfg.bs.iter().map(|b| (b.label.clone(), b.bytes)).collect(),
+        opener: std::sync::Arc::new(SysOpen),
     }
     .run()
 }

@@ -61,6 +61,18 @@ fn bdf_forms() {
     );
     assert_eq!(normalize_bdf("0000:01:00.8"), None);
     assert_eq!(normalize_bdf("nvme0"), None);
+    // Intel VMD's domains: 5 hex digits and more, up to 0xffffffff.
+    assert_eq!(
+        normalize_bdf("10000:E1:00.0").as_deref(),
+        Some("10000:e1:00.0")
+    );
+    assert_eq!(
+        normalize_bdf("ffffffff:01:00.0").as_deref(),
+        Some("ffffffff:01:00.0")
+    );
+    assert_eq!(normalize_bdf("100000000:01:00.0"), None);
+    assert_eq!(normalize_bdf("000:01:00.0"), None);
+    assert_eq!(normalize_bdf("1000g:01:00.0"), None);
     assert_eq!(normalize_bdf(""), None);
     let e = Args::try_parse_from(["viommu-bench", "--device", "nvme0n1", "--dry-run"])
         .unwrap()
@@ -224,4 +236,15 @@ fn kernels_only_for_the_columns_that_boot_them() {
     .unwrap()
     .validate();
     assert!(ok.is_ok());
+}
+
+#[test]
+fn help_names_the_cache_the_code_uses() {
+    use clap::CommandFactory;
+    let help = Args::command().render_long_help().to_string();
+    assert!(help.contains("/var/cache/viommu-bench"), "{help}");
+    assert_eq!(
+        crate::setup::host::default_cache_for(0, None, Some("/root".as_ref())),
+        std::path::PathBuf::from("/var/cache/viommu-bench")
+    );
 }

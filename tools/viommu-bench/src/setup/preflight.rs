@@ -2,7 +2,9 @@
 //! is one [`Problem`]: one line saying what is wrong and how to fix it.
 
 mod device;
+mod group;
 pub mod guest_kernel;
+mod in_use;
 mod iommu;
 mod privileges;
 mod programs;
@@ -11,9 +13,12 @@ mod tracefs;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::setup::blockdev::SysOpen;
+use crate::setup::blockdev::{BlockDev, ExclusiveOpen};
 use crate::setup::sysfs::Root;
 
 /// PCI class of an NVMe controller (mass storage, NVM, NVMe).
@@ -56,15 +61,43 @@ pub struct DeviceFacts {
     /// BAR0 in the host's physical space, `0xSTART-0xEND` (sysfs `resource`).
     #[serde(default)]
     pub bar0: Option<String>,
-    /// The namespaces' logical block size in bytes, the largest if they
-    /// differ (`/sys/block/NS/queue/logical_block_size`; absent when the
-    /// host sees no namespace, e.g. the drive is on vfio-pci already).
+    /// The measured namespace's logical block size in bytes
+    /// (`/sys/block/NS/queue/logical_block_size`; absent when the host
+    /// sees no namespace, e.g. the drive is on vfio-pci already).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logical_block_size: Option<u64>,
-    /// The largest namespace's size in bytes (`/sys/block/NS/size` x 512;
-    /// absent when the host sees no namespace).
+    /// The measured namespace's size in bytes (`/sys/block/NS/size` x
+    /// 512; absent when the host sees no namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_bytes: Option<u64>,
+    /// The host's name of the namespace the guests measure (their
+    /// `/dev/nvme0n1`: the lowest NSID), whose size and block size these are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_namespace: Option<String>,
+    /// Every namespace and partition on the drive, with its size and
+    /// signature, as found before anything was bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contents: Vec<BlockDev>,
+}
+
+impl DeviceFacts {
+    /// What the plan says about the drive's contents and the measured
+    /// namespace: `on it now: nvme0n1 1G ..., nvme0n1p1 512M ext4 "data";
+    /// the guests measure nvme0n1 (their /dev/nvme0n1)`.
+    pub fn contents_note(&self) -> String {
+        let on_it = if self.contents.is_empty() {
+            "on it now: nothing the host can see (not on nvme)".to_string()
+        } else {
+            format!(
+                "on it now: {}",
+                crate::setup::blockdev::describe_all(&self.contents)
+            )
+        };
+        match &self.measured_namespace {
+            Some(ns) => format!("{on_it}; the guests measure {ns} (their /dev/nvme0n1)"),
+            None => format!("{on_it}; the guests measure their /dev/nvme0n1"),
+        }
+    }
 }
 
 /// What to check.
@@ -98,6 +131,9 @@ pub struct Checks {
     /// The measured block sizes (label, bytes): each a multiple of the
     /// namespaces' logical block size, or O_DIRECT fails.
     pub block_sizes: Vec<(String, u64)>,
+    /// Opens block devices exclusively to ask whether they are in use
+    /// ([`SysOpen`] on a real host).
+    pub opener: Arc<dyn ExclusiveOpen>,
 }
 
 /// Programs found on the host.

@@ -129,3 +129,33 @@ fn failed_bind_still_restores() {
         ""
     );
 }
+
+#[test]
+fn only_the_drive_is_unbound_and_it_is_given_back() {
+    // Another function of its group, on a host driver: never touched.
+    let (_d, root) = fake();
+    std::fs::create_dir_all(root.path("/sys/bus/pci/devices/0000:01:00.1")).unwrap();
+    std::fs::create_dir_all(root.path("/sys/bus/pci/drivers/xhci_hcd")).unwrap();
+    set_driver(&root, "vfio-pci");
+    let g = BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap();
+    let writes: Vec<PathBuf> = bind_writes("0000:01:00.0", Some("nvme"))
+        .into_iter()
+        .chain(restore_writes("0000:01:00.0", Some("nvme")))
+        .map(|w| w.path)
+        .collect();
+    assert!(
+        writes
+            .iter()
+            .all(|p| !p.to_string_lossy().contains("01:00.1")
+                && !p.to_string_lossy().contains("xhci"))
+    );
+    assert!(!root.exists("/sys/bus/pci/drivers/xhci_hcd/unbind"));
+    assert!(!root.exists("/sys/bus/pci/devices/0000:01:00.1/driver_override"));
+    set_driver(&root, "nvme");
+    drop(g);
+    assert_eq!(
+        root.read_trim("/sys/bus/pci/devices/0000:01:00.0/driver_override")
+            .unwrap(),
+        ""
+    );
+}

@@ -2,8 +2,12 @@
 //! IOMMU group, BAR0, serial, namespaces) and whether the run can take it
 //! (the consent, the group, the binding, mounts and holders, block sizes).
 use super::{problem, Checks, DeviceFacts, Outcome, Problem, NVME_CLASS};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
+use super::in_use::HostUse;
+use super::programs::find_program;
+use crate::setup::blockdev::{block_devs, probe};
 use crate::setup::sysfs::{pci_dev, Root};
 
 /// BAR0 from a sysfs `resource` file (first line: `start end flags`, hex).
@@ -42,44 +46,108 @@ pub(super) fn parse_ns_name(name: &str) -> Option<(u32, Option<u32>, u32)> {
     (n == r.len()).then_some((x, ctrl, z))
 }
 
+/// Whether `name` is an NVMe controller's (`nvme3`).
+fn is_ctrl(name: &str) -> bool {
+    name.strip_prefix("nvme")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The namespaces' block devices in a controller's sysfs directory:
+/// `nvmeNnY`, and for the hidden path devices `nvmeXcNnY` (native
+/// multipath) the subsystem's `nvmeXnY` they stand for.
+fn namespaces_in(r: &Root, ctrl_dir: &Path, found: &mut BTreeSet<String>) {
+    for n in r.list(ctrl_dir) {
+        match parse_ns_name(&n) {
+            Some((x, Some(_), z)) => {
+                found.insert(format!("nvme{x}n{z}"));
+            }
+            Some((_, None, _)) => {
+                found.insert(n);
+            }
+            None => {}
+        }
+    }
+}
+
+/// The namespaces the drive's own controllers show (see [`namespaces_of`]).
+pub fn own_namespaces(r: &Root, bdf: &str) -> Vec<String> {
+    let dev = pci_dev(bdf).join("nvme");
+    let mut found = BTreeSet::new();
+    for ctrl in r.list(&dev) {
+        namespaces_in(r, &dev.join(ctrl), &mut found);
+    }
+    found.into_iter().collect()
+}
+
 /// The block devices of the namespaces of the NVMe drive `bdf`, found
 /// through each of its controllers (`/sys/bus/pci/devices/BDF/nvme/nvmeN/`:
 /// `nvmeNnY` without native multipath, the hidden path devices `nvmeXcNnY`
 /// with it, which stand for the subsystem's `nvmeXnY`) and through the
 /// controller's NVMe subsystem (`/sys/class/nvme-subsystem/nvme-subsysX/`,
 /// which links its controllers and holds the multipath block devices
-/// `nvmeXnY`, shared by every controller of a dual-port drive). Sorted,
-/// without duplicates.
+/// `nvmeXnY`, shared by every controller of a dual-port drive). Without
+/// native multipath (`nvme_core.multipath=N`) each controller of the
+/// subsystem (a dual-port drive's other port) has block devices of its
+/// own for the same namespaces (`/sys/class/nvme/nvmeY/nvmeYnZ`): they
+/// are listed too. Sorted, without duplicates.
 pub fn namespaces_of(r: &Root, bdf: &str) -> Vec<String> {
-    let dev = pci_dev(bdf);
-    let ctrls = r.list(dev.join("nvme"));
-    let mut found = std::collections::BTreeSet::new();
-    for ctrl in &ctrls {
-        for n in r.list(dev.join("nvme").join(ctrl)) {
-            match parse_ns_name(&n) {
-                Some((x, Some(_), z)) => {
-                    found.insert(format!("nvme{x}n{z}"));
-                }
-                Some((_, None, _)) => {
-                    found.insert(n);
-                }
-                None => {}
-            }
-        }
-    }
+    let ctrls = r.list(pci_dev(bdf).join("nvme"));
+    let mut found: BTreeSet<String> = own_namespaces(r, bdf).into_iter().collect();
     for subsys in r.list("/sys/class/nvme-subsystem") {
         let dir = PathBuf::from("/sys/class/nvme-subsystem").join(&subsys);
         let entries = r.list(&dir);
         if !entries.iter().any(|e| ctrls.contains(e)) {
             continue;
         }
-        found.extend(
-            entries
-                .into_iter()
-                .filter(|e| matches!(parse_ns_name(e), Some((_, None, _)))),
-        );
+        for e in entries {
+            if matches!(parse_ns_name(&e), Some((_, None, _))) {
+                found.insert(e);
+            } else if is_ctrl(&e) && !ctrls.contains(&e) {
+                namespaces_in(r, &Path::new("/sys/class/nvme").join(&e), &mut found);
+            }
+        }
     }
     found.into_iter().collect()
+}
+
+/// The namespace the guest measures: its `/dev/nvme0n1` is the
+/// controller's active namespace with the lowest NSID, so the host's
+/// namespace with the lowest `nsid` (the drive's own controller's first
+/// when a dual-port drive shows it twice; by name when sysfs has no nsid).
+pub fn measured_namespace(r: &Root, bdf: &str, namespaces: &[String]) -> Option<String> {
+    let own = own_namespaces(r, bdf);
+    namespaces
+        .iter()
+        .min_by_key(|ns| {
+            let nsid = r
+                .read_trim(format!("/sys/block/{ns}/nsid"))
+                .ok()
+                .and_then(|n| n.parse::<u32>().ok())
+                .or_else(|| parse_ns_name(ns).map(|(_, _, z)| z))
+                .unwrap_or(u32::MAX);
+            (
+                nsid,
+                !own.contains(ns),
+                parse_ns_name(ns).map(|(x, _, _)| x),
+            )
+        })
+        .cloned()
+}
+
+/// The Intel VMD controller the PCI function `bdf` sits behind, if any:
+/// its sysfs path crosses a host bridge (`pciDDDD:BB`) below another PCI
+/// function, the VMD (e.g. `.../0000:00:0e.0/pci10000:e0/...`).
+pub fn behind_vmd(r: &Root, bdf: &str) -> Option<String> {
+    let target = std::fs::read_link(r.path(pci_dev(bdf))).ok()?;
+    let comps: Vec<String> = target
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    comps.windows(2).find_map(|w| {
+        let bridge = w[1].strip_prefix("pci")?;
+        bridge.contains(':').then_some(())?;
+        crate::cli::normalize_bdf(&w[0]).map(|_| w[0].clone())
+    })
 }
 
 impl Checks {
@@ -91,11 +159,12 @@ impl Checks {
         }
         self.read_facts(&mut out.facts);
         let facts = out.facts.clone();
+        let host_use = HostUse::read(&self.root);
         let p = &mut out.problems;
         self.check_consent(&facts, p);
-        self.check_group(&facts, p);
+        self.check_group(&facts, &host_use, p);
         self.check_binding(&facts, p);
-        self.check_namespaces(&facts.namespaces, p);
+        p.extend(self.in_use(&host_use, &facts.contents));
         self.check_block_sizes(&facts, p);
     }
 
@@ -133,6 +202,16 @@ impl Checks {
             ));
             return false;
         }
+        if let Some(vmd) = behind_vmd(r, &self.bdf) {
+            p.push(problem(
+                format!(
+                    "--device {}: the drive sits behind the Intel VMD controller {vmd} (Volume Management Device), which owns its DMA and interrupts: it has no PCI function and IOMMU group of its own to pass through",
+                    self.bdf
+                ),
+                "Intel VMD / RST / 'VMD controller' in the BIOS: turn it off (set the SATA/NVMe mode to AHCI) so the drive gets its own PCI function and IOMMU group (a boot drive behind it needs its initramfs to have the nvme driver first)",
+            ));
+            return false;
+        }
         true
     }
 
@@ -155,22 +234,22 @@ impl Checks {
             f.model = f.model.take().or_else(|| r.read_trim(c.join("model")).ok());
         }
         f.namespaces = namespaces_of(r, &self.bdf);
-        // The largest value of a namespace's sysfs file, over the drive's
-        // namespaces.
-        let most = |file: &str| {
-            f.namespaces
-                .iter()
-                .filter_map(|ns| {
-                    r.read_trim(format!("/sys/block/{ns}/{file}"))
-                        .ok()?
-                        .parse::<u64>()
-                        .ok()
-                })
-                .max()
+        // The guest's /dev/nvme0n1: its size and block size.
+        f.measured_namespace = measured_namespace(r, &self.bdf, &f.namespaces);
+        let read = |file: &str| {
+            let ns = f.measured_namespace.as_ref()?;
+            r.read_trim(format!("/sys/block/{ns}/{file}"))
+                .ok()?
+                .parse::<u64>()
+                .ok()
         };
-        let (lbs, sectors) = (most("queue/logical_block_size"), most("size"));
-        f.logical_block_size = lbs;
-        f.namespace_bytes = sectors.map(|sectors| sectors * 512);
+        f.logical_block_size = read("queue/logical_block_size");
+        f.namespace_bytes = read("size").map(|sectors| sectors * 512);
+        let blkid = find_program(Path::new("blkid"), self.path_env.as_deref());
+        f.contents = block_devs(r, &f.namespaces);
+        for d in &mut f.contents {
+            probe(r, d, blkid.as_deref());
+        }
     }
 
     /// `--destroy-data` names the drive, by address or serial.
@@ -198,69 +277,6 @@ impl Checks {
                     ),
                 ));
             }
-        }
-    }
-
-    /// The drive's IOMMU group: there, and VFIO can take it.
-    fn check_group(&self, facts: &DeviceFacts, p: &mut Vec<Problem>) {
-        let r = &self.root;
-        if let Some(g) = &facts.iommu_group {
-            // VFIO takes a group when every other device in it is unbound
-            // or on a driver that leaves DMA to VFIO (vfio-pci, pci-stub,
-            // pcieport for bridges); bridges have always been let through.
-            let others: Vec<String> = r
-                .list(format!("/sys/kernel/iommu_groups/{g}/devices"))
-                .into_iter()
-                .filter(|o| o != &self.bdf)
-                .filter_map(|o| {
-                    let bridge = r
-                        .read_trim(pci_dev(&o).join("class"))
-                        .unwrap_or_default()
-                        .starts_with("0x0604");
-                    let driver = r.link_name(pci_dev(&o).join("driver"));
-                    let ok = bridge
-                        || matches!(
-                            driver.as_deref(),
-                            None | Some("vfio-pci") | Some("pci-stub") | Some("pcieport")
-                        );
-                    (!ok).then(|| format!("{o} (on {})", driver.unwrap_or_default()))
-                })
-                .collect();
-            if !others.is_empty() {
-                let bdfs: Vec<&str> = others
-                    .iter()
-                    .filter_map(|o| o.split_whitespace().next())
-                    .collect();
-                p.push(problem(
-                    format!(
-                        "IOMMU group {g} of {} also holds {}, bound to host drivers: VFIO takes a group only when its other devices are unbound or on vfio-pci or pci-stub",
-                        self.bdf,
-                        others.join(", ")
-                    ),
-                    format!(
-                        "unbind them ({}) if the host can do without them, or move the drive to a slot with its own group (or enable ACS in the firmware)",
-                        bdfs.iter()
-                            .map(|b| format!("echo {b} > /sys/bus/pci/devices/{b}/driver/unbind"))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                ));
-            }
-            if facts.driver.as_deref() == Some("vfio-pci") && !r.exists(format!("/dev/vfio/{g}")) {
-                p.push(problem(
-                    format!(
-                        "{} is on vfio-pci but its group node /dev/vfio/{g} is missing",
-                        self.bdf
-                    ),
-                    "check dmesg for vfio errors; rebind it (echo {bdf} > /sys/bus/pci/drivers/vfio-pci/unbind; echo {bdf} > /sys/bus/pci/drivers_probe) or let the tool bind it (drop --no-bind)"
-                        .replace("{bdf}", &self.bdf),
-                ));
-            }
-        } else {
-            p.push(problem(
-                format!("{} has no IOMMU group", self.bdf),
-                "enable the IOMMU (firmware: VT-d or AMD-Vi; Intel: intel_iommu=on on the kernel command line; AMD: on by default, no amd_iommu=off) and make sure it covers this slot",
-            ));
         }
     }
 
@@ -308,53 +324,6 @@ impl Checks {
                     ),
                     format!("use block sizes that are multiples of {lbs}, e.g. --bs 4k,16k,64k,128k,256k"),
                 ));
-            }
-        }
-    }
-
-    /// No namespace of the drive is mounted, swapped on or held.
-    fn check_namespaces(&self, namespaces: &[String], p: &mut Vec<Problem>) {
-        let r = &self.root;
-        let mounts = r.read_trim("/proc/mounts").unwrap_or_default();
-        let swaps = r.read_trim("/proc/swaps").unwrap_or_default();
-        for ns in namespaces {
-            let mut devs = vec![(ns.clone(), format!("/sys/block/{ns}"))];
-            devs.extend(
-                r.list(format!("/sys/block/{ns}"))
-                    .into_iter()
-                    .filter(|n| n.starts_with(ns.as_str()))
-                    .map(|part| (part.clone(), format!("/sys/block/{ns}/{part}"))),
-            );
-            for (name, sys) in devs {
-                let node = format!("/dev/{name}");
-                for line in mounts.lines() {
-                    let mut f = line.split_whitespace();
-                    if f.next() == Some(node.as_str()) {
-                        let at = f.next().unwrap_or("?");
-                        p.push(problem(
-                            format!("{node} is mounted on {at}"),
-                            format!(
-                                "umount {at} (and keep it out of /etc/fstab while benchmarking)"
-                            ),
-                        ));
-                    }
-                }
-                if swaps
-                    .lines()
-                    .any(|l| l.split_whitespace().next() == Some(node.as_str()))
-                {
-                    p.push(problem(
-                        format!("{node} is in use as swap"),
-                        format!("swapoff {node}"),
-                    ));
-                }
-                let holders = r.list(format!("{sys}/holders"));
-                if !holders.is_empty() {
-                    p.push(problem(
-                        format!("{node} is held by {}", holders.join(", ")),
-                        "stop what sits on it (LVM: vgchange -an; md: mdadm --stop; dm-crypt: cryptsetup close)",
-                    ));
-                }
             }
         }
     }

@@ -4,16 +4,32 @@ use std::os::unix::fs::PermissionsExt;
 use super::device::*;
 use super::guest_kernel::*;
 use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::sync::Arc;
 
-const BDF: &str = "0000:01:00.0";
+pub(super) const BDF: &str = "0000:01:00.0";
 
-struct Fake {
-    dir: tempfile::TempDir,
+/// An opener that says `EBUSY` for the named block devices, yes to the rest.
+#[derive(Debug, Default)]
+pub(super) struct Busy(pub Vec<&'static str>);
+
+impl ExclusiveOpen for Busy {
+    fn open_excl(&self, path: &Path) -> std::io::Result<()> {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if self.0.iter().any(|b| *b == name) {
+            return Err(std::io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        Ok(())
+    }
+}
+
+pub(super) struct Fake {
+    pub dir: tempfile::TempDir,
 }
 
 impl Fake {
     /// A host where every check passes.
-    fn healthy() -> Fake {
+    pub(super) fn healthy() -> Fake {
         let dir = tempfile::tempdir().unwrap();
         let f = Fake { dir };
         f.file("dev/kvm", "");
@@ -64,22 +80,22 @@ impl Fake {
         f.file("k/patched", "bzImage");
         f
     }
-    fn p(&self, rel: &str) -> PathBuf {
+    pub(super) fn p(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
-    fn mkdir(&self, rel: &str) {
+    pub(super) fn mkdir(&self, rel: &str) {
         std::fs::create_dir_all(self.p(rel)).unwrap();
     }
-    fn file(&self, rel: &str, body: &str) {
+    pub(super) fn file(&self, rel: &str, body: &str) {
         let p = self.p(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, body).unwrap();
     }
-    fn exe(&self, rel: &str) {
+    pub(super) fn exe(&self, rel: &str) {
         self.file(rel, "#!/bin/sh\n");
         std::fs::set_permissions(self.p(rel), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    fn rm(&self, rel: &str) {
+    pub(super) fn rm(&self, rel: &str) {
         let p = self.p(rel);
         if p.is_dir() && !p.is_symlink() {
             std::fs::remove_dir_all(p).unwrap();
@@ -87,7 +103,7 @@ impl Fake {
             std::fs::remove_file(p).unwrap();
         }
     }
-    fn checks(&self) -> Checks {
+    pub(super) fn checks(&self) -> Checks {
         Checks {
             root: Root::new(self.dir.path()),
             bdf: BDF.into(),
@@ -105,10 +121,11 @@ impl Fake {
             kvm_exits: false,
             breakdown: false,
             block_sizes: vec![("4k".into(), 4096), ("128k".into(), 128 << 10)],
+            opener: Arc::new(Busy::default()),
         }
     }
     /// The one problem the checks find; fails unless there is exactly one.
-    fn only_problem(&self, c: &Checks) -> String {
+    pub(super) fn only_problem(&self, c: &Checks) -> String {
         let out = c.run();
         assert_eq!(out.problems.len(), 1, "{:#?}", out.problems);
         out.problems[0].to_string()

@@ -9,5 +9,6 @@ pub mod exec;
 pub mod host;
 pub mod ikconfig;
 pub mod image;
+pub mod modules;
 pub mod preflight;
 pub mod sysfs;

@@ -92,7 +92,9 @@ pub fn kernel_release(image: &[u8]) -> Option<String> {
 /// kernel's `boot/` (an unpacked kernel package), else the host's
 /// `/lib/modules/RELEASE`.
 pub fn modules_dir(kernel: &Path, release: &str, over: Option<&Path>) -> Option<PathBuf> {
-    let has_dep = |d: &Path| d.join("modules.dep").is_file();
+    // A package's tree has no modules.dep (depmod runs when it is
+    // installed): its kernel/ directory will do.
+    let has_dep = |d: &Path| d.join("modules.dep").is_file() || d.join("kernel").is_dir();
     if let Some(o) = over {
         return [o.to_path_buf(), o.join(release)]
             .into_iter()
@@ -231,9 +233,13 @@ pub fn modules_for(dir: &Path, config: &str) -> Result<Vec<String>, ModulesError
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    let dep_file = dir.join("modules.dep");
-    let dep = parse_modules_dep(&std::fs::read_to_string(&dep_file).map_err(io(&dep_file))?);
     let names: Vec<&str> = wanted.iter().map(|(_, m)| *m).collect();
+    let dep_file = dir.join("modules.dep");
+    let dep = if dep_file.is_file() {
+        parse_modules_dep(&std::fs::read_to_string(&dep_file).map_err(io(&dep_file))?)
+    } else {
+        scan_depends(dir, &names)?
+    };
     load_order(&dep, &names).map_err(|module| ModulesError::Missing {
         dir: dir.display().to_string(),
         option: wanted
@@ -243,6 +249,66 @@ pub fn modules_for(dir: &Path, config: &str) -> Result<Vec<String>, ModulesError
             .to_string(),
         module,
     })
+}
+
+/// Every module file under `dir` (relative paths), by module name.
+fn module_files(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.join("kernel")];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(rel) = p.strip_prefix(dir) {
+                let rel = rel.to_string_lossy().into_owned();
+                if rel.contains(".ko") {
+                    out.insert(module_name(&rel), rel);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `depends=` list of a module's `.modinfo` (module names).
+pub fn modinfo_depends(ko: &[u8]) -> Vec<String> {
+    ko.split(|b| *b == 0)
+        .find_map(|f| f.strip_prefix(b"depends="))
+        .map(|d| {
+            String::from_utf8_lossy(d)
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| n.replace('-', "_"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What `modules.dep` would say of `wanted` and what they need, read from
+/// the modules themselves (their `depends=`) in a tree without it.
+fn scan_depends(
+    dir: &Path,
+    wanted: &[&str],
+) -> Result<BTreeMap<String, (String, Vec<String>)>, ModulesError> {
+    let files = module_files(dir);
+    let mut dep = BTreeMap::new();
+    let mut todo: Vec<String> = wanted.iter().map(|w| w.replace('-', "_")).collect();
+    while let Some(name) = todo.pop() {
+        let Some(rel) = files.get(&name) else {
+            continue;
+        };
+        if dep.contains_key(&name) {
+            continue;
+        }
+        let file = dir.join(rel);
+        let data = std::fs::read(&file).map_err(io(&file))?;
+        let needs = modinfo_depends(&decompress(&file.display().to_string(), &data)?);
+        let paths = needs.iter().filter_map(|n| files.get(n).cloned()).collect();
+        todo.extend(needs);
+        dep.insert(name, (rel.clone(), paths));
+    }
+    Ok(dep)
 }
 
 /// The guest image `base` with `layer` appended (the kernel unpacks

@@ -204,3 +204,28 @@ fn a_kernel_without_a_columns_iommu_driver_is_refused_by_column() {
         (vec![], vec![])
     );
 }
+
+#[test]
+fn a_package_without_modules_dep_is_read_from_the_modules_own_depends() {
+    let t = tempfile::tempdir().unwrap();
+    let rel = "6.12.117+deb13-amd64";
+    let mods = t.path().join("usr/lib/modules").join(rel);
+    let put = |path: &str, depends: &str| {
+        let f = mods.join(path);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        let body = format!("\x7fELF\0license=GPL\0depends={depends}\0vermagic={rel}\0");
+        std::fs::write(f, xz(body.as_bytes())).unwrap();
+    };
+    put("kernel/drivers/nvme/host/nvme.ko.xz", "nvme-core");
+    put("kernel/drivers/nvme/host/nvme-core.ko.xz", "nvme-auth");
+    put("kernel/drivers/nvme/common/nvme-auth.ko.xz", "");
+    put("kernel/drivers/iommu/virtio-iommu.ko.xz", "");
+    std::fs::create_dir_all(t.path().join("boot")).unwrap();
+    let k = t.path().join(format!("boot/vmlinuz-{rel}"));
+    std::fs::write(&k, bzimage(rel)).unwrap();
+    let dir = modules_dir(&k, rel, None).unwrap();
+    let paths = modules_for(&dir, "CONFIG_VIRTIO_IOMMU=m\nCONFIG_BLK_DEV_NVME=m\n").unwrap();
+    let names: Vec<String> = paths.iter().map(|p| module_name(p)).collect();
+    assert_eq!(names, ["virtio_iommu", "nvme_auth", "nvme_core", "nvme"]);
+    assert_eq!(modinfo_depends(b"x\0depends=a-b,c\0"), ["a_b", "c"]);
+}

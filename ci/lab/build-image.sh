@@ -201,6 +201,26 @@ cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initra
 # Guest kernels are VARIANT or VARIANT-VERSION (baseline, patched-6.12...);
 # without a version, 6.1.
 for v in $(echo "$guest_kernels" | tr ',' ' '); do
+	# Debian 13's kernel package (ci/lab/debian-kernel): its vmlinuz and
+	# config in /lab/guest/NAME/boot, and the modules the bench tool loads
+	# in /lab/guest/NAME/usr/lib/modules/RELEASE, as in the package.
+	if [ "$v" = debian-6.12 ]; then
+		droot=$("$LAB_DIR/debian-kernel" 6.12) || die "fetching Debian's 6.12 kernel package failed"
+		dk=$(ls "$droot"/boot/vmlinuz-* | head -n 1)
+		rel=${dk##*/vmlinuz-}
+		dmods=$droot/usr/lib/modules/$rel
+		[ -d "$dmods/kernel" ] || dmods=$droot/lib/modules/$rel
+		dst=$run/host-overlay/lab/guest/$v
+		mkdir -p "$dst/boot" "$dst/usr/lib/modules/$rel"
+		cp "$dk" "$droot/boot/config-$rel" "$dst/boot/"
+		# The package has no modules.dep (depmod runs on installing it): the
+		# bench tool reads each module's own depends=. These three
+		# directories hold virtio_pci, virtio_iommu, nvme and their needs.
+		for d in drivers/nvme drivers/iommu drivers/virtio; do
+			[ ! -d "$dmods/kernel/$d" ] || { mkdir -p "$dst/usr/lib/modules/$rel/kernel/$d" && cp -r "$dmods/kernel/$d/." "$dst/usr/lib/modules/$rel/kernel/$d/"; }
+		done
+		continue
+	fi
 	case "$v" in
 	*-*) variant=${v%-*} version=${v##*-} ;;
 	*) variant=$v version=6.1 ;;

@@ -37,8 +37,13 @@ bench_args() {
 		--stall-seconds "$(lab_arg stall 60)" --cell-timeout "$(lab_arg guest_timeout 600)" \
 		--retries "$(lab_arg retries 1)" --serial-report --out /tmp/bench --cache /tmp/bench-cache
 	# More versions of a variant (lab.kernels=baseline-7.3,...): by name.
+	# A distribution's kernel package: its tree (boot/, usr/lib/modules/).
 	for k in $(lab_arg kernels "" | tr ',' ' '); do
-		printf '%s\n' --kernel "$k=/lab/guest/$k.bzImage"
+		if [ -d "/lab/guest/$k/boot" ]; then
+			printf '%s\n' --kernel "$k=$(ls /lab/guest/$k/boot/vmlinuz-* | head -n 1)"
+		else
+			printf '%s\n' --kernel "$k=/lab/guest/$k.bzImage"
+		fi
 	done
 	[ "$(lab_arg kvm_exits 0)" = 1 ] && echo --kvm-exits
 	[ "$(lab_arg breakdown 0)" = 1 ] && echo --breakdown

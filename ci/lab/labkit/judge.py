@@ -197,6 +197,7 @@ def expectation_problems(doc: dict, sc: dict, specs: list[str]) -> tuple[list[st
     if sc.get("breakdown"):
         problems += breakdown_problems(doc["cells"], specs)
     problems += max_hw_problems(doc["cells"], sc.get("max_hw_kb", {}))
+    problems += iommu_problems(doc["cells"], sc.get("expect_iommu", {}))
     if sc.get("hostile"):
         problems += hostile_problems(doc["cells"], sc["hostile"])
     return problems, warnings
@@ -272,6 +273,23 @@ def breakdown_problems(cells: list[dict], specs: list[str]) -> list[str]:
         if not any(b.get("server_tid") is not None for b in got):
             why = "; ".join(w for w in c.get("warnings", []) if w.startswith("breakdown-")) or "no breakdown phase ran"
             problems.append(f"{c['column']} round {c['round'] + 1}: no breakdown with a request-serving thread ({why})")
+    return problems
+
+
+def iommu_problems(cells: list[dict], want: dict) -> list[str]:
+    """The IOMMU each guest reported at boot (/sys/class/iommu names) and
+    its NVMe's domain type, against the scenario's (unit name prefix,
+    domain type) per column: e.g. ("dmar", "DMA") behind QEMU's VT-d."""
+    problems = []
+    for t, (unit, domain) in want.items():
+        for c in (c for c in cells if c["column"] == t and c.get("boot")):
+            b = c["boot"]
+            units = [u for u in (b.get("iommus") or "").split(",") if u]
+            name = f"{t} round {c['round'] + 1}"
+            if not any(u.startswith(unit) for u in units):
+                problems.append(f"{name}: the guest's IOMMU units are {units or 'none'}, expected one named {unit}*")
+            if b.get("nvme_domain") != domain:
+                problems.append(f"{name}: the NVMe's domain is {b.get('nvme_domain')!r}, expected {domain!r}")
     return problems
 
 

@@ -8,6 +8,11 @@ from .base import LabError
 from .host import HOST_IOMMUS
 from .scenarios import SCENARIOS
 
+# Guest kernels the lab fetches as packages instead of building
+# (build-image.sh: ci/lab/debian-kernel), by the name runs give them.
+FETCHED_KERNELS = ("debian-6.12",)
+
+
 def guest_kernels_of(sc: dict, specs: list[str]) -> set[str]:
     """The lab's guest kernels (VARIANT or VARIANT-VERSION) a scenario boots
     with these runs: the runs' and its own guest_kernels; none for one that
@@ -30,6 +35,8 @@ def kernels_to_build(names: list[str]) -> list[tuple[str, str]]:
         if HOST_IOMMUS[sc.get("host_iommu", "vtd")]["kernel"] == "labhost":
             wanted.append(f"labhost-{sc.get('host_kernel', '6.12')}")
         for k in wanted:
+            if k in FETCHED_KERNELS:
+                continue
             variant, _, version = k.partition("-")
             if (version or "6.1", variant) not in out:
                 out.append((version or "6.1", variant))
@@ -64,8 +71,14 @@ def tool_specs(specs: list[str]) -> tuple[list[str], dict[str, str]]:
         if len(f) < 4:
             raise LabError(f"--runs {spec!r}: want TAG:VMM:IOMMU:KERNEL[:OPTS]")
         variant = f[3].split("-", 1)[0]
+        if f[3] in FETCHED_KERNELS:
+            # A distribution's kernel: always by name.
+            if f[3] not in named:
+                named.append(f[3])
+            out.append(spec)
+            continue
         if variant not in ("baseline", "patched"):
-            raise LabError(f"--runs {spec!r}: kernel {f[3]!r} is not baseline[-VERSION] or patched[-VERSION]")
+            raise LabError(f"--runs {spec!r}: kernel {f[3]!r} is not baseline[-VERSION], patched[-VERSION] or one of {', '.join(FETCHED_KERNELS)}")
         knob = kernel_knob(f[3])
         if names.setdefault(knob, f[3]) != f[3]:
             # A second version of the variant: by its own name.

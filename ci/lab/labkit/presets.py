@@ -28,6 +28,11 @@ STOCK = "baseline-6.12"
 # lazy-smoke, compare-6.1, guest-patches.
 SMOKE_PATCHED = "patched-6.12"
 
+# Debian 13's own 6.12 kernel (linux-image-6.12.*-amd64-unsigned from
+# trixie, fetched and unpacked by ci/lab/debian-kernel): its drivers are
+# modules, which the bench tool loads from the package's tree.
+DEBIAN_KERNEL = "debian-6.12"
+
 
 def compare_runs(version: str, lazy_opts: str = "") -> list[str]:
     """The six columns of the README's table with the guest kernels of

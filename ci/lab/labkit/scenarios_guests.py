@@ -8,7 +8,7 @@ describes the fields)."""
 
 from __future__ import annotations
 
-from .presets import (BLOCK_SIZES, DEMO_LAZY_OPTS, FQ_ONLY, FQ_POOL, LAB_7X_PARAMS, NO_POOL, NO_REUSE, POLL_US,
+from .presets import (BLOCK_SIZES, DEBIAN_KERNEL, DEMO_LAZY_OPTS, FQ_ONLY, FQ_POOL, LAB_7X_PARAMS, NO_POOL, NO_REUSE, POLL_US,
                       SMOKE_PATCHED, STOCK, compare_runs)
 
 GUEST_SCENARIOS = {
@@ -268,6 +268,29 @@ GUEST_SCENARIOS = {
         "guest_cpus": 2,
         "numjobs": "1,2",
         "timeout": 5400,
+    },
+    "vtd-smoke": {
+        "help": "stock QEMU's emulated VT-d (intel-iommu, caching mode, interrupt remapping) in front of the NVMe: the stock and the patched 6.12 guest, write+verify at 4k and 128k, a 2 s 4k read; each guest records dmar0 and a strict (DMA) domain",
+        "script": "guest-runs",
+        "runs": [
+            f"qemu-vtd+stock:qemu:vtd:{STOCK}",
+            f"qemu-vtd+patched:qemu:vtd:{SMOKE_PATCHED}",
+        ],
+        "mode": "smoke",
+        "bs": "4k,128k",
+        "timeout": 1500,
+        # VT-d with caching mode makes every guest strict (docs/distro-kernels.md).
+        "expect_iommu": {"qemu-vtd+stock": ("dmar", "DMA"), "qemu-vtd+patched": ("dmar", "DMA")},
+    },
+    "distro-smoke": {
+        "help": "Debian 13's own 6.12 kernel package (linux-image-*-amd64-unsigned, drivers as modules, loaded from its package by the guest image) as the guest behind our virtio-iommu: write+verify at 4k and 128k, a 2 s 4k read; the guest records virtio-iommu and a lazy (DMA-FQ) domain",
+        "script": "guest-runs",
+        "runs": [f"ours+debian:vmm:viommu:{DEBIAN_KERNEL}"],
+        "mode": "smoke",
+        "bs": "4k,128k",
+        "timeout": 1500,
+        "expect_iommu": {"ours+debian": ("virtio", "DMA-FQ")},
+        "expect": {"ours+debian": ["map_requests"]},
     },
     "smoke-6.12": {
         "help": "the patched 6.12 guest under both VMMs: write+verify at 4k-256k and mixed sizes (stock QEMU with its pool; ours strict and lazy with the lazy IOTLB flush)",

@@ -104,6 +104,21 @@ class KernelsTest(unittest.TestCase):
         with self.assertRaisesRegex(base.LabError, "not baseline"):
             kernels.tool_specs(["a:vmm:viommu:stock-6.12"])
 
+    def test_a_fetched_distribution_kernel_is_named_not_built(self):
+        specs, knobs_ = kernels.tool_specs(["d:vmm:viommu:debian-6.12", "v:qemu:vtd:baseline-6.12"])
+        self.assertEqual(specs, ["d:vmm:viommu:debian-6.12", "v:qemu:vtd:baseline"])
+        self.assertEqual(knobs_, {"kernel_stock": "baseline-6.12", "kernels": "debian-6.12"})
+        self.assertEqual(kernels.kernels_to_build(["distro-smoke"]), [])
+        self.assertEqual(kernels.kernels_to_build(["vtd-smoke"]), [("6.12", "baseline"), ("6.12", "patched")])
+
+    def test_the_judge_checks_the_iommu_each_guest_reported(self):
+        from labkit import judge
+        cell = lambda units, dom: {"column": "v", "round": 0, "boot": {"iommus": units, "nvme_domain": dom}}
+        self.assertEqual(judge.iommu_problems([cell("dmar0", "DMA")], {"v": ("dmar", "DMA")}), [])
+        p = judge.iommu_problems([cell("virtio0", "DMA-FQ")], {"v": ("dmar", "DMA")})
+        self.assertEqual(len(p), 2, p)
+        self.assertIn("expected one named dmar*", p[0])
+
     def test_scaling_runs_both_job_counts_in_each_guest(self):
         k = knobs.knobs_of(test_settings.SettingsTest.args(None, "run"), scenarios.SCENARIOS["scaling"])
         self.assertEqual((k["numjobs"], k["guest_cpus"], k["mode"]), ("1,2", "2", "fio"))

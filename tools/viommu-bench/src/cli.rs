@@ -44,6 +44,11 @@ pub struct Args {
     /// q73:qemu:viommu:stock-7.3`); repeat for more.
     #[arg(long = "kernel", value_name = "NAME=PATH")]
     pub kernels: Vec<String>,
+    /// The modules directory of a `--kernel*` whose drivers are modules
+    /// (`/lib/modules/RELEASE`, or its parent) [default: lib/modules/RELEASE
+    /// beside the kernel's boot/, else /lib/modules/RELEASE].
+    #[arg(long, value_name = "DIR")]
+    pub modules: Option<PathBuf>,
     /// Use this guest initramfs instead of building one (it must run the
     /// guest protocol of tools/viommu-bench/guest/init as its /init).
     #[arg(long, value_name = "PATH")]
@@ -415,6 +420,16 @@ impl Config {
     /// Whether any column runs stock QEMU.
     pub fn uses_qemu(&self) -> bool {
         self.columns.iter().any(|c| c.vmm == Vmm::Qemu)
+    }
+
+    /// The path of a column's guest kernel, if given.
+    pub fn kernel_path(&self, k: &crate::columns::Kernel) -> Option<PathBuf> {
+        use crate::columns::Kernel;
+        match k {
+            Kernel::Stock => self.args.kernel_stock.clone(),
+            Kernel::Patched => self.args.kernel_patched.clone(),
+            Kernel::Named(n) => self.kernels_named.get(n).cloned(),
+        }
     }
 
     /// Whether any column runs our VMM.

@@ -22,14 +22,32 @@ pub enum Vmm {
     Ours,
 }
 
-/// Whether the NVMe sits behind a virtio-iommu.
+/// Which vIOMMU the NVMe sits behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Iommu {
     /// Behind the VMM's virtio-iommu.
     Viommu,
+    /// Behind stock QEMU's emulated Intel VT-d (`intel-iommu`, caching
+    /// mode): the guest runs strict whatever its default.
+    Vtd,
+    /// Behind stock QEMU's emulated AMD-Vi (`amd-iommu,dma-remap=on`,
+    /// QEMU 10.2 or later): strict as well.
+    Amd,
     /// Plain passthrough: the ceiling.
     None,
+}
+
+impl Iommu {
+    /// The guest kernel option its driver needs (`y` or `m`), if any.
+    pub fn driver_option(self) -> Option<&'static str> {
+        match self {
+            Iommu::Viommu => Some("CONFIG_VIRTIO_IOMMU"),
+            Iommu::Vtd => Some("CONFIG_INTEL_IOMMU"),
+            Iommu::Amd => Some("CONFIG_AMD_IOMMU"),
+            Iommu::None => Option::None,
+        }
+    }
 }
 
 /// Which guest kernel boots.
@@ -78,7 +96,7 @@ pub struct Column {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ColumnError {
     /// Neither a built-in name nor a TAG:VMM:IOMMU:KERNEL[:OPTS] spec.
-    #[error("--columns {0:?}: unknown column; use one of {DEFAULT_COLUMNS}, or TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none, KERNEL stock|patched|a NAME given with --kernel NAME=PATH, OPTS +-separated guest params, strict, lazy, --vmm-flags)")]
+    #[error("--columns {0:?}: unknown column; use one of {DEFAULT_COLUMNS}, or TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|vtd|amd|none (vtd, amd: qemu only), KERNEL stock|patched|a NAME given with --kernel NAME=PATH, OPTS +-separated guest params, strict, lazy, --vmm-flags)")]
     Unknown(String),
     /// A field of a spec has a bad value.
     #[error("--columns {spec:?}: {field} {value:?} is not one of {allowed}")]
@@ -91,6 +109,14 @@ pub enum ColumnError {
         value: String,
         /// What it may be.
         allowed: &'static str,
+    },
+    /// Our VMM with an emulated VT-d or AMD-Vi, which it does not have.
+    #[error("--columns {spec:?}: our VMM has no emulated {iommu} (its only vIOMMU is virtio-iommu); use VMM qemu for IOMMU {iommu}, or IOMMU viommu with ours")]
+    OursWithout {
+        /// The whole spec.
+        spec: String,
+        /// vtd or amd.
+        iommu: &'static str,
     },
     /// Two columns share a tag.
     #[error("--columns: {0:?} appears twice; give each column its own tag")]
@@ -130,6 +156,10 @@ pub fn builtin(name: &str) -> Option<Column> {
         "ours+patched-strict" => col(name, Ours, Viommu, Patched, &["iommu.strict=1"]),
         "ours+patched-lazy" => col(name, Ours, Viommu, Patched, &["iommu.strict=0"]),
         "no-viommu" => col(name, Qemu, None, Stock, &[]),
+        "qemu-vtd+stock" => col(name, Qemu, Vtd, Stock, &[]),
+        "qemu-vtd+patched" => col(name, Qemu, Vtd, Patched, &[]),
+        "qemu-amd+stock" => col(name, Qemu, Amd, Stock, &[]),
+        "qemu-amd+patched" => col(name, Qemu, Amd, Patched, &[]),
         _ => return Option::None,
     })
 }
@@ -159,9 +189,17 @@ pub fn parse_column(spec: &str) -> Result<Column, ColumnError> {
     };
     let iommu = match parts[2] {
         "viommu" => Iommu::Viommu,
+        "vtd" => Iommu::Vtd,
+        "amd" => Iommu::Amd,
         "none" => Iommu::None,
-        v => return Err(bad("IOMMU", v, "viommu, none")),
+        v => return Err(bad("IOMMU", v, "viommu, vtd, amd, none")),
     };
+    if vmm == Vmm::Ours && matches!(iommu, Iommu::Vtd | Iommu::Amd) {
+        return Err(ColumnError::OursWithout {
+            spec: spec.into(),
+            iommu: if iommu == Iommu::Vtd { "vtd" } else { "amd" },
+        });
+    }
     let kernel = match parts[3] {
         "stock" | "baseline" => Kernel::Stock,
         "patched" => Kernel::Patched,
@@ -216,6 +254,9 @@ pub struct LaunchInputs {
     pub kernels_named: BTreeMap<String, PathBuf>,
     /// The guest initramfs.
     pub initramfs: PathBuf,
+    /// The initramfs of a kernel whose drivers are modules, by the
+    /// kernel's path: the guest image with those modules appended.
+    pub initramfs_for: BTreeMap<PathBuf, PathBuf>,
     /// The NVMe's PCI address.
     pub bdf: String,
     /// Guest vCPUs.
@@ -229,6 +270,14 @@ pub struct LaunchInputs {
     /// fio job again, untimed, for `count_runtime` seconds, while the
     /// host's tracefs records its VMM's threads.
     pub breakdown: bool,
+}
+
+impl LaunchInputs {
+    /// The initramfs `kernel` boots with: its own (with its modules), else
+    /// the guest image.
+    pub fn initramfs_of(&self, kernel: &Path) -> &Path {
+        self.initramfs_for.get(kernel).unwrap_or(&self.initramfs)
+    }
 }
 
 /// A ready-to-run VMM command.
@@ -351,7 +400,13 @@ fn qemu_launch(
     let mut trace = None;
     let mut qmp = None;
     let mut counting = Counting::None;
-    args.extend(["-accel", "kvm", "-M", "q35", "-cpu", "host", "-smp"].map(s));
+    // An emulated VT-d or AMD-Vi with interrupt remapping needs the
+    // IOAPIC in QEMU (kernel-irqchip=split).
+    let machine = match col.iommu {
+        Iommu::Vtd | Iommu::Amd => "q35,kernel-irqchip=split",
+        _ => "q35",
+    };
+    args.extend(["-accel", "kvm", "-M", machine, "-cpu", "host", "-smp"].map(s));
     args.push(inp.cpus.to_string());
     args.push(s("-m"));
     args.push(inp.memory_mib.to_string());
@@ -373,12 +428,17 @@ fn qemu_launch(
     );
     args.push(p(kernel));
     args.push(s("-initrd"));
-    args.push(p(&inp.initramfs));
+    args.push(p(inp.initramfs_of(kernel)));
     // An idle socket: nothing on the hot path, as our VMM's API.
     let m = run_dir.join(format!("{name}.mon"));
     args.push(s("-qmp"));
     args.push(format!("unix:{},server=on,wait=off", p(&m)));
     let monitor = Some(m);
+    // The IOMMU before the device it translates for.
+    if let Some(dev) = vendor_iommu_device(col.iommu, full_cmdline) {
+        args.push(s("-device"));
+        args.push(s(dev));
+    }
     if col.iommu == Iommu::Viommu {
         args.extend(["-device", "virtio-iommu-pci"].map(s));
         if col.counts_in_pass() && inp.count_runtime > 0 {
@@ -415,6 +475,22 @@ fn qemu_launch(
     }
 }
 
+/// Stock QEMU's emulated VT-d or AMD-Vi device for `iommu`, if it is one,
+/// with what its guest needs on `cmdline`: VT-d caching mode (without it
+/// QEMU refuses vfio-pci) and `intel_iommu=on` (kernels built without
+/// INTEL_IOMMU_DEFAULT_ON leave VT-d off without it); AMD-Vi's
+/// `dma-remap=on` (without it QEMU refuses vfio-pci; QEMU 10.2 and later).
+fn vendor_iommu_device(iommu: Iommu, cmdline: &mut String) -> Option<&'static str> {
+    match iommu {
+        Iommu::Vtd => {
+            cmdline.push_str(" intel_iommu=on");
+            Some("intel-iommu,intremap=on,caching-mode=on")
+        }
+        Iommu::Amd => Some("amd-iommu,dma-remap=on,intremap=on"),
+        _ => Option::None,
+    }
+}
+
 /// Our VMM's command for `col`, up to its `--cmdline`.
 fn ours_launch(
     col: &Column,
@@ -430,7 +506,7 @@ fn ours_launch(
     args.push(s("--kernel"));
     args.push(p(kernel));
     args.push(s("--initrd"));
-    args.push(p(&inp.initramfs));
+    args.push(p(inp.initramfs_of(kernel)));
     args.push(s("--memory"));
     args.push(format!("{}M", inp.memory_mib));
     args.push(s("--cpus"));

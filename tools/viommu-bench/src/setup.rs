@@ -10,6 +10,7 @@ pub mod exec;
 pub mod host;
 pub mod ikconfig;
 pub mod image;
+pub mod modules;
 pub mod preflight;
 pub mod procfs;
 pub mod sysfs;

@@ -3,11 +3,12 @@
 //! once the run is on, what it arms before the first VM (its directories,
 //! the KVM exit and breakdown tracing, the pinning, the drive's binding).
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cli::Config;
-use crate::columns::{Kernel, LaunchInputs};
+use crate::columns::{Iommu, Kernel, LaunchInputs};
 use crate::plan::{self, rotation_from, Cell, Phase};
 use crate::run::host_trace;
 use crate::run::kvm_exits::KvmExits;
@@ -15,6 +16,8 @@ use crate::run::results::utc_timestamp;
 use crate::setup::bind::BindGuard;
 use crate::setup::host::{self, HostInfo};
 use crate::setup::image::{self, ImageInputs};
+use crate::setup::modules;
+use crate::setup::preflight::guest_kernel::{read_kernel_config, GuestUse};
 use crate::setup::preflight::{Checks, Outcome, SysOpen};
 use crate::setup::sysfs::Root;
 
@@ -100,7 +103,15 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         }
     };
     let run_dir = std::env::temp_dir().join(format!("viommu-bench-{}", std::process::id()));
-    let inputs = launch_inputs(cfg, &pre, initramfs);
+    let initramfs_for = match module_images(cfg, &initramfs, dry) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("viommu-bench: guest modules: {e}");
+            return Err(2);
+        }
+    };
+    let mut inputs = launch_inputs(cfg, &pre, initramfs);
+    inputs.initramfs_for = initramfs_for;
     let cmdline = plan::guest_cmdline(cfg, pre.facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
     Ok(Prepared {
@@ -173,8 +184,74 @@ fn preflight(cfg: &Config) -> Outcome {
         breakdown: a.breakdown,
         block_sizes: cfg.bs.iter().map(|b| (b.label.clone(), b.bytes)).collect(),
         opener: std::sync::Arc::new(SysOpen),
+        guest: guest_use(cfg),
     }
     .run()
+}
+
+/// Each guest kernel's columns (tag, vIOMMU), and `--modules`.
+fn guest_use(cfg: &Config) -> GuestUse {
+    let mut columns: BTreeMap<PathBuf, Vec<(String, Iommu)>> = BTreeMap::new();
+    for c in &cfg.columns {
+        if let Some(k) = cfg.kernel_path(&c.kernel) {
+            columns.entry(k).or_default().push((c.tag.clone(), c.iommu));
+        }
+    }
+    GuestUse {
+        columns,
+        modules: cfg.args.modules.clone(),
+    }
+}
+
+/// The guest image with its modules appended, for each kernel whose config
+/// has the guest's drivers as modules (`=m`): by kernel path. A dry run
+/// names the modules and writes nothing.
+fn module_images(
+    cfg: &Config,
+    base: &Path,
+    dry: bool,
+) -> Result<BTreeMap<PathBuf, PathBuf>, String> {
+    let cache = cfg.args.cache.clone().unwrap_or_else(image::default_cache);
+    let mut out = BTreeMap::new();
+    for k in guest_use(cfg).columns.keys() {
+        let Ok((config, _)) = read_kernel_config(k) else {
+            continue;
+        };
+        if modules::wanted_modules(&config).is_empty() {
+            continue;
+        }
+        let release = std::fs::read(k)
+            .ok()
+            .and_then(|b| modules::kernel_release(&b))
+            .ok_or_else(|| {
+                format!(
+                    "{}: no kernel release in its setup header; is it a bzImage?",
+                    k.display()
+                )
+            })?;
+        let dir = modules::modules_dir(k, &release, cfg.args.modules.as_deref()).ok_or_else(|| {
+            format!(
+                "{}: its drivers are modules and no modules directory for release {release} was found; pass --modules DIR",
+                k.display()
+            )
+        })?;
+        let paths = modules::modules_for(&dir, &config).map_err(|e| e.to_string())?;
+        let names: Vec<String> = paths.iter().map(|p| modules::module_name(p)).collect();
+        tracing::info!(
+            "{}: loads {} from {}",
+            k.display(),
+            names.join(", "),
+            dir.display()
+        );
+        if dry {
+            continue;
+        }
+        let layer = modules::modules_layer(&dir, &paths).map_err(|e| e.to_string())?;
+        let img =
+            modules::image_with_layer(base, &layer, &cache, dry).map_err(|e| e.to_string())?;
+        out.insert(k.clone(), img);
+    }
+    Ok(out)
 }
 
 /// `--out`, else a directory named by the start time.
@@ -228,6 +305,7 @@ fn launch_inputs(cfg: &Config, pre: &Outcome, initramfs: PathBuf) -> LaunchInput
             .unwrap_or_else(|| "<--kernel-patched>".into()),
         kernels_named: cfg.kernels_named.clone(),
         initramfs,
+        initramfs_for: BTreeMap::new(),
         bdf: cfg.bdf.clone(),
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,

@@ -8,6 +8,7 @@ fn inputs() -> LaunchInputs {
         kernel_patched: "/k/patched".into(),
         kernels_named: [("stock-7.3".to_string(), PathBuf::from("/k/7.3"))].into(),
         initramfs: "/c/initramfs.cpio".into(),
+        initramfs_for: BTreeMap::new(),
         bdf: "0000:01:00.0".into(),
         cpus: 2,
         memory_mib: 1024,
@@ -198,4 +199,77 @@ fn our_command_matches_the_lab() {
     );
     assert_eq!(plain.counting, Counting::None);
     assert!(!plain.display().contains("lab.count="));
+}
+
+#[test]
+fn stock_qemu_puts_its_emulated_iommu_before_the_drive() {
+    let c = parse_column("vtd:qemu:vtd:stock").unwrap();
+    assert_eq!(c.iommu, Iommu::Vtd);
+    let l = launch(&c, &inputs(), "c", Path::new("/run"), "x");
+    let at = |x: &str| l.args.iter().position(|a| a == x);
+    let iommu = at("intel-iommu,intremap=on,caching-mode=on").unwrap();
+    assert!(iommu < at("vfio-pci,host=0000:01:00.0").unwrap());
+    assert!(at("q35,kernel-irqchip=split").is_some());
+    assert!(at("virtio-iommu-pci").is_none());
+    assert!(l.args.last().unwrap().ends_with(" intel_iommu=on"));
+    assert_eq!(l.counting, Counting::None);
+
+    let a = launch(
+        &builtin("qemu-amd+stock").unwrap(),
+        &inputs(),
+        "c",
+        Path::new("/run"),
+        "x",
+    );
+    assert!(a
+        .args
+        .iter()
+        .any(|x| x == "amd-iommu,dma-remap=on,intremap=on"));
+    assert!(a.args.iter().any(|x| x == "q35,kernel-irqchip=split"));
+    // The plain columns keep their machine.
+    let q = launch(
+        &builtin("qemu+stock").unwrap(),
+        &inputs(),
+        "c",
+        Path::new("/run"),
+        "x",
+    );
+    assert!(q.args.iter().any(|x| x == "q35") && !q.args.last().unwrap().contains("intel_iommu"));
+}
+
+#[test]
+fn our_vmm_with_an_emulated_iommu_is_refused_in_one_line() {
+    for (spec, iommu) in [("v:ours:vtd:stock", "vtd"), ("a:vmm:amd:patched", "amd")] {
+        let e = parse_column(spec).unwrap_err();
+        assert_eq!(
+            e,
+            ColumnError::OursWithout {
+                spec: spec.into(),
+                iommu
+            }
+        );
+        let line = e.to_string();
+        assert!(
+            line.contains(spec) && line.contains("virtio-iommu") && !line.contains('\n'),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn a_kernel_with_its_modules_boots_its_own_initramfs() {
+    let mut inp = inputs();
+    inp.initramfs_for
+        .insert("/k/7.3".into(), "/c/initramfs-mods.cpio".into());
+    let c = parse_column("q73:qemu:vtd:stock-7.3").unwrap();
+    let l = launch(&c, &inp, "c", Path::new("/run"), "x");
+    assert!(l.args.iter().any(|a| a == "/c/initramfs-mods.cpio"));
+    let o = launch(
+        &builtin("ours+stock").unwrap(),
+        &inp,
+        "c",
+        Path::new("/run"),
+        "x",
+    );
+    assert!(o.args.iter().any(|a| a == "/c/initramfs.cpio"));
 }

@@ -29,6 +29,15 @@ pub struct BootInfo {
     /// outside every domain's aperture.
     #[serde(default)]
     pub iova_bits: u32,
+    /// The guest's IOMMU units (/sys/class/iommu, `,`-joined): `dmar*`
+    /// VT-d, `ivhd*` AMD-Vi, a virtio device's name for virtio-iommu
+    /// (absent: not reported; empty: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iommus: Option<String>,
+    /// The NVMe's IOMMU group type: `DMA` (strict), `DMA-FQ` (lazy),
+    /// `identity` (absent: not reported; empty: no group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvme_domain: Option<String>,
     /// The guest's clocksource (absent: not reported).
     #[serde(default)]
     pub clocksource: Option<String>,

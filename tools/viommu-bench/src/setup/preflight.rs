@@ -8,6 +8,7 @@ mod in_use;
 mod iommu;
 mod privileges;
 mod programs;
+mod qemu_iommu;
 mod tracefs;
 
 use std::ffi::OsString;
@@ -119,6 +120,8 @@ pub struct Checks {
     pub build_image: bool,
     /// Guest kernels (flag, path) the columns boot.
     pub kernels: Vec<(&'static str, PathBuf)>,
+    /// What the guest kernels are booted for, and `--modules`.
+    pub guest: guest_kernel::GuestUse,
     /// Guest RAM in bytes (VFIO pins it).
     pub guest_memory: u64,
     /// PATH to search programs in.
@@ -184,6 +187,7 @@ impl Checks {
         }
         self.check_programs(&mut out);
         self.check_kernels(&mut out.problems);
+        self.check_qemu_iommu(&mut out.problems);
         out
     }
 }

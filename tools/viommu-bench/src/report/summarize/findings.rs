@@ -12,11 +12,49 @@ pub(super) fn findings(columns: &[Column], cells: &[CellResult]) -> Vec<String> 
     let mut findings = Vec::new();
     for col in columns {
         let mine: Vec<&CellResult> = cells.iter().filter(|c| c.column == col.tag).collect();
+        findings.extend(guest_iommu(col, &mine));
         findings.extend(bar0_and_counting(col, &mine));
         findings.extend(untimed_hangs(col, &mine));
         findings.extend(traced_and_retried(col, &mine));
     }
     findings
+}
+
+/// Which IOMMU the column's guests drove and how their NVMe's domain
+/// unmapped, from their boot records (`dmar0: DMA (strict) in 3 of 3
+/// VM(s)`), one line per column; nothing when no guest reported it.
+pub(crate) fn guest_iommu(col: &Column, mine: &[&CellResult]) -> Option<String> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for b in mine.iter().filter_map(|c| c.boot.as_ref()) {
+        let (Some(units), Some(domain)) = (&b.iommus, &b.nvme_domain) else {
+            continue;
+        };
+        let mode = match domain.as_str() {
+            "DMA" => "DMA (strict)",
+            "DMA-FQ" => "DMA-FQ (lazy)",
+            "identity" => "identity (no translation)",
+            "" => "no IOMMU group",
+            d => d,
+        };
+        let units = if units.is_empty() { "no IOMMU" } else { units };
+        let what = format!("{units}: {mode}");
+        match seen.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((what, 1)),
+        }
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = seen
+        .iter()
+        .map(|(w, n)| format!("{w} in {n} of {} VM(s)", mine.len()))
+        .collect();
+    Some(format!(
+        "{}: the guest's IOMMU and its NVMe's domain: {}",
+        col.tag,
+        parts.join("; ")
+    ))
 }
 
 /// An unreserved host BAR0, and counts not taken.

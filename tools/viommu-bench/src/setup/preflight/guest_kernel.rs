@@ -1,8 +1,10 @@
 //! The guest kernels: the options they must build in, read from their
 //! embedded config or a config file that goes with them.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{problem, Checks, Problem};
+use crate::columns::Iommu;
 
 /// What a guest kernel must have built in (`=y`): the guest image loads
 /// no modules, so a distribution kernel with these as modules boots and
@@ -37,6 +39,16 @@ pub const GUEST_KERNEL_OPTIONS: &[&str] = &[
     "CONFIG_FUTEX",
 ];
 
+/// What the guest kernels are booted for: by kernel path, its columns'
+/// tags and vIOMMUs; and `--modules DIR`.
+#[derive(Debug, Clone, Default)]
+pub struct GuestUse {
+    /// Each kernel's columns (tag, IOMMU).
+    pub columns: BTreeMap<PathBuf, Vec<(String, Iommu)>>,
+    /// `--modules DIR`: where modular kernels' modules are.
+    pub modules: Option<PathBuf>,
+}
+
 /// The kernel config that goes with the bzImage `kernel`, if one is found:
 /// `.config` beside it (guest-patches' cache), `config-VER` beside a
 /// `vmlinuz-VER` (a distribution's /boot), or the tree's `.config` for
@@ -66,8 +78,70 @@ pub fn missing_guest_options(config: &str) -> Vec<String> {
         .collect()
 }
 
+/// A guest kernel's config and where it came from: its embedded config
+/// (it cannot be stale), else a config file that goes with it; `Err`
+/// says why neither was read.
+pub fn read_kernel_config(k: &Path) -> Result<(String, String), String> {
+    let found = match crate::setup::ikconfig::read_embedded_config(k) {
+        Ok(Some(text)) => return Ok((text, "its embedded config (CONFIG_IKCONFIG)".into())),
+        found => found,
+    };
+    let cfg = kernel_config(k);
+    if let Some((cfg, text)) = cfg.and_then(|c| std::fs::read_to_string(&c).ok().map(|t| (c, t))) {
+        return Ok((text, format!("its config {}", cfg.display())));
+    }
+    Err(match found {
+        Err(e) => format!("its embedded config cannot be read ({e})"),
+        _ => "it has no embedded config (CONFIG_IKCONFIG)".into(),
+    })
+}
+
+/// Whether `config` has `option` as `value` (`y`, `m`).
+fn has(config: &str, option: &str, value: &str) -> bool {
+    let want = format!("{option}={value}");
+    config.lines().any(|l| l.trim() == want)
+}
+
+/// What a kernel with `config`, booted by `columns` (tag, IOMMU), lacks:
+/// one line per column whose vIOMMU driver it has neither `y` nor `m`
+/// (`(option, column)`), and the other options it does not build in
+/// (`=m` allowed for [`crate::setup::modules::MODULE_OPTIONS`] when
+/// `modules` says its modules directory was found). With no columns
+/// known, every option is needed (as behind a virtio-iommu).
+pub fn kernel_gaps(
+    config: &str,
+    columns: &[(String, Iommu)],
+    modules: bool,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let viommu = columns.is_empty() || columns.iter().any(|(_, i)| *i == Iommu::Viommu);
+    let mut drivers = Vec::new();
+    for (tag, iommu) in columns {
+        if let Some(o) = iommu.driver_option() {
+            if !has(config, o, "y") && !has(config, o, "m") {
+                drivers.push((o.to_string(), tag.clone()));
+            }
+        }
+    }
+    let may_be_module = |o: &str| {
+        modules
+            && crate::setup::modules::MODULE_OPTIONS
+                .iter()
+                .any(|(m, _)| *m == o)
+    };
+    let others = GUEST_KERNEL_OPTIONS
+        .iter()
+        .filter(|o| viommu || !matches!(**o, "CONFIG_VIRTIO_IOMMU" | "CONFIG_ACPI_VIOT"))
+        .filter(|o| !drivers.iter().any(|(d, _)| d == *o))
+        .filter(|o| !(has(config, o, "y") || (may_be_module(o) && has(config, o, "m"))))
+        .map(|o| format!("{o}{}", if has(config, o, "m") { " (=m)" } else { "" }))
+        .collect();
+    (drivers, others)
+}
+
 impl Checks {
-    /// Every `--kernel*` file is there and builds in what the guest needs.
+    /// Every `--kernel*` file is there and builds in what the guest needs:
+    /// the vIOMMU driver of each column that boots it (`y` or `m`), and
+    /// the rest built in, or as modules its modules directory holds.
     pub(super) fn check_kernels(&self, p: &mut Vec<Problem>) {
         for (flag, k) in &self.kernels {
             if !k.is_file() {
@@ -80,46 +154,59 @@ impl Checks {
             if *flag == "--initramfs" {
                 continue;
             }
-            // The kernel's own embedded config first (it cannot be stale),
-            // then a config file that goes with it.
-            let (text, source) = match crate::setup::ikconfig::read_embedded_config(k) {
-                Ok(Some(text)) => (text, "its embedded config (CONFIG_IKCONFIG)".to_string()),
-                found => {
-                    let cfg = kernel_config(k);
-                    let text = cfg.as_ref().and_then(|c| std::fs::read_to_string(c).ok());
-                    match (found, cfg, text) {
-                        (_, Some(cfg), Some(text)) => {
-                            (text, format!("its config {}", cfg.display()))
-                        }
-                        (found, _, _) => {
-                            let why = match found {
-                                Err(e) => format!("its embedded config cannot be read ({e})"),
-                                _ => "it has no embedded config (CONFIG_IKCONFIG)".into(),
-                            };
-                            tracing::warn!(
-                                "{flag} {}: {why} and no config file goes with it (.config beside it, config-VER beside vmlinuz-VER, a tree's .config): its built-in options ({}) are checked only when the first guest boots",
-                                k.display(),
-                                GUEST_KERNEL_OPTIONS.join(", ")
-                            );
-                            continue;
-                        }
-                    }
+            let (text, source) = match read_kernel_config(k) {
+                Ok(found) => found,
+                Err(why) => {
+                    tracing::warn!(
+                        "{flag} {}: {why} and no config file goes with it (.config beside it, config-VER beside vmlinuz-VER, a tree's .config): its built-in options ({}) are checked only when the first guest boots",
+                        k.display(),
+                        GUEST_KERNEL_OPTIONS.join(", ")
+                    );
+                    continue;
                 }
             };
-            let missing = missing_guest_options(&text);
-            if missing.is_empty() {
-                tracing::info!(
-                    "{flag} {}: {source} builds in every option the guest needs",
-                    k.display()
-                );
-            } else {
+            let release = std::fs::read(k)
+                .ok()
+                .and_then(|b| crate::setup::modules::kernel_release(&b));
+            let mods = release.as_deref().and_then(|r| {
+                crate::setup::modules::modules_dir(k, r, self.guest.modules.as_deref())
+            });
+            let columns = self.guest.columns.get(k).cloned().unwrap_or_default();
+            let (drivers, missing) = kernel_gaps(&text, &columns, mods.is_some());
+            for (option, tag) in drivers {
                 p.push(problem(
                     format!(
-                        "{flag} {}: {source} does not build in {}; the guest image loads no modules, so the guest would never see the NVMe",
-                        k.display(),
-                        missing.join(", ")
+                        "{flag} {}: {source} has no {option} (neither y nor m), the vIOMMU driver column {tag} needs",
+                        k.display()
                     ),
-                    "use a kernel with them =y: guest-patches/linux-6.12/build.sh baseline|patched builds one (guest-patches/config-fragment lists what it needs)",
+                    format!("use a kernel with {option}=y or =m for column {tag}, or drop that column"),
+                ));
+            }
+            if missing.is_empty() {
+                tracing::info!(
+                    "{flag} {}: {source} has every option the guest needs{}",
+                    k.display(),
+                    mods.map(|d| format!(" (modules from {})", d.display()))
+                        .unwrap_or_default()
+                );
+            } else {
+                let modular = missing.iter().any(|m| m.ends_with("(=m)"));
+                p.push(problem(
+                    format!(
+                        "{flag} {}: {source} does not build in {}{}",
+                        k.display(),
+                        missing.join(", "),
+                        if modular {
+                            format!("; no modules directory for its release {} was found to load them from (lib/modules/RELEASE beside its boot/, /lib/modules/RELEASE)", release.as_deref().unwrap_or("(unknown)"))
+                        } else {
+                            "; the guest would never see the NVMe".into()
+                        }
+                    ),
+                    if modular {
+                        "pass its modules directory with --modules DIR, or use a kernel with them =y (guest-patches/linux-6.12/build.sh baseline|patched builds one)"
+                    } else {
+                        "use a kernel with them =y: guest-patches/linux-6.12/build.sh baseline|patched builds one (guest-patches/config-fragment lists what it needs)"
+                    },
                 ));
             }
         }

@@ -122,6 +122,7 @@ impl Fake {
             breakdown: false,
             block_sizes: vec![("4k".into(), 4096), ("128k".into(), 128 << 10)],
             opener: Arc::new(Busy::default()),
+            guest: Default::default(),
         }
     }
     /// The one problem the checks find; fails unless there is exactly one.
@@ -244,7 +245,7 @@ fn a_guest_kernel_with_modules_is_refused_by_its_config() {
     assert!(
         line.contains("--kernel-stock")
             && line.contains("does not build in CONFIG_VIRTIO_IOMMU, CONFIG_BLK_DEV_NVME (=m)")
-            && line.contains("loads no modules"),
+            && line.contains("pass its modules directory with --modules DIR"),
         "{line}"
     );
     // guest-patches' cache keeps .config beside the bzImage; a tree has

@@ -17,10 +17,20 @@ use crate::report::text::render_text;
 use crate::run::results::{utc_timestamp, CellResult, CellStatus};
 use crate::setup::sysfs::Root;
 
+use super::partial;
 use super::prepare::out_dir;
 
+/// The tool's name, version and git revision, for results.json.
+pub fn tool_name() -> String {
+    format!(
+        "viommu-bench {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("VIOMMU_BENCH_GIT_REVISION")
+    )
+}
+
 /// The run's settings, for results.json.
-fn settings(
+pub fn settings(
     cfg: &Config,
     facts: &crate::setup::preflight::DeviceFacts,
 ) -> std::collections::BTreeMap<String, String> {
@@ -85,7 +95,7 @@ pub fn conclude(
     let mut summary = summarize(&cfg.columns, &phases, &cells, cfg.baseline, a.rounds);
     summary.lead = a.lead.clone();
     let doc = Results {
-        tool: format!("viommu-bench {}", env!("CARGO_PKG_VERSION")),
+        tool: tool_name(),
         command: std::env::args().collect(),
         started: utc_timestamp(started),
         host_kernel: Root::new(&a.root)
@@ -154,17 +164,30 @@ fn hand_over(out: &Path, created: Option<&Path>, uid: u32, gid: u32) {
 /// files'.
 pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let mut cells: Vec<CellResult> = Vec::new();
-    for file in files {
-        let parsed = std::fs::read_to_string(file)
+    let mut partial = false;
+    for given in files {
+        let file = partial::resolve(given);
+        let parsed = std::fs::read_to_string(&file)
             .map_err(|e| e.to_string())
             .and_then(|t| parse_cells(&t));
-        let mut more = match parsed {
+        let (mut more, header) = match parsed {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("viommu-bench: --report-from {}: {e}", file.display());
                 return 2;
             }
         };
+        if let Some(h) = header {
+            partial = true;
+            println!(
+                "PARTIAL: {} holds the {} cell(s) that finished of the {} its run planned ({}, started {}): the run did not end; the table shows those",
+                file.display(),
+                more.len(),
+                h.viommu_bench_partial.cells_planned,
+                h.viommu_bench_partial.tool,
+                h.viommu_bench_partial.started
+            );
+        }
         let first = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
         for c in &mut more {
             c.round += first;
@@ -179,7 +202,7 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let out = out_dir(cfg, now);
     let created = crate::setup::host::first_missing(&out);
     let expected = cfg.columns.len() * cfg.args.rounds as usize;
-    conclude(
+    let code = conclude(
         cfg,
         &out,
         (Default::default(), Default::default()),
@@ -187,19 +210,27 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
         expected,
         now,
         elapsed,
-        false,
+        partial,
         created,
-    )
+    );
+    // A partial run's report is drawn, not interrupted itself.
+    if code == 130 {
+        1
+    } else {
+        code
+    }
 }
 
-/// The cells in a results.json or in cell lines.
-fn parse_cells(text: &str) -> Result<Vec<CellResult>, String> {
+/// The cells in a results.json or in cell lines, and a partial file's
+/// header when the lines are one.
+fn parse_cells(text: &str) -> Result<(Vec<CellResult>, Option<partial::Header>), String> {
     if let Ok(doc) = serde_json::from_str::<Results>(text) {
-        return Ok(doc.cells);
+        return Ok((doc.cells, None));
     }
     // Marked lines among other output (a console), else one cell a line.
     let marked = text.contains("@@LAB-CELL@@");
     let mut cells: Vec<CellResult> = Vec::new();
+    let mut header = None;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         let json = match line.split_once("@@LAB-CELL@@") {
@@ -210,12 +241,20 @@ fn parse_cells(text: &str) -> Result<Vec<CellResult>, String> {
         if json.is_empty() {
             continue;
         }
-        let c: CellResult =
-            serde_json::from_str(json).map_err(|e| format!("line {}: not a cell: {e}", i + 1))?;
+        if let Some(h) = partial::header_of(json) {
+            header = Some(h);
+            continue;
+        }
+        let c: CellResult = match serde_json::from_str(json) {
+            Ok(c) => c,
+            // A partial file's last line may be cut by the kill.
+            Err(_) if header.is_some() && i + 1 == text.lines().count() => break,
+            Err(e) => return Err(format!("line {}: not a cell: {e}", i + 1)),
+        };
         cells.retain(|x| (x.column.as_str(), x.round) != (c.column.as_str(), c.round));
         cells.push(c);
     }
-    Ok(cells)
+    Ok((cells, header))
 }
 
 /// results.json, table.md and chart.png in `out`.

@@ -12,10 +12,10 @@ use crate::plan::{self, rotation_from, Cell, Phase};
 use crate::run::host_trace;
 use crate::run::kvm_exits::KvmExits;
 use crate::run::results::utc_timestamp;
-use crate::setup::bind::BindGuard;
+use crate::setup::bind::{self, BindGuard};
 use crate::setup::host::{self, HostInfo};
 use crate::setup::image::{self, ImageInputs};
-use crate::setup::preflight::{Checks, Outcome};
+use crate::setup::preflight::{Checks, Outcome, Problem};
 use crate::setup::sysfs::Root;
 
 /// What the preparation found and decided, for the rest of the run.
@@ -59,7 +59,14 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let pre = preflight(cfg);
+    let mut pre = preflight(cfg);
+    if !cfg.args.no_bind {
+        // A drive a killed run left on vfio-pci is named, not taken.
+        let driver = pre.facts.driver.as_deref();
+        if let Some((what, fix)) = bind::left_on_vfio(&root, &cfg.bdf, driver) {
+            pre.problems.push(Problem { what, fix });
+        }
+    }
     for p in &pre.problems {
         eprintln!("viommu-bench: {p}");
     }
@@ -303,7 +310,7 @@ pub fn arm(cfg: &Config, p: &Prepared) -> Result<Armed, u8> {
     let mut guard = None;
     if !a.no_bind {
         match BindGuard::bind(&p.root, &cfg.bdf, p.pre.facts.driver.as_deref()) {
-            Ok(g) => guard = Some(g),
+            Ok(g) => guard = Some(g.with_timeout(Duration::from_secs(a.restore_timeout))),
             Err(e) => {
                 eprintln!("viommu-bench: {e}");
                 return Err(1);

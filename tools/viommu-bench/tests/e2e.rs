@@ -4,7 +4,7 @@
 //! writes trace lines while its events are on. Checks the exit code, the
 //! table on stdout and the three files in --out.
 
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::{symlink, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -835,4 +835,66 @@ fn after_a_kill_a_rerun_names_the_drive_and_restore_gives_it_back() {
     let link = std::fs::read_link(root.join(format!("sys/bus/pci/devices/{BDF}/driver"))).unwrap();
     assert!(link.ends_with("nvme"), "{}", link.display());
     assert!(!root.join(format!("run/viommu-bench/{BDF}.json")).exists());
+}
+
+/// A VMM stuck in the kernel keeps the drive: the unbind from vfio-pci
+/// blocks (here a FIFO nobody reads). results.json is written before the
+/// drive is given back, and the give-back stops waiting, naming the
+/// holder and `--restore`.
+#[test]
+fn a_stuck_unbind_does_not_keep_the_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    qmp_broker(&d.join("qmp"));
+    // The drive on nvme, with a namespace; the tool as root.
+    let dev = root.join(format!("sys/bus/pci/devices/{BDF}"));
+    std::fs::remove_file(dev.join("driver")).unwrap();
+    std::fs::create_dir_all(root.join("sys/bus/pci/drivers/nvme")).unwrap();
+    symlink("../../../../bus/pci/drivers/nvme", dev.join("driver")).unwrap();
+    std::fs::create_dir_all(dev.join("nvme/nvme0/nvme0n1")).unwrap();
+    file(&root, "sys/block/nvme0n1/queue/logical_block_size", "512\n");
+    file(&root, "proc/self/status", "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n");
+    // A stuck VMM holds the group.
+    file(&root, "proc/4242/comm", "vmm\n");
+    std::fs::create_dir_all(root.join("proc/4242/fd")).unwrap();
+    symlink("/dev/vfio/3", root.join("proc/4242/fd/9")).unwrap();
+    let fifo = root.join("sys/bus/pci/drivers/vfio-pci/unbind");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // The kernel's bind: nvme's unbind and a probe with the override set.
+    let k = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let dev = root.join(format!("sys/bus/pci/devices/{BDF}"));
+            for _ in 0..1000 {
+                let over = std::fs::read_to_string(dev.join("driver_override")).unwrap_or_default();
+                if root.join("sys/bus/pci/drivers_probe").exists() && over.trim() == "vfio-pci" {
+                    std::fs::remove_file(dev.join("driver")).unwrap();
+                    symlink("../../../../bus/pci/drivers/vfio-pci", dev.join("driver")).unwrap();
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let o = bench_run(d, &root, &qemu, 1)
+        .args(["--restore-timeout", "1"])
+        .output()
+        .unwrap();
+    k.join().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(d.join("out/results.json").is_file(), "{stderr}");
+    assert!(
+        stderr.contains("the unbind from vfio-pci did not return within 1 s: vmm (pid 4242)")
+            && stderr.contains(&format!("`viommu-bench --restore {BDF}`")),
+        "{stderr}"
+    );
+    assert!(root.join(format!("run/viommu-bench/{BDF}.json")).is_file());
+    let _ = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo);
 }

@@ -148,7 +148,7 @@ async fn run(mut cfg: Config) -> u8 {
     let code = conclude::conclude(
         &cfg,
         &p.out,
-        (p.pre.facts, p.host),
+        (p.pre.facts, p.host, p.provenance),
         ran.results,
         p.cells.len(),
         p.started,

@@ -10,4 +10,5 @@ pub mod host;
 pub mod ikconfig;
 pub mod image;
 pub mod preflight;
+pub mod provenance;
 pub mod sysfs;

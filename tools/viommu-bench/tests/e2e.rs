@@ -222,6 +222,12 @@ fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     );
     file(&root, "proc/mounts", "");
     file(&root, "proc/sys/kernel/osrelease", "6.1.0-fake\n");
+    file(&root, "proc/cmdline", "intel_iommu=on fake\n");
+    file(
+        &root,
+        "sys/kernel/mm/transparent_hugepage/enabled",
+        "always [madvise] never\n",
+    );
     file(
         &root,
         "proc/cpuinfo",
@@ -346,6 +352,12 @@ fn a_whole_run_on_a_fake_host() {
     );
     assert_eq!(doc.cells.len(), 6);
     assert_eq!(doc.host_kernel, "6.1.0-fake");
+    assert_eq!(
+        doc.provenance.kernel_cmdline.as_deref(),
+        Some("intel_iommu=on fake")
+    );
+    assert_eq!(doc.provenance.thp_enabled.as_deref(), Some("madvise"));
+    assert!(stdout.contains("cmdline: intel_iommu=on fake"), "{stdout}");
     // The default preconditioning (the drive's size is unknown on vfio-pci:
     // the 4 GiB span, capped by the guest).
     assert_eq!(doc.settings["precondition"], "span");
@@ -414,6 +426,7 @@ fn a_whole_run_on_a_fake_host() {
         .all(|w| w[0].place.as_ref().unwrap().boot == w[1].place.as_ref().unwrap().boot));
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     assert!(table.contains("| 4k | 1 | qemu+stock |"), "{table}");
+    assert!(table.contains("THP madvise/? (enabled/defrag)"), "{table}");
     assert!(
         table.contains("| >=2.00 untimed | >=2.00 untimed |")
             && table
@@ -678,7 +691,9 @@ fn bench_run(d: &Path, root: &Path, qemu: &Path, rounds: u32) -> Command {
 fn wait_for_cells(d: &Path, n: usize) {
     let f = d.join("out/results.partial.jsonl");
     for _ in 0..1200 {
-        let lines = std::fs::read_to_string(&f).map(|t| t.lines().count()).unwrap_or(0);
+        let lines = std::fs::read_to_string(&f)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
         if lines > n {
             return;
         }
@@ -720,7 +735,14 @@ fn a_run_killed_mid_way_leaves_a_partial_file_report_from_reads() {
     assert_eq!(status.code(), None, "killed, not ended");
     assert!(!d.join("out/results.json").exists());
     let r = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
-        .args(["--device", BDF, "--columns", "qemu+stock,no-viommu", "--bs", "4k"])
+        .args([
+            "--device",
+            BDF,
+            "--columns",
+            "qemu+stock,no-viommu",
+            "--bs",
+            "4k",
+        ])
         .args(["--rounds", "8", "--report-from"])
         .arg(d.join("out"))
         .arg("--out")
@@ -735,12 +757,25 @@ fn a_run_killed_mid_way_leaves_a_partial_file_report_from_reads() {
             && stdout.contains("PARTIAL: "),
         "{stdout}"
     );
-    assert!(stdout.lines().any(|l| l.starts_with("qemu+stock") || l.starts_with("no-viommu")), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("qemu+stock") || l.starts_with("no-viommu")),
+        "{stdout}"
+    );
     let doc: Results =
         serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
             .unwrap();
-    assert!(doc.cells.len() >= 2 && doc.interrupted, "{}", doc.cells.len());
-    assert!(doc.tool.starts_with("viommu-bench ") && doc.tool.ends_with(')'), "{}", doc.tool);
+    assert!(
+        doc.cells.len() >= 2 && doc.interrupted,
+        "{}",
+        doc.cells.len()
+    );
+    assert!(
+        doc.tool.starts_with("viommu-bench ") && doc.tool.ends_with(')'),
+        "{}",
+        doc.tool
+    );
 }
 
 /// SIGHUP (an SSH session gone) stops the run as SIGTERM does, with its
@@ -772,7 +807,10 @@ fn sighup_with_the_terminal_gone_stops_the_run_cleanly() {
             .unwrap();
     assert!(doc.interrupted && !doc.cells.is_empty());
     let log = std::fs::read_to_string(d.join("out/hangup.log")).unwrap();
-    assert!(log.contains("wrote ") && log.contains("results.json"), "{log}");
+    assert!(
+        log.contains("wrote ") && log.contains("results.json"),
+        "{log}"
+    );
 }
 
 /// The kernel's part for a drive bound by hand: an unbind from vfio-pci
@@ -811,14 +849,17 @@ fn after_a_kill_a_rerun_names_the_drive_and_restore_gives_it_back() {
     file(
         &root,
         &format!("run/viommu-bench/{BDF}.json"),
-        &format!(r#"{{"bdf":"{BDF}","original_driver":"nvme","driver_override":null,"bound_at_unix":1700000000,"pid":999999}}"#),
+        &format!(
+            r#"{{"bdf":"{BDF}","original_driver":"nvme","driver_override":null,"bound_at_unix":1700000000,"pid":999999}}"#
+        ),
     );
     let o = bench_run(d, &root, &qemu, 1).output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains(&format!("{BDF} is still on vfio-pci, left there by viommu-bench (pid 999999"))
-            && stderr.contains(&format!("`viommu-bench --restore {BDF}`")),
+        stderr.contains(&format!(
+            "{BDF} is still on vfio-pci, left there by viommu-bench (pid 999999"
+        )) && stderr.contains(&format!("`viommu-bench --restore {BDF}`")),
         "{stderr}"
     );
     let k = fake_kernel(&root);
@@ -829,9 +870,20 @@ fn after_a_kill_a_rerun_names_the_drive_and_restore_gives_it_back() {
         .unwrap();
     k.join().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(stdout.contains(&format!("{BDF} is back on nvme")), "{stdout}");
-    assert!(stdout.contains("/sys/bus/pci/drivers/vfio-pci/unbind"), "{stdout}");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("{BDF} is back on nvme")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("/sys/bus/pci/drivers/vfio-pci/unbind"),
+        "{stdout}"
+    );
     let link = std::fs::read_link(root.join(format!("sys/bus/pci/devices/{BDF}/driver"))).unwrap();
     assert!(link.ends_with("nvme"), "{}", link.display());
     assert!(!root.join(format!("run/viommu-bench/{BDF}.json")).exists());
@@ -854,7 +906,11 @@ fn a_stuck_unbind_does_not_keep_the_results() {
     symlink("../../../../bus/pci/drivers/nvme", dev.join("driver")).unwrap();
     std::fs::create_dir_all(dev.join("nvme/nvme0/nvme0n1")).unwrap();
     file(&root, "sys/block/nvme0n1/queue/logical_block_size", "512\n");
-    file(&root, "proc/self/status", "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n");
+    file(
+        &root,
+        "proc/self/status",
+        "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n",
+    );
     // A stuck VMM holds the group.
     file(&root, "proc/4242/comm", "vmm\n");
     std::fs::create_dir_all(root.join("proc/4242/fd")).unwrap();

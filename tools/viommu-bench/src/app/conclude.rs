@@ -15,6 +15,7 @@ use crate::report::markdown::render_markdown;
 use crate::report::summarize::summarize;
 use crate::report::text::render_text;
 use crate::run::results::{utc_timestamp, CellResult, CellStatus};
+use crate::setup::provenance::Provenance;
 use crate::setup::sysfs::Root;
 
 use super::partial;
@@ -79,9 +80,10 @@ pub fn settings(
 pub fn conclude(
     cfg: &Config,
     out: &Path,
-    (facts, host): (
+    (facts, host, provenance): (
         crate::setup::preflight::DeviceFacts,
         crate::setup::host::HostInfo,
+        Provenance,
     ),
     cells: Vec<CellResult>,
     expected: usize,
@@ -102,6 +104,7 @@ pub fn conclude(
             .read_trim("/proc/sys/kernel/osrelease")
             .unwrap_or_default(),
         host,
+        provenance,
         device: cfg.bdf.clone(),
         settings: settings(cfg, &facts),
         device_facts: facts,
@@ -133,6 +136,9 @@ pub fn conclude(
     };
     if let Some((uid, gid)) = crate::setup::host::sudo_user() {
         hand_over(out, created.as_deref(), uid, gid);
+    }
+    for l in doc.provenance.header_lines() {
+        println!("{l}");
     }
     print!("{}", render_text(&doc.summary));
     code
@@ -205,7 +211,7 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let code = conclude(
         cfg,
         &out,
-        (Default::default(), Default::default()),
+        (Default::default(), Default::default(), Default::default()),
         cells,
         expected,
         now,
@@ -274,6 +280,16 @@ fn write_outputs(doc: &Results, out: &Path) -> Result<(), String> {
         if doc.interrupted { ", INTERRUPTED" } else { "" }
     );
     let mut md = render_markdown(&doc.summary, &title);
+    // The provenance, under the title.
+    if let Some(end) = md.find('\n') {
+        let lines: String = doc
+            .provenance
+            .header_lines()
+            .iter()
+            .map(|l| format!("\n{l}\n"))
+            .collect();
+        md.insert_str(end + 1, &lines);
+    }
     md += &format!(
         "\nCommand: `{}` ({:.0} s).\n",
         doc.command.join(" "),

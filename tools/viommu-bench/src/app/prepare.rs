@@ -16,6 +16,7 @@ use crate::setup::bind::{self, BindGuard};
 use crate::setup::host::{self, HostInfo};
 use crate::setup::image::{self, ImageInputs};
 use crate::setup::preflight::{Checks, Outcome, Problem};
+use crate::setup::provenance::Provenance;
 use crate::setup::sysfs::Root;
 
 /// What the preparation found and decided, for the rest of the run.
@@ -48,6 +49,8 @@ pub struct Prepared {
     pub total: Duration,
     /// Whether stock QEMU's vIOMMU VMs run again to count.
     pub counting: bool,
+    /// The code's revisions, the host's tuning, the drive's link.
+    pub provenance: Provenance,
 }
 
 /// Checks the host and settles the run's inputs; nothing on the host
@@ -110,7 +113,14 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
     let inputs = launch_inputs(cfg, &pre, initramfs);
     let cmdline = plan::guest_cmdline(cfg, pre.facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
+    let provenance = Provenance::gather(
+        &root,
+        &cfg.bdf,
+        cfg.uses_ours().then_some(inputs.vmm.as_path()),
+        pre.facts.namespaces.first().map(String::as_str),
+    );
     Ok(Prepared {
+        provenance,
         phases: plan::phases(cfg),
         estimate: plan::estimate_cell(cfg),
         total: plan::estimate_cells(cfg, &cells),

@@ -13,7 +13,11 @@ pub fn main(args: &Args, bdf: &str) -> u8 {
         eprintln!("viommu-bench: --restore {bdf:?}: not a PCI address; give DDDD:BB:DD.F, e.g. 0000:01:00.0 (lspci -D -d ::0108)");
         return 2;
     };
-    match bind::restore_left(&Root::new(&args.root), &bdf, Duration::from_secs(args.restore_timeout)) {
+    match bind::restore_left(
+        &Root::new(&args.root),
+        &bdf,
+        Duration::from_secs(args.restore_timeout),
+    ) {
         Ok(lines) => {
             for l in lines {
                 println!("viommu-bench --restore: {l}");

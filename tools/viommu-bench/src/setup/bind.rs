@@ -257,7 +257,12 @@ impl BindGuard {
             self.bdf,
             self.original.as_deref().unwrap_or("no driver")
         );
-        give_back(&self.root, &self.bdf, self.original.as_deref(), self.timeout)?;
+        give_back(
+            &self.root,
+            &self.bdf,
+            self.original.as_deref(),
+            self.timeout,
+        )?;
         State::remove(&self.root, &self.bdf);
         Ok(())
     }
@@ -298,7 +303,10 @@ fn holders_phrase(h: &[(u32, String)]) -> String {
     if h.is_empty() {
         return "no process holds its VFIO group open any more (the kernel may still be releasing it; dmesg says)".into();
     }
-    let list: Vec<String> = h.iter().map(|(pid, comm)| format!("{comm} (pid {pid})")).collect();
+    let list: Vec<String> = h
+        .iter()
+        .map(|(pid, comm)| format!("{comm} (pid {pid})"))
+        .collect();
     format!(
         "{} still hold(s) its VFIO device open (stuck in the kernel if SIGKILL did not end it: cat /proc/PID/stack)",
         list.join(", ")
@@ -314,8 +322,7 @@ fn give_back_now(root: &Root, bdf: &str, original: Option<&str>) -> Result<(), R
     // drivers_probe may pick another driver; bind the original directly.
     if let Some(d) = original {
         let bind = [w(format!("/sys/bus/pci/drivers/{d}/bind"), bdf)];
-        if apply(root, &bind, false).is_ok() && wait_for_driver(root, bdf, original, WAIT).is_ok()
-        {
+        if apply(root, &bind, false).is_ok() && wait_for_driver(root, bdf, original, WAIT).is_ok() {
             return Ok(());
         }
     }

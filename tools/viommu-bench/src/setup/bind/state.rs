@@ -106,11 +106,15 @@ pub fn holders(root: &Root, bdf: &str) -> Vec<(u32, String)> {
             continue;
         };
         let fds = root.path(format!("/proc/{pid}/fd"));
-        let holds = std::fs::read_dir(&fds).into_iter().flatten().flatten().any(|e| {
-            std::fs::read_link(e.path()).is_ok_and(|t| {
-                Some(&t) == group_node.as_ref() || t.starts_with("/dev/vfio/devices")
-            })
-        });
+        let holds = std::fs::read_dir(&fds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|t| {
+                    Some(&t) == group_node.as_ref() || t.starts_with("/dev/vfio/devices")
+                })
+            });
         if holds {
             let comm = root
                 .read_trim(format!("/proc/{pid}/comm"))
@@ -164,7 +168,11 @@ pub fn restore_left(root: &Root, bdf: &str, timeout: Duration) -> Result<Vec<Str
                 s.pid
             ));
         }
-        said.push(format!("state file {}: bound by {}", State::path(bdf).display(), s.describe()));
+        said.push(format!(
+            "state file {}: bound by {}",
+            State::path(bdf).display(),
+            s.describe()
+        ));
     } else {
         said.push(format!(
             "no state file for {bdf} in {STATE_DIR}: giving it to {DEFAULT_DRIVER}"

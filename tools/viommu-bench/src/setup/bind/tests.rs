@@ -176,7 +176,11 @@ fn a_killed_run_is_named_on_rerun_and_given_back_by_restore() {
     let k = fake_kernel(&root);
     let said = restore_left(&root, "0000:01:00.0", Duration::from_secs(5)).unwrap();
     k.join().unwrap();
-    assert_eq!(root.link_name("/sys/bus/pci/devices/0000:01:00.0/driver").as_deref(), Some("nvme"));
+    assert_eq!(
+        root.link_name("/sys/bus/pci/devices/0000:01:00.0/driver")
+            .as_deref(),
+        Some("nvme")
+    );
     assert!(said.last().unwrap().contains("back on nvme"), "{said:?}");
     assert!(!root.exists(State::path("0000:01:00.0")));
     assert_eq!(left_on_vfio(&root, "0000:01:00.0", Some("nvme")), None);
@@ -187,12 +191,19 @@ fn a_drive_on_vfio_pci_without_a_state_file_goes_to_nvme() {
     let (_d, root) = fake();
     set_driver(&root, "vfio-pci");
     let (what, _) = left_on_vfio(&root, "0000:01:00.0", Some("vfio-pci")).unwrap();
-    assert!(what.contains("no state file in /run/viommu-bench"), "{what}");
+    assert!(
+        what.contains("no state file in /run/viommu-bench"),
+        "{what}"
+    );
     let k = fake_kernel(&root);
     let said = restore_left(&root, "0000:01:00.0", Duration::from_secs(5)).unwrap();
     k.join().unwrap();
     assert!(said[0].contains("no state file"), "{said:?}");
-    assert_eq!(root.link_name("/sys/bus/pci/devices/0000:01:00.0/driver").as_deref(), Some("nvme"));
+    assert_eq!(
+        root.link_name("/sys/bus/pci/devices/0000:01:00.0/driver")
+            .as_deref(),
+        Some("nvme")
+    );
 }
 
 #[test]
@@ -214,17 +225,38 @@ fn a_stuck_unbind_times_out_naming_who_holds_the_device() {
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     set_driver(&root, "vfio-pci");
-    State::new(&root, "0000:01:00.0", Some("nvme")).save(&root).unwrap();
+    State::new(&root, "0000:01:00.0", Some("nvme"))
+        .save(&root)
+        .unwrap();
     let start = Instant::now();
-    let e = give_back(&root, "0000:01:00.0", Some("nvme"), Duration::from_millis(300)).unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    let e = give_back(
+        &root,
+        "0000:01:00.0",
+        Some("nvme"),
+        Duration::from_millis(300),
+    )
+    .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
     let msg = e.to_string();
-    assert!(msg.contains("vmm (pid 4242) still hold(s) its VFIO device open"), "{msg}");
-    assert!(msg.contains("`viommu-bench --restore 0000:01:00.0`"), "{msg}");
+    assert!(
+        msg.contains("vmm (pid 4242) still hold(s) its VFIO device open"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("`viommu-bench --restore 0000:01:00.0`"),
+        "{msg}"
+    );
     // The state file stays for --restore.
     assert!(root.exists(State::path("0000:01:00.0")));
     // Let the blocked writers go.
     for _ in 0..2 {
-        let _ = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo);
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
     }
 }

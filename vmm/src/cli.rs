@@ -28,7 +28,7 @@ pub const MIN_MEMORY: u64 = 64 << 20;
 
 /// A KVM VMM whose virtio-iommu batches guest DMA map/unmap requests.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("VMM_GIT_REVISION"), ")"), about)]
 pub struct Cli {
     /// Linux bzImage to boot directly (64-bit boot protocol).
     #[arg(long, value_name = "PATH")]

@@ -4,8 +4,11 @@
 mod announce;
 mod cells;
 mod conclude;
+mod partial;
 mod prepare;
+mod restore;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -26,7 +29,11 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("viommu_bench=info")),
         )
         .init();
-    let cfg = match Args::parse().validate() {
+    let args = Args::parse();
+    if let Some(bdf) = &args.restore {
+        return ExitCode::from(restore::main(&args, bdf));
+    }
+    let cfg = match args.validate() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("viommu-bench: {e}");
@@ -46,38 +53,64 @@ pub fn main() -> ExitCode {
     ExitCode::from(rt.block_on(run(cfg)))
 }
 
-/// Ctrl-C and SIGTERM flip the returned flag; the run then stops its VM,
-/// restores the drive and writes what it has.
-fn watch_signals() -> watch::Receiver<bool> {
+/// Ctrl-C, SIGTERM and SIGHUP flip the returned flag; the run then stops
+/// its VM, writes what it has and restores the drive. After SIGHUP (the
+/// terminal or the SSH session is gone) stdout and stderr go to
+/// `hangup_log`, so the cleanup's messages are kept and no write to a
+/// dead terminal fails.
+fn watch_signals(hangup_log: PathBuf) -> watch::Receiver<bool> {
+    use tokio::signal::unix::{signal, SignalKind};
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let term_recv = async {
-            match term.as_mut() {
-                Some(t) => {
-                    t.recv().await;
+        let recv = |kind: SignalKind| {
+            let mut s = signal(kind).ok();
+            async move {
+                match s.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
                 }
-                None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term_recv => {}
+        let hup = tokio::select! {
+            _ = tokio::signal::ctrl_c() => false,
+            _ = recv(SignalKind::terminate()) => false,
+            _ = recv(SignalKind::hangup()) => true,
+        };
+        if hup {
+            redirect_output(&hangup_log);
         }
-        eprintln!("[viommu-bench] signal received: stopping the VM, restoring the drive, writing partial results");
+        eprintln!("[viommu-bench] signal received: stopping the VM, writing partial results, restoring the drive");
         let _ = tx.send(true);
     });
     rx
 }
 
+/// Points stdout and stderr at `log` (appended), else at /dev/null.
+fn redirect_output(log: &Path) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .or_else(|_| std::fs::OpenOptions::new().write(true).open("/dev/null"));
+    if let Ok(f) = file {
+        // SAFETY: dup2 onto the process's own stdout and stderr; `f`
+        // stays open until both are duplicated.
+        unsafe {
+            libc::dup2(f.as_raw_fd(), 1);
+            libc::dup2(f.as_raw_fd(), 2);
+        }
+    }
+}
+
 /// The run: prepare, say what will happen, arm the host, run the cells,
-/// give the drive back, report; the exit status.
+/// report, give the drive back; the exit status.
 async fn run(mut cfg: Config) -> u8 {
     if !cfg.args.report_from.is_empty() {
         return conclude::report_only(&cfg, &cfg.args.report_from);
     }
-    let cancel = watch_signals();
     // 1. Prerequisites, before anything changes.
     let p = match prepare::prepare(&mut cfg) {
         Ok(p) => p,
@@ -89,30 +122,61 @@ async fn run(mut cfg: Config) -> u8 {
         return announce::dry_run(&cfg, &p, &what);
     }
     eprintln!("{what}");
+    let cancel = watch_signals(p.out.join("hangup.log"));
     // 3. Directories, tracing, pinning; bind (restored when `guard`
     //    drops, whatever happens below).
     let mut armed = match prepare::arm(&cfg, &p) {
         Ok(a) => a,
         Err(code) => return code,
     };
-    // 4. Every cell.
+    let mut partial = match partial::PartialFile::create(&p.out, &partial_header(&cfg, &p)) {
+        Ok(f) => {
+            tracing::info!("each cell is appended to {} as it ends", f.path().display());
+            Some(f)
+        }
+        Err(e) => {
+            tracing::warn!("{e}: no partial results file; a run cut short leaves no results");
+            None
+        }
+    };
+    // 4. Every cell, each appended to the partial file as it ends.
     let t0 = Instant::now();
-    let ran = cells::run_cells(&cfg, &p, &armed, cancel).await;
+    let ran = cells::run_cells(&cfg, &p, &armed, cancel, &mut partial).await;
     let _ = std::fs::remove_dir_all(&p.run_dir);
-    // 5. Give the drive back before writing anything else.
-    if let Some(mut g) = armed.guard.take() {
-        g.restore();
-    }
-    // 6. Report.
-    conclude::conclude(
+    // 5. Report first: giving the drive back can block on a VMM stuck in
+    //    the kernel, and the results must not wait for it.
+    let code = conclude::conclude(
         &cfg,
         &p.out,
-        (p.pre.facts, p.host),
+        (p.pre.facts, p.host, p.provenance),
         ran.results,
         p.cells.len(),
         p.started,
         t0.elapsed().as_secs_f64(),
         ran.interrupted,
-        armed.created,
-    )
+        armed.created.clone(),
+    );
+    // 6. Give the drive back, bounded.
+    if let Some(mut g) = armed.guard.take() {
+        if let Err(e) = g.restore() {
+            eprintln!("viommu-bench: {e}");
+            return if code == 0 { 1 } else { code };
+        }
+    }
+    code
+}
+
+/// The partial file's first line: this run's settings.
+fn partial_header(cfg: &Config, p: &prepare::Prepared) -> partial::Header {
+    partial::Header {
+        viommu_bench_partial: partial::RunInfo {
+            tool: conclude::tool_name(),
+            command: std::env::args().collect(),
+            started: crate::run::results::utc_timestamp(p.started),
+            device: cfg.bdf.clone(),
+            columns: cfg.columns.iter().map(|c| c.tag.clone()).collect(),
+            cells_planned: p.cells.len(),
+            settings: conclude::settings(cfg, &p.pre.facts),
+        },
+    }
 }

@@ -21,8 +21,23 @@ use crate::columns::{Column, ColumnError, Iommu, Vmm, DEFAULT_COLUMNS};
 pub struct Args {
     /// PCI address of the NVMe drive to pass through, e.g. 0000:01:00.0
     /// (`lspci -D -d ::0108` lists NVMe drives).
-    #[arg(long, value_name = "BDF")]
+    #[arg(
+        long,
+        value_name = "BDF",
+        default_value = "",
+        hide_default_value = true,
+        required_unless_present = "restore"
+    )]
     pub device: String,
+    /// Give back a drive a killed run left on vfio-pci (from the state
+    /// file in /run/viommu-bench, else to nvme: unbind from vfio-pci,
+    /// clear driver_override, reprobe), say what was done, and exit.
+    #[arg(long, value_name = "BDF")]
+    pub restore: Option<String>,
+    /// Seconds to wait for the drive's unbind from vfio-pci when giving it
+    /// back (a process still holding the device blocks it).
+    #[arg(long, value_name = "S", default_value_t = 60, hide = true)]
+    pub restore_timeout: u64,
     /// Consent: the same BDF again, or the drive's serial number
     /// (/sys/bus/pci/devices/BDF/nvme/nvme*/serial). Its data is destroyed.
     #[arg(long, value_name = "BDF|SERIAL")]
@@ -210,7 +225,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub report_from: Vec<PathBuf>,
     /// Pin every VMM (and its threads) to the CPUs of the drive's NUMA node
-    /// (every online CPU when the drive reports none), the same for every
+    /// (when the drive reports none: a hybrid Intel's P cores, else every
+    /// online CPU), the same for every
     /// column; recorded in results.json (`host.pinned_cpus`).
     #[arg(long)]
     pub pin: bool,

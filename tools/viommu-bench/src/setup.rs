@@ -13,4 +13,5 @@ pub mod image;
 pub mod modules;
 pub mod preflight;
 pub mod procfs;
+pub mod provenance;
 pub mod sysfs;

@@ -4,7 +4,7 @@
 //! writes trace lines while its events are on. Checks the exit code, the
 //! table on stdout and the three files in --out.
 
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::{symlink, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -222,6 +222,12 @@ fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     );
     file(&root, "proc/mounts", "");
     file(&root, "proc/sys/kernel/osrelease", "6.1.0-fake\n");
+    file(&root, "proc/cmdline", "intel_iommu=on fake\n");
+    file(
+        &root,
+        "sys/kernel/mm/transparent_hugepage/enabled",
+        "always [madvise] never\n",
+    );
     file(
         &root,
         "proc/cpuinfo",
@@ -346,6 +352,12 @@ fn a_whole_run_on_a_fake_host() {
     );
     assert_eq!(doc.cells.len(), 6);
     assert_eq!(doc.host_kernel, "6.1.0-fake");
+    assert_eq!(
+        doc.provenance.kernel_cmdline.as_deref(),
+        Some("intel_iommu=on fake")
+    );
+    assert_eq!(doc.provenance.thp_enabled.as_deref(), Some("madvise"));
+    assert!(stdout.contains("cmdline: intel_iommu=on fake"), "{stdout}");
     // The default preconditioning (the drive's size is unknown on vfio-pci:
     // the 4 GiB span, capped by the guest).
     assert_eq!(doc.settings["precondition"], "span");
@@ -414,6 +426,7 @@ fn a_whole_run_on_a_fake_host() {
         .all(|w| w[0].place.as_ref().unwrap().boot == w[1].place.as_ref().unwrap().boot));
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     assert!(table.contains("| 4k | 1 | qemu+stock |"), "{table}");
+    assert!(table.contains("THP madvise/? (enabled/defrag)"), "{table}");
     assert!(
         table.contains("| >=2.00 untimed | >=2.00 untimed |")
             && table
@@ -655,4 +668,291 @@ fn a_qemu_that_writes_no_trace_is_reported() {
     );
     let table = std::fs::read_to_string(d.join("out/table.md")).unwrap();
     assert!(table.contains("| no trace | no trace |"), "{table}");
+}
+
+/// The tool's command for a run of `rounds` rounds of two columns on the
+/// fake host in `d`, results in `d/out`.
+fn bench_run(d: &Path, root: &Path, qemu: &Path, rounds: u32) -> Command {
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_viommu-bench"));
+    c.env("FAKE_QMP_DIR", d.join("qmp"))
+        .args(["--device", BDF, "--destroy-data", BDF, "--root"])
+        .arg(root)
+        .arg("--qemu")
+        .arg(qemu)
+        .args(["--kernel-stock", &p("stock.bzImage"), "--kernel-patched"])
+        .args([&p("patched.bzImage"), "--initramfs", &p("initramfs.cpio")])
+        .args(["--columns", "qemu+stock,no-viommu", "--bs", "4k"])
+        .args(["--rounds", &rounds.to_string(), "--out", &p("out")]);
+    c
+}
+
+/// Waits until `d/out/results.partial.jsonl` holds its header and `n` cells.
+fn wait_for_cells(d: &Path, n: usize) {
+    let f = d.join("out/results.partial.jsonl");
+    for _ in 0..1200 {
+        let lines = std::fs::read_to_string(&f)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if lines > n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{} never held {n} cells", f.display());
+}
+
+/// Waits for `child` at most a minute.
+fn wait_bounded(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..1200 {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("the tool did not end within a minute");
+}
+
+/// A SIGKILL mid-run leaves results.partial.jsonl, synced cell by cell,
+/// which `--report-from` (given the directory) draws a table from,
+/// saying it is partial.
+#[test]
+fn a_run_killed_mid_way_leaves_a_partial_file_report_from_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    qmp_broker(&d.join("qmp"));
+    let mut child = bench_run(d, &root, &qemu, 8)
+        .arg("--no-bind")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_cells(d, 2);
+    child.kill().unwrap();
+    let status = wait_bounded(&mut child);
+    assert_eq!(status.code(), None, "killed, not ended");
+    assert!(!d.join("out/results.json").exists());
+    let r = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .args([
+            "--device",
+            BDF,
+            "--columns",
+            "qemu+stock,no-viommu",
+            "--bs",
+            "4k",
+        ])
+        .args(["--rounds", "8", "--report-from"])
+        .arg(d.join("out"))
+        .arg("--out")
+        .arg(d.join("report"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("cell(s) that finished of the 16 its run planned")
+            && stdout.contains("PARTIAL: "),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("qemu+stock") || l.starts_with("no-viommu")),
+        "{stdout}"
+    );
+    let doc: Results =
+        serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
+            .unwrap();
+    assert!(
+        doc.cells.len() >= 2 && doc.interrupted,
+        "{}",
+        doc.cells.len()
+    );
+    assert!(
+        doc.tool.starts_with("viommu-bench ") && doc.tool.ends_with(')'),
+        "{}",
+        doc.tool
+    );
+}
+
+/// SIGHUP (an SSH session gone) stops the run as SIGTERM does, with its
+/// terminal gone: stdout and stderr closed, the tool still writes its
+/// results, and its last words go to hangup.log.
+#[test]
+fn sighup_with_the_terminal_gone_stops_the_run_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    qmp_broker(&d.join("qmp"));
+    let mut child = bench_run(d, &root, &qemu, 8)
+        .arg("--no-bind")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_cells(d, 1);
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // The terminal is gone: nobody reads what it writes.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = wait_bounded(&mut child);
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    let doc: Results =
+        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
+            .unwrap();
+    assert!(doc.interrupted && !doc.cells.is_empty());
+    let log = std::fs::read_to_string(d.join("out/hangup.log")).unwrap();
+    assert!(
+        log.contains("wrote ") && log.contains("results.json"),
+        "{log}"
+    );
+}
+
+/// The kernel's part for a drive bound by hand: an unbind from vfio-pci
+/// leaves it driverless, a probe with no override gives it to nvme.
+fn fake_kernel(root: &Path) -> std::thread::JoinHandle<()> {
+    let root = root.to_path_buf();
+    std::thread::spawn(move || {
+        let dev = root.join(format!("sys/bus/pci/devices/{BDF}"));
+        let unbind = root.join("sys/bus/pci/drivers/vfio-pci/unbind");
+        let probe = root.join("sys/bus/pci/drivers_probe");
+        for _ in 0..1000 {
+            if unbind.exists() {
+                let _ = std::fs::remove_file(&unbind);
+                let _ = std::fs::remove_file(dev.join("driver"));
+            }
+            let over = std::fs::read_to_string(dev.join("driver_override")).unwrap_or_default();
+            if probe.exists() && over.trim().is_empty() {
+                std::fs::create_dir_all(root.join("sys/bus/pci/drivers/nvme")).unwrap();
+                symlink("../../../../bus/pci/drivers/nvme", dev.join("driver")).unwrap();
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    })
+}
+
+/// After a SIGKILL the drive stays on vfio-pci with the state file: a
+/// rerun names it and offers `--restore` instead of taking it, and
+/// `--restore` gives it back to the driver the state file names.
+#[test]
+fn after_a_kill_a_rerun_names_the_drive_and_restore_gives_it_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    // What a run killed after binding leaves (pid 999999 runs no more).
+    file(
+        &root,
+        &format!("run/viommu-bench/{BDF}.json"),
+        &format!(
+            r#"{{"bdf":"{BDF}","original_driver":"nvme","driver_override":null,"bound_at_unix":1700000000,"pid":999999}}"#
+        ),
+    );
+    let o = bench_run(d, &root, &qemu, 1).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{BDF} is still on vfio-pci, left there by viommu-bench (pid 999999"
+        )) && stderr.contains(&format!("`viommu-bench --restore {BDF}`")),
+        "{stderr}"
+    );
+    let k = fake_kernel(&root);
+    let o = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
+        .args(["--restore", BDF, "--root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    k.join().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("{BDF} is back on nvme")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("/sys/bus/pci/drivers/vfio-pci/unbind"),
+        "{stdout}"
+    );
+    let link = std::fs::read_link(root.join(format!("sys/bus/pci/devices/{BDF}/driver"))).unwrap();
+    assert!(link.ends_with("nvme"), "{}", link.display());
+    assert!(!root.join(format!("run/viommu-bench/{BDF}.json")).exists());
+}
+
+/// A VMM stuck in the kernel keeps the drive: the unbind from vfio-pci
+/// blocks (here a FIFO nobody reads). results.json is written before the
+/// drive is given back, and the give-back stops waiting, naming the
+/// holder and `--restore`.
+#[test]
+fn a_stuck_unbind_does_not_keep_the_results() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let (root, qemu) = fake_host(d);
+    qmp_broker(&d.join("qmp"));
+    // The drive on nvme, with a namespace; the tool as root.
+    let dev = root.join(format!("sys/bus/pci/devices/{BDF}"));
+    std::fs::remove_file(dev.join("driver")).unwrap();
+    std::fs::create_dir_all(root.join("sys/bus/pci/drivers/nvme")).unwrap();
+    symlink("../../../../bus/pci/drivers/nvme", dev.join("driver")).unwrap();
+    std::fs::create_dir_all(dev.join("nvme/nvme0/nvme0n1")).unwrap();
+    file(&root, "sys/block/nvme0n1/queue/logical_block_size", "512\n");
+    // The namespace's node, for the exclusive open of the in-use check.
+    file(&root, "dev/nvme0n1", "");
+    file(
+        &root,
+        "proc/self/status",
+        "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n",
+    );
+    // A stuck VMM holds the group.
+    file(&root, "proc/4242/comm", "vmm\n");
+    std::fs::create_dir_all(root.join("proc/4242/fd")).unwrap();
+    symlink("/dev/vfio/3", root.join("proc/4242/fd/9")).unwrap();
+    let fifo = root.join("sys/bus/pci/drivers/vfio-pci/unbind");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // The kernel's bind: nvme's unbind and a probe with the override set.
+    let k = {
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let dev = root.join(format!("sys/bus/pci/devices/{BDF}"));
+            for _ in 0..1000 {
+                let over = std::fs::read_to_string(dev.join("driver_override")).unwrap_or_default();
+                if root.join("sys/bus/pci/drivers_probe").exists() && over.trim() == "vfio-pci" {
+                    std::fs::remove_file(dev.join("driver")).unwrap();
+                    symlink("../../../../bus/pci/drivers/vfio-pci", dev.join("driver")).unwrap();
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        })
+    };
+    let o = bench_run(d, &root, &qemu, 1)
+        .args(["--restore-timeout", "1"])
+        .output()
+        .unwrap();
+    k.join().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(d.join("out/results.json").is_file(), "{stderr}");
+    assert!(
+        stderr.contains("the unbind from vfio-pci did not return within 1 s: vmm (pid 4242)")
+            && stderr.contains(&format!("`viommu-bench --restore {BDF}`")),
+        "{stderr}"
+    );
+    assert!(root.join(format!("run/viommu-bench/{BDF}.json")).is_file());
+    let _ = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo);
 }

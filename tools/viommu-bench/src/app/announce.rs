@@ -72,7 +72,7 @@ fn pinning(p: &Prepared) -> String {
         Some(list) => match p.host.numa_node.filter(|n| *n >= 0) {
             Some(n) => format!("; every VMM pinned to CPUs {list} (NUMA node {n} of the drive)"),
             None => format!(
-                "; every VMM pinned to CPUs {list} (the drive reports no NUMA node: every online CPU)"
+                "; every VMM pinned to CPUs {list} (the drive reports no NUMA node: the P cores of a hybrid CPU, else every online CPU)"
             ),
         },
         None => String::new(),

@@ -15,13 +15,14 @@ use crate::run::faults::{apply_bar0, name_unretried_fault, retry_reason};
 use crate::run::results::{CellResult, CellStatus, Place};
 use crate::run::runner::{run_cell, CellCtx, Progress, RunError};
 
+use super::partial::PartialFile;
 use super::prepare::{Armed, Prepared};
 
 /// What the cell loop produced.
 pub struct Ran {
     /// The cells that ended, well or not.
     pub results: Vec<CellResult>,
-    /// Whether Ctrl-C or SIGTERM stopped the run.
+    /// Whether Ctrl-C, SIGTERM or SIGHUP stopped the run.
     pub interrupted: bool,
 }
 
@@ -32,6 +33,7 @@ pub async fn run_cells(
     p: &Prepared,
     armed: &Armed,
     cancel: watch::Receiver<bool>,
+    partial: &mut Option<PartialFile>,
 ) -> Ran {
     let a = &cfg.args;
     let mut progress = Progress::new(
@@ -85,6 +87,12 @@ pub async fn run_cells(
                     serial_cell(&r);
                 }
                 log_end(col, cell, &r);
+                if let Some(f) = partial.as_mut() {
+                    if let Err(e) = f.append(&r) {
+                        warn!("{e}; the partial results stop here (results.json is still written at the end)");
+                        *partial = None;
+                    }
+                }
                 results.push(r);
             }
             Err(RunError::Interrupted) => interrupted = true,

@@ -15,12 +15,23 @@ use crate::report::markdown::render_markdown;
 use crate::report::summarize::summarize;
 use crate::report::text::render_text;
 use crate::run::results::{utc_timestamp, CellResult, CellStatus};
+use crate::setup::provenance::Provenance;
 use crate::setup::sysfs::Root;
 
+use super::partial;
 use super::prepare::out_dir;
 
+/// The tool's name, version and git revision, for results.json.
+pub fn tool_name() -> String {
+    format!(
+        "viommu-bench {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("VIOMMU_BENCH_GIT_REVISION")
+    )
+}
+
 /// The run's settings, for results.json.
-fn settings(
+pub fn settings(
     cfg: &Config,
     facts: &crate::setup::preflight::DeviceFacts,
 ) -> std::collections::BTreeMap<String, String> {
@@ -69,9 +80,10 @@ fn settings(
 pub fn conclude(
     cfg: &Config,
     out: &Path,
-    (facts, host): (
+    (facts, host, provenance): (
         crate::setup::preflight::DeviceFacts,
         crate::setup::host::HostInfo,
+        Provenance,
     ),
     cells: Vec<CellResult>,
     expected: usize,
@@ -85,13 +97,14 @@ pub fn conclude(
     let mut summary = summarize(&cfg.columns, &phases, &cells, cfg.baseline, a.rounds);
     summary.lead = a.lead.clone();
     let doc = Results {
-        tool: format!("viommu-bench {}", env!("CARGO_PKG_VERSION")),
+        tool: tool_name(),
         command: std::env::args().collect(),
         started: utc_timestamp(started),
         host_kernel: Root::new(&a.root)
             .read_trim("/proc/sys/kernel/osrelease")
             .unwrap_or_default(),
         host,
+        provenance,
         device: cfg.bdf.clone(),
         settings: settings(cfg, &facts),
         device_facts: facts,
@@ -124,6 +137,9 @@ pub fn conclude(
     if let Some((uid, gid)) = crate::setup::host::sudo_user() {
         hand_over(out, created.as_deref(), uid, gid);
     }
+    for l in doc.provenance.header_lines() {
+        println!("{l}");
+    }
     print!("{}", render_text(&doc.summary));
     code
 }
@@ -154,17 +170,30 @@ fn hand_over(out: &Path, created: Option<&Path>, uid: u32, gid: u32) {
 /// files'.
 pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let mut cells: Vec<CellResult> = Vec::new();
-    for file in files {
-        let parsed = std::fs::read_to_string(file)
+    let mut partial = false;
+    for given in files {
+        let file = partial::resolve(given);
+        let parsed = std::fs::read_to_string(&file)
             .map_err(|e| e.to_string())
             .and_then(|t| parse_cells(&t));
-        let mut more = match parsed {
+        let (mut more, header) = match parsed {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("viommu-bench: --report-from {}: {e}", file.display());
                 return 2;
             }
         };
+        if let Some(h) = header {
+            partial = true;
+            println!(
+                "PARTIAL: {} holds the {} cell(s) that finished of the {} its run planned ({}, started {}): the run did not end; the table shows those",
+                file.display(),
+                more.len(),
+                h.viommu_bench_partial.cells_planned,
+                h.viommu_bench_partial.tool,
+                h.viommu_bench_partial.started
+            );
+        }
         let first = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
         for c in &mut more {
             c.round += first;
@@ -179,27 +208,35 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let out = out_dir(cfg, now);
     let created = crate::setup::host::first_missing(&out);
     let expected = cfg.columns.len() * cfg.args.rounds as usize;
-    conclude(
+    let code = conclude(
         cfg,
         &out,
-        (Default::default(), Default::default()),
+        (Default::default(), Default::default(), Default::default()),
         cells,
         expected,
         now,
         elapsed,
-        false,
+        partial,
         created,
-    )
+    );
+    // A partial run's report is drawn, not interrupted itself.
+    if code == 130 {
+        1
+    } else {
+        code
+    }
 }
 
-/// The cells in a results.json or in cell lines.
-fn parse_cells(text: &str) -> Result<Vec<CellResult>, String> {
+/// The cells in a results.json or in cell lines, and a partial file's
+/// header when the lines are one.
+fn parse_cells(text: &str) -> Result<(Vec<CellResult>, Option<partial::Header>), String> {
     if let Ok(doc) = serde_json::from_str::<Results>(text) {
-        return Ok(doc.cells);
+        return Ok((doc.cells, None));
     }
     // Marked lines among other output (a console), else one cell a line.
     let marked = text.contains("@@LAB-CELL@@");
     let mut cells: Vec<CellResult> = Vec::new();
+    let mut header = None;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         let json = match line.split_once("@@LAB-CELL@@") {
@@ -210,12 +247,20 @@ fn parse_cells(text: &str) -> Result<Vec<CellResult>, String> {
         if json.is_empty() {
             continue;
         }
-        let c: CellResult =
-            serde_json::from_str(json).map_err(|e| format!("line {}: not a cell: {e}", i + 1))?;
+        if let Some(h) = partial::header_of(json) {
+            header = Some(h);
+            continue;
+        }
+        let c: CellResult = match serde_json::from_str(json) {
+            Ok(c) => c,
+            // A partial file's last line may be cut by the kill.
+            Err(_) if header.is_some() && i + 1 == text.lines().count() => break,
+            Err(e) => return Err(format!("line {}: not a cell: {e}", i + 1)),
+        };
         cells.retain(|x| (x.column.as_str(), x.round) != (c.column.as_str(), c.round));
         cells.push(c);
     }
-    Ok(cells)
+    Ok((cells, header))
 }
 
 /// results.json, table.md and chart.png in `out`.
@@ -235,6 +280,16 @@ fn write_outputs(doc: &Results, out: &Path) -> Result<(), String> {
         if doc.interrupted { ", INTERRUPTED" } else { "" }
     );
     let mut md = render_markdown(&doc.summary, &title);
+    // The provenance, under the title.
+    if let Some(end) = md.find('\n') {
+        let lines: String = doc
+            .provenance
+            .header_lines()
+            .iter()
+            .map(|l| format!("\n{l}\n"))
+            .collect();
+        md.insert_str(end + 1, &lines);
+    }
     md += &format!(
         "\nCommand: `{}` ({:.0} s).\n",
         doc.command.join(" "),

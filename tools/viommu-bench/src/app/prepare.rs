@@ -13,12 +13,13 @@ use crate::plan::{self, rotation_from, Cell, Phase};
 use crate::run::host_trace;
 use crate::run::kvm_exits::KvmExits;
 use crate::run::results::utc_timestamp;
-use crate::setup::bind::BindGuard;
+use crate::setup::bind::{self, BindGuard};
 use crate::setup::host::{self, HostInfo};
 use crate::setup::image::{self, ImageInputs};
 use crate::setup::modules;
 use crate::setup::preflight::guest_kernel::{read_kernel_config, GuestUse};
-use crate::setup::preflight::{Checks, Outcome, SysOpen};
+use crate::setup::preflight::{Checks, Outcome, Problem, SysOpen};
+use crate::setup::provenance::Provenance;
 use crate::setup::sysfs::Root;
 
 /// What the preparation found and decided, for the rest of the run.
@@ -51,6 +52,8 @@ pub struct Prepared {
     pub total: Duration,
     /// Whether stock QEMU's vIOMMU VMs run again to count.
     pub counting: bool,
+    /// The code's revisions, the host's tuning, the drive's link.
+    pub provenance: Provenance,
 }
 
 /// Checks the host and settles the run's inputs; nothing on the host
@@ -62,7 +65,14 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let pre = preflight(cfg);
+    let mut pre = preflight(cfg);
+    if !cfg.args.no_bind {
+        // A drive a killed run left on vfio-pci is named, not taken.
+        let driver = pre.facts.driver.as_deref();
+        if let Some((what, fix)) = bind::left_on_vfio(&root, &cfg.bdf, driver) {
+            pre.problems.push(Problem { what, fix });
+        }
+    }
     for p in &pre.problems {
         eprintln!("viommu-bench: {p}");
     }
@@ -114,7 +124,14 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
     inputs.initramfs_for = initramfs_for;
     let cmdline = plan::guest_cmdline(cfg, pre.facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
+    let provenance = Provenance::gather(
+        &root,
+        &cfg.bdf,
+        cfg.uses_ours().then_some(inputs.vmm.as_path()),
+        pre.facts.namespaces.first().map(String::as_str),
+    );
     Ok(Prepared {
+        provenance,
         phases: plan::phases(cfg),
         estimate: plan::estimate_cell(cfg),
         total: plan::estimate_cells(cfg, &cells),
@@ -382,7 +399,7 @@ pub fn arm(cfg: &Config, p: &Prepared) -> Result<Armed, u8> {
     let mut guard = None;
     if !a.no_bind {
         match BindGuard::bind(&p.root, &cfg.bdf, p.pre.facts.driver.as_deref()) {
-            Ok(g) => guard = Some(g),
+            Ok(g) => guard = Some(g.with_timeout(Duration::from_secs(a.restore_timeout))),
             Err(e) => {
                 eprintln!("viommu-bench: {e}");
                 return Err(1);

@@ -24,6 +24,10 @@ pub struct Results {
     /// QEMU version, CPU model, IOMMU type, the drive's NUMA node, pinning.
     #[serde(default)]
     pub host: crate::setup::host::HostInfo,
+    /// The code's revisions, the host's tuning, the drive's firmware and
+    /// link, the namespace measured.
+    #[serde(default)]
+    pub provenance: crate::setup::provenance::Provenance,
     /// The drive.
     pub device: String,
     /// What preflight found about it.

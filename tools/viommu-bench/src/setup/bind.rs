@@ -1,14 +1,22 @@
 //! Binding the drive to vfio-pci and giving it back: `driver_override` +
 //! `drivers_probe` (as in the lab), undone by a guard when it is dropped,
-//! on success, on error, on a panic, and after Ctrl-C/SIGTERM (main turns
-//! those into an orderly return).
+//! on success, on error, on a panic, and after Ctrl-C/SIGTERM/SIGHUP (main
+//! turns those into an orderly return). A state file
+//! (`/run/viommu-bench/BDF.json`) says what was bound while it is, so a
+//! drive left on vfio-pci by a killed run is recognised and given back
+//! by `viommu-bench --restore BDF` ([`restore_left`]).
+
+mod state;
 
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
 use crate::setup::sysfs::{pci_dev, Root};
+
+pub use state::{holders, left_on_vfio, restore_left, State};
 
 /// One sysfs write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +66,15 @@ pub enum BindError {
         want: String,
         /// How long we waited.
         secs: u64,
+    },
+    /// The state file could not be written: nothing was bound.
+    #[error("cannot record the binding in {}: {source}; nothing was bound (is /run writable? are you root?)", path.display())]
+    State {
+        /// The state file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// vfio-pci took the drive but its group's device node did not appear.
     #[error("{bdf} is on vfio-pci but /dev/vfio/{group} did not appear within {secs} s: VFIO did not take IOMMU group {group} (check dmesg for vfio errors: another device of the group on a host driver, or no interrupt remapping); the drive was given back")]
@@ -150,6 +167,29 @@ pub struct BindGuard {
     bdf: String,
     original: Option<String>,
     active: bool,
+    timeout: Duration,
+}
+
+/// How long giving the drive back may take before the tool stops waiting
+/// (an unbind from vfio-pci blocks while a process still holds the device).
+pub const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The drive could not be given back.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The unbind from vfio-pci did not return in time.
+    #[error("giving {bdf} back: the unbind from vfio-pci did not return within {secs} s: {holders}; the drive stays on vfio-pci: once that process is gone (or after a reboot), give it back with `viommu-bench --restore {bdf}`")]
+    Timeout {
+        /// The drive.
+        bdf: String,
+        /// How long we waited.
+        secs: u64,
+        /// Who holds the device, as a phrase.
+        holders: String,
+    },
+    /// The writes returned but the original driver did not take it.
+    #[error("{0}; to restore by hand: echo {1} > /sys/bus/pci/drivers/vfio-pci/unbind; echo > /sys/bus/pci/devices/{1}/driver_override; echo {1} > /sys/bus/pci/drivers_probe")]
+    NotBack(BindError, String),
 }
 
 impl BindGuard {
@@ -161,6 +201,7 @@ impl BindGuard {
             bdf: bdf.into(),
             original: original.map(String::from),
             active: false,
+            timeout: RESTORE_TIMEOUT,
         };
         if original == Some("vfio-pci") {
             info!("{bdf} is already bound to vfio-pci; it stays so");
@@ -170,6 +211,11 @@ impl BindGuard {
             "binding {bdf} to vfio-pci (from {})",
             original.unwrap_or("no driver")
         );
+        // Recorded before the first write: a run killed from here on
+        // leaves the state file for --restore.
+        State::new(root, bdf, original)
+            .save(root)
+            .map_err(|(path, source)| BindError::State { path, source })?;
         // From the first write on, the guard owes a restore.
         g.active = true;
         apply(root, &bind_writes(bdf, original), false)?;
@@ -192,37 +238,102 @@ impl BindGuard {
         Ok(g)
     }
 
-    /// Give the drive back now (also what Drop does); errors are logged.
-    pub fn restore(&mut self) {
+    /// How long [`BindGuard::restore`] waits for the unbind.
+    pub fn with_timeout(mut self, timeout: Duration) -> BindGuard {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Give the drive back now (also what Drop does, logging the error),
+    /// waiting at most the guard's timeout: the unbind runs on a thread of
+    /// its own, which a process still holding the device blocks.
+    pub fn restore(&mut self) -> Result<(), RestoreError> {
         if !self.active {
-            return;
+            return Ok(());
         }
         self.active = false;
-        let orig = self.original.as_deref();
         info!(
             "giving {} back to {}",
             self.bdf,
-            orig.unwrap_or("no driver")
+            self.original.as_deref().unwrap_or("no driver")
         );
-        let _ = apply(&self.root, &restore_writes(&self.bdf, orig), true);
-        if let Err(e) = wait_for_driver(&self.root, &self.bdf, orig, WAIT) {
-            // drivers_probe may pick another driver; bind the original directly.
-            if let Some(d) = orig {
-                let bind = [w(format!("/sys/bus/pci/drivers/{d}/bind"), &self.bdf)];
-                if apply(&self.root, &bind, false).is_ok()
-                    && wait_for_driver(&self.root, &self.bdf, orig, WAIT).is_ok()
-                {
-                    return;
-                }
-            }
-            warn!("{e}; to restore by hand: echo {bdf} > /sys/bus/pci/drivers/vfio-pci/unbind; echo > /sys/bus/pci/devices/{bdf}/driver_override; echo {bdf} > /sys/bus/pci/drivers_probe", bdf = self.bdf);
+        give_back(
+            &self.root,
+            &self.bdf,
+            self.original.as_deref(),
+            self.timeout,
+        )?;
+        State::remove(&self.root, &self.bdf);
+        Ok(())
+    }
+}
+
+/// Unbinds `bdf` from vfio-pci, clears its override and reprobes (binding
+/// `original` directly if the probe picks another), on a thread; waits
+/// at most `timeout` for it.
+pub fn give_back(
+    root: &Root,
+    bdf: &str,
+    original: Option<&str>,
+    timeout: Duration,
+) -> Result<(), RestoreError> {
+    let (tx, rx) = mpsc::channel();
+    let (r, b, o) = (root.clone(), bdf.to_string(), original.map(String::from));
+    let spawned = std::thread::Builder::new()
+        .name("give-back".into())
+        .spawn(move || {
+            let _ = tx.send(give_back_now(&r, &b, o.as_deref()));
+        });
+    if let Err(e) = spawned {
+        warn!("cannot start a thread to give {bdf} back ({e}); giving it back unbounded");
+        return give_back_now(root, bdf, original);
+    }
+    match rx.recv_timeout(timeout) {
+        Ok(done) => done,
+        Err(_) => Err(RestoreError::Timeout {
+            bdf: bdf.into(),
+            secs: timeout.as_secs_f64().ceil() as u64,
+            holders: holders_phrase(&holders(root, bdf)),
+        }),
+    }
+}
+
+/// Who holds the device, as a phrase for [`RestoreError::Timeout`].
+fn holders_phrase(h: &[(u32, String)]) -> String {
+    if h.is_empty() {
+        return "no process holds its VFIO group open any more (the kernel may still be releasing it; dmesg says)".into();
+    }
+    let list: Vec<String> = h
+        .iter()
+        .map(|(pid, comm)| format!("{comm} (pid {pid})"))
+        .collect();
+    format!(
+        "{} still hold(s) its VFIO device open (stuck in the kernel if SIGKILL did not end it: cat /proc/PID/stack)",
+        list.join(", ")
+    )
+}
+
+/// [`give_back`]'s work, unbounded.
+fn give_back_now(root: &Root, bdf: &str, original: Option<&str>) -> Result<(), RestoreError> {
+    let _ = apply(root, &restore_writes(bdf, original), true);
+    let Err(e) = wait_for_driver(root, bdf, original, WAIT) else {
+        return Ok(());
+    };
+    // drivers_probe may pick another driver; bind the original directly.
+    if let Some(d) = original {
+        let bind = [w(format!("/sys/bus/pci/drivers/{d}/bind"), bdf)];
+        if apply(root, &bind, false).is_ok() && wait_for_driver(root, bdf, original, WAIT).is_ok() {
+            return Ok(());
         }
     }
+    Err(RestoreError::NotBack(e, bdf.into()))
 }
 
 impl Drop for BindGuard {
     fn drop(&mut self) {
-        self.restore();
+        if let Err(e) = self.restore() {
+            warn!("{e}");
+        }
     }
 }
 

@@ -282,8 +282,9 @@ pub fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// `--pin`'s CPUs: the drive's NUMA node's (`node/nodeN/cpulist`), or every
-/// online CPU when the drive has no node (-1 or no `numa_node`: one node).
+/// `--pin`'s CPUs: the drive's NUMA node's (`node/nodeN/cpulist`), or when
+/// the drive has no node (-1 or no `numa_node`: one node) a hybrid Intel's
+/// P cores (`/sys/devices/cpu_core/cpus`), else every online CPU.
 /// The cpulist as sysfs wrote it, and the CPUs.
 pub fn pin_cpus(root: &Root, bdf: &str) -> Result<(String, Vec<usize>), String> {
     let node: i64 = root
@@ -291,8 +292,12 @@ pub fn pin_cpus(root: &Root, bdf: &str) -> Result<(String, Vec<usize>), String> 
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(-1);
+    // No node: every online CPU, or a hybrid Intel's P cores.
     let file = if node >= 0 {
         format!("/sys/devices/system/node/node{node}/cpulist")
+    } else if root.exists("/sys/devices/cpu_core/cpus") && root.exists("/sys/devices/cpu_atom/cpus")
+    {
+        "/sys/devices/cpu_core/cpus".to_string()
     } else {
         "/sys/devices/system/cpu/online".to_string()
     };

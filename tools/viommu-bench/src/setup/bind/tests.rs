@@ -1,4 +1,5 @@
 use super::*;
+use std::os::unix::fs::OpenOptionsExt;
 
 #[test]
 fn bind_and_restore_sequences() {
@@ -158,4 +159,134 @@ fn only_the_drive_is_unbound_and_it_is_given_back() {
             .unwrap(),
         ""
     );
+}
+
+/// The kernel's part, in a thread: a write to vfio-pci's `unbind` leaves
+/// the drive without a driver, a probe with no override gives it to nvme.
+fn fake_kernel(root: &Root) -> std::thread::JoinHandle<()> {
+    let root = root.clone();
+    std::thread::spawn(move || {
+        for _ in 0..200 {
+            if root.exists("/sys/bus/pci/drivers/vfio-pci/unbind") {
+                let _ = std::fs::remove_file(root.path("/sys/bus/pci/drivers/vfio-pci/unbind"));
+                let _ = std::fs::remove_file(root.path("/sys/bus/pci/devices/0000:01:00.0/driver"));
+            }
+            let over = root.read_trim("/sys/bus/pci/devices/0000:01:00.0/driver_override");
+            if root.exists("/sys/bus/pci/drivers_probe") && over.is_ok_and(|o| o.is_empty()) {
+                set_driver(&root, "nvme");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+}
+
+#[test]
+fn the_state_file_lives_while_the_drive_is_bound() {
+    let (_d, root) = fake();
+    set_driver(&root, "vfio-pci");
+    let g = BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap();
+    let s = State::load(&root, "0000:01:00.0").expect("a state file while bound");
+    assert_eq!(s.original_driver.as_deref(), Some("nvme"));
+    assert_eq!(s.pid, std::process::id());
+    set_driver(&root, "nvme");
+    drop(g);
+    assert!(!root.exists(State::path("0000:01:00.0")));
+}
+
+#[test]
+fn a_killed_run_is_named_on_rerun_and_given_back_by_restore() {
+    let (_d, root) = fake();
+    set_driver(&root, "vfio-pci");
+    // SIGKILL: the guard never runs its restore.
+    std::mem::forget(BindGuard::bind(&root, "0000:01:00.0", Some("nvme")).unwrap());
+    let (what, fix) = left_on_vfio(&root, "0000:01:00.0", Some("vfio-pci")).unwrap();
+    assert!(what.contains("left there by viommu-bench (pid"), "{what}");
+    assert!(fix.contains("viommu-bench --restore 0000:01:00.0"), "{fix}");
+    let k = fake_kernel(&root);
+    let said = restore_left(&root, "0000:01:00.0", Duration::from_secs(5)).unwrap();
+    k.join().unwrap();
+    assert_eq!(
+        root.link_name("/sys/bus/pci/devices/0000:01:00.0/driver")
+            .as_deref(),
+        Some("nvme")
+    );
+    assert!(said.last().unwrap().contains("back on nvme"), "{said:?}");
+    assert!(!root.exists(State::path("0000:01:00.0")));
+    assert_eq!(left_on_vfio(&root, "0000:01:00.0", Some("nvme")), None);
+}
+
+#[test]
+fn a_drive_on_vfio_pci_without_a_state_file_goes_to_nvme() {
+    let (_d, root) = fake();
+    set_driver(&root, "vfio-pci");
+    let (what, _) = left_on_vfio(&root, "0000:01:00.0", Some("vfio-pci")).unwrap();
+    assert!(
+        what.contains("no state file in /run/viommu-bench"),
+        "{what}"
+    );
+    let k = fake_kernel(&root);
+    let said = restore_left(&root, "0000:01:00.0", Duration::from_secs(5)).unwrap();
+    k.join().unwrap();
+    assert!(said[0].contains("no state file"), "{said:?}");
+    assert_eq!(
+        root.link_name("/sys/bus/pci/devices/0000:01:00.0/driver")
+            .as_deref(),
+        Some("nvme")
+    );
+}
+
+#[test]
+fn a_stuck_unbind_times_out_naming_who_holds_the_device() {
+    let (_d, root) = fake();
+    std::fs::create_dir_all(root.path("/sys/kernel/iommu_groups/7")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../../kernel/iommu_groups/7",
+        root.path("/sys/bus/pci/devices/0000:01:00.0/iommu_group"),
+    )
+    .unwrap();
+    // A VMM stuck in the kernel holds the group; the unbind blocks (a
+    // FIFO nobody reads blocks its writer's open).
+    std::fs::create_dir_all(root.path("/proc/4242/fd")).unwrap();
+    std::fs::write(root.path("/proc/4242/comm"), "vmm\n").unwrap();
+    std::os::unix::fs::symlink("/dev/vfio/7", root.path("/proc/4242/fd/9")).unwrap();
+    let fifo = root.path("/sys/bus/pci/drivers/vfio-pci/unbind");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    set_driver(&root, "vfio-pci");
+    State::new(&root, "0000:01:00.0", Some("nvme"))
+        .save(&root)
+        .unwrap();
+    let start = Instant::now();
+    let e = give_back(
+        &root,
+        "0000:01:00.0",
+        Some("nvme"),
+        Duration::from_millis(300),
+    )
+    .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("vmm (pid 4242) still hold(s) its VFIO device open"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("`viommu-bench --restore 0000:01:00.0`"),
+        "{msg}"
+    );
+    // The state file stays for --restore.
+    assert!(root.exists(State::path("0000:01:00.0")));
+    // Let the blocked writers go.
+    for _ in 0..2 {
+        let _ = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    }
 }

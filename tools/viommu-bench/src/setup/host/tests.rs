@@ -70,6 +70,12 @@ fn pinning_takes_the_drives_node() {
     )
     .unwrap();
     assert_eq!(pin_cpus(&r, BDF).unwrap().0, "0-63");
+    // A hybrid Intel without a node: its P cores.
+    for (f, v) in [("cpu_core", "0-15\n"), ("cpu_atom", "16-63\n")] {
+        std::fs::create_dir_all(r.path(format!("/sys/devices/{f}"))).unwrap();
+        std::fs::write(r.path(format!("/sys/devices/{f}/cpus")), v).unwrap();
+    }
+    assert_eq!(pin_cpus(&r, BDF).unwrap().0, "0-15");
     let (_d, r) = fake(&[(&format!("sys/bus/pci/devices/{BDF}/numa_node"), "2\n")]);
     let e = pin_cpus(&r, BDF).unwrap_err();
     assert!(

@@ -84,6 +84,8 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         // Read by a vCPU's hand-over to the polling; the filter grants it
         // only with vcpu_serves_iommu.
         host_load: machine.devices().viommu_host_load(),
+        dma_fds: machine.devices().dma_fds(),
+        pinned_ram: cfg.pin_guest_ram,
     };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();

@@ -85,6 +85,7 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         // only with vcpu_serves_iommu.
         host_load: machine.devices().viommu_host_load(),
         dma_fds: machine.devices().dma_fds(),
+        vm: Some(std::os::fd::AsRawFd::as_raw_fd(vm.fd().as_ref())),
         pinned_ram: cfg.pin_guest_ram,
     };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;

@@ -126,6 +126,9 @@ pub struct Known {
     /// The VFIO containers and iommufds of the passed-through devices:
     /// the only descriptors the DMA map/unmap ioctls may go to.
     pub dma_fds: Vec<RawFd>,
+    /// The KVM VM: a vCPU may remove and restore the passed-through
+    /// devices' BAR memory slots on it (the guest's Memory Space bit).
+    pub vm: Option<RawFd>,
     /// `--pin-guest-ram`: a guest MAP is an `IOMMU_IOAS_COPY` (allowed
     /// only then).
     pub pinned_ram: bool,
@@ -189,17 +192,16 @@ pub fn build(kind: ThreadKind, known: &Known) -> Result<Filter, SeccompError> {
         .map(|(req, _why)| request(req).and_then(|c| SeccompRule::new(vec![c])))
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
-    // The DMA ioctls, on the known containers and iommufds only.
-    for (req, _why) in dma_ioctls(kind, known) {
-        for &fd in &known.dma_fds {
-            let fd = u64::try_from(fd).unwrap_or(u64::MAX);
-            let on_fd = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, fd);
-            let rule = on_fd
-                .and_then(|f| request(req).map(|r| vec![f, r]))
-                .and_then(SeccompRule::new)
-                .map_err(err)?;
-            ioctl_rules.push(rule);
-        }
+    // The DMA ioctls on the known containers and iommufds only, and the
+    // others that go to one known descriptor.
+    for (fd, req, _why) in fd_ioctls(kind, known) {
+        let fd = u64::try_from(fd).unwrap_or(u64::MAX);
+        let on_fd = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, fd);
+        let rule = on_fd
+            .and_then(|f| request(req).map(|r| vec![f, r]))
+            .and_then(SeccompRule::new)
+            .map_err(err)?;
+        ioctl_rules.push(rule);
     }
     // An ioctl allowed only for some requests; `kind_syscalls` may not allow all.
     if !ioctl_rules.is_empty() {
@@ -248,7 +250,7 @@ mod thread_filter;
 
 #[cfg(test)]
 use allow_lists::ioctl;
-use allow_lists::{conditional, dma_ioctls, ioctls, kind_syscalls, COMMON};
+use allow_lists::{conditional, fd_ioctls, ioctls, kind_syscalls, COMMON};
 pub use denied_report::{install_handler, selftest, SELFTEST_IOCTL};
 pub use thread_filter::{install_here, spawn};
 

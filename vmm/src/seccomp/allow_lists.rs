@@ -307,12 +307,31 @@ fn kick_signal() -> u64 {
     u64::try_from(libc::SIGRTMIN()).unwrap_or(u64::MAX)
 }
 
+/// The ioctls of one kind of thread allowed on one known descriptor
+/// only, as `(descriptor, request, why)`: the DMA ioctls on each of the
+/// [`Known::dma_fds`] ([`dma_ioctls`]), and a vCPU's memory slot updates
+/// on the VM.
+pub(super) fn fd_ioctls(kind: ThreadKind, known: &Known) -> Vec<(RawFd, u64, &'static str)> {
+    let mut v: Vec<(RawFd, u64, &str)> = dma_ioctls(kind, known)
+        .into_iter()
+        .flat_map(|(req, why)| known.dma_fds.iter().map(move |&fd| (fd, req, why)))
+        .collect();
+    if let (ThreadKind::Vcpu, Some(vm), false) = (kind, known.vm, known.vfio_devices.is_empty()) {
+        v.push((
+            vm,
+            ioctl::KVM_SET_USER_MEMORY_REGION(),
+            "the guest turns a passed-through device's Memory Space off or on: its BAR slots leave or come back",
+        ));
+    }
+    v
+}
+
 /// The DMA ioctls of one kind of thread, with why, each allowed on the
-/// [`Known::dma_fds`] only: the device thread's (it serves virtio-iommu
+/// [`Known::dma_fds`] only ([`fd_ioctls`]): the device thread's (it serves virtio-iommu
 /// requests), a vCPU's that serves them too ([`Known::vcpu_serves_iommu`]),
 /// and the main thread's unmap-all at release. `VFIO_IOMMU_GET_INFO` is
 /// in none: only setup asks it, unfiltered.
-pub(super) fn dma_ioctls(kind: ThreadKind, known: &Known) -> Vec<(u64, &'static str)> {
+fn dma_ioctls(kind: ThreadKind, known: &Known) -> Vec<(u64, &'static str)> {
     use ioctl::*;
     let serves = match kind {
         ThreadKind::Device => true,

@@ -34,6 +34,7 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
             vcpu_serves_iommu: false,
             host_load: Some(10),
             dma_fds: vec![11],
+            vm: Some(12),
             pinned_ram: true,
         };
         for (nr, args, why) in conditional(k, &known) {

@@ -1,5 +1,6 @@
-//! The DMA ioctls reach the kernel on the known containers and iommufds
-//! only; on any other descriptor the filter denies them.
+//! The ioctls pinned to a known descriptor: the DMA ioctls reach the
+//! kernel on the known containers and iommufds only, a vCPU's memory slot
+//! update on the VM only; on any other descriptor the filter denies them.
 
 use super::super::*;
 use super::in_filtered_child_with;
@@ -121,5 +122,47 @@ fn dma_ioctls_reach_the_kernel_on_the_known_descriptors_only() {
     unsafe {
         libc::close(DMA_FD);
         libc::close(OTHER_FD);
+    }
+}
+
+/// A guest that turns the passed-through device's Memory Space off or on
+/// makes its vCPU remove or restore the BAR slots: on the VM only, and
+/// only with a passed-through device.
+#[test]
+fn vcpus_update_memory_slots_on_the_vm_only() {
+    const VM_FD: RawFd = 932;
+    const NOT_VM_FD: RawFd = 933;
+    open_dev_null_at(VM_FD);
+    open_dev_null_at(NOT_VM_FD);
+    let known = Known {
+        vfio_devices: vec![7],
+        vm: Some(VM_FD),
+        ..Known::default()
+    };
+    let vcpu = |k: &Known, f: fn()| in_filtered_child_with(ThreadKind::Vcpu, k, f);
+    let on_vm = || call(VM_FD, ioctl::KVM_SET_USER_MEMORY_REGION());
+    assert_eq!(vcpu(&known, on_vm), 0, "on the VM");
+    assert_eq!(
+        vcpu(&known, || call(
+            NOT_VM_FD,
+            ioctl::KVM_SET_USER_MEMORY_REGION()
+        )),
+        DENIED_EXIT_CODE,
+        "on another fd"
+    );
+    let no_device = Known {
+        vfio_devices: vec![],
+        ..known.clone()
+    };
+    assert_eq!(vcpu(&no_device, on_vm), DENIED_EXIT_CODE, "no device");
+    assert_eq!(
+        in_filtered_child_with(ThreadKind::Device, &known, on_vm),
+        DENIED_EXIT_CODE,
+        "the device thread"
+    );
+    // SAFETY: closing this test's fds.
+    unsafe {
+        libc::close(VM_FD);
+        libc::close(NOT_VM_FD);
     }
 }

@@ -604,8 +604,11 @@ static int attack_activation(const char *dev)
 	while (cycles < 1000 && running()) {
 		cycles++;
 		STATUS = 0;
-		for (i = 0; i < 1000 && STATUS != 0; i++)
-			;
+		/* A reset may wait for the device thread (its unmaps): reads
+		 * first, then 1 ms naps, 2 s in all. */
+		for (i = 0; i < 3000 && STATUS != 0; i++)
+			if (i >= 1000)
+				sleep_ms(1);
 		if (STATUS != 0) {
 			stuck++;
 			continue;

@@ -238,6 +238,21 @@ impl<'a> DeviceManager<'a> {
         self.vfio.iter().map(|d| d.as_raw_fd()).collect()
     }
 
+    /// The passed-through devices' VFIO containers and iommufds: the only
+    /// descriptors the DMA ioctls may go to ([`Known::dma_fds`]).
+    ///
+    /// [`Known::dma_fds`]: crate::seccomp::Known::dma_fds
+    pub fn dma_fds(&self) -> Vec<std::os::fd::RawFd> {
+        let mut fds: Vec<_> = self
+            .endpoints
+            .iter()
+            .filter_map(|e| e.mapper.host_fd())
+            .collect();
+        fds.sort_unstable();
+        fds.dedup();
+        fds
+    }
+
     /// `/proc/loadavg`'s descriptor, open while the virtio-iommu's device
     /// thread runs, when it polls: the file a vCPU that serves its kicks
     /// may `pread64` ([`Known::host_load`]).

@@ -84,6 +84,9 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         // Read by a vCPU's hand-over to the polling; the filter grants it
         // only with vcpu_serves_iommu.
         host_load: machine.devices().viommu_host_load(),
+        dma_fds: machine.devices().dma_fds(),
+        vm: Some(std::os::fd::AsRawFd::as_raw_fd(vm.fd().as_ref())),
+        pinned_ram: cfg.pin_guest_ram,
     };
     start_vcpus(&mut machine, vcpus, seccomp, &known)?;
     let devices = machine.devices();

@@ -12,7 +12,8 @@
 //! Some calls are allowed only on descriptors known when the filter is
 //! built ([`Known`]): a vCPU reads and writes (`pread64`/`pwrite64`) the
 //! passed-through devices' files only, the main thread unlinks in the API
-//! socket's directory only.
+//! socket's directory only, and the DMA map/unmap ioctls go to the
+//! passed-through devices' VFIO containers or iommufds only.
 //!
 //! A system call outside its thread's list (or an `ioctl` outside the
 //! listed requests) is not run: the kernel sends `SIGSYS`
@@ -122,6 +123,15 @@ pub struct Known {
     /// vCPUs serve virtio-iommu requests (`--viommu-kicks vcpu`): they
     /// get the device thread's DMA map/unmap ioctls.
     pub vcpu_serves_iommu: bool,
+    /// The VFIO containers and iommufds of the passed-through devices:
+    /// the only descriptors the DMA map/unmap ioctls may go to.
+    pub dma_fds: Vec<RawFd>,
+    /// The KVM VM: a vCPU may remove and restore the passed-through
+    /// devices' BAR memory slots on it (the guest's Memory Space bit).
+    pub vm: Option<RawFd>,
+    /// `--pin-guest-ram`: a guest MAP is an `IOMMU_IOAS_COPY` (allowed
+    /// only then).
+    pub pinned_ram: bool,
     /// `/proc/loadavg`, open: the only file the virtio-iommu device thread
     /// may `pread64` (its spare-CPU check before polling), and the vCPUs
     /// with [`vcpu_serves_iommu`](Self::vcpu_serves_iommu) (the same check
@@ -176,18 +186,23 @@ pub fn build(kind: ThreadKind, known: &Known) -> Result<Filter, SeccompError> {
     for (nr, _why) in COMMON.iter().chain(kind_syscalls(kind)) {
         rules.insert(*nr, Vec::new());
     }
-    let mut allowed = ioctls(kind);
-    if kind == ThreadKind::Vcpu && known.vcpu_serves_iommu {
-        allowed.extend(dma_ioctls());
-    }
-    let ioctl_rules = allowed
+    let request = |req| SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req);
+    let mut ioctl_rules = ioctls(kind)
         .into_iter()
-        .map(|(req, _why)| {
-            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)
-                .and_then(|c| SeccompRule::new(vec![c]))
-        })
+        .map(|(req, _why)| request(req).and_then(|c| SeccompRule::new(vec![c])))
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
+    // The DMA ioctls on the known containers and iommufds only, and the
+    // others that go to one known descriptor.
+    for (fd, req, _why) in fd_ioctls(kind, known) {
+        let fd = u64::try_from(fd).unwrap_or(u64::MAX);
+        let on_fd = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, fd);
+        let rule = on_fd
+            .and_then(|f| request(req).map(|r| vec![f, r]))
+            .and_then(SeccompRule::new)
+            .map_err(err)?;
+        ioctl_rules.push(rule);
+    }
     // An ioctl allowed only for some requests; `kind_syscalls` may not allow all.
     if !ioctl_rules.is_empty() {
         rules.insert(libc::SYS_ioctl, ioctl_rules);
@@ -235,7 +250,7 @@ mod thread_filter;
 
 #[cfg(test)]
 use allow_lists::ioctl;
-use allow_lists::{conditional, dma_ioctls, ioctls, kind_syscalls, COMMON};
+use allow_lists::{conditional, fd_ioctls, ioctls, kind_syscalls, COMMON};
 pub use denied_report::{install_handler, selftest, SELFTEST_IOCTL};
 pub use thread_filter::{install_here, spawn};
 

@@ -120,7 +120,7 @@ pub struct Vm {
     mem: GuestMemoryMmap,
     /// Device memory given to the guest as memory slots (VFIO BARs), with
     /// their slot numbers.
-    device_maps: std::sync::Mutex<Vec<(u32, crate::devices::vfio_pci::BarMmap)>>,
+    device_maps: Arc<std::sync::Mutex<Vec<device_slots::DeviceMap>>>,
     next_slot: std::sync::atomic::AtomicU32,
 }
 
@@ -174,14 +174,18 @@ impl Vm {
             fd: Arc::new(fd),
             kvm,
             mem,
-            device_maps: std::sync::Mutex::new(Vec::new()),
+            device_maps: Arc::default(),
             next_slot,
         })
     }
 
     /// Give the guest direct access to device memory: `map` becomes a
     /// memory slot at its guest address, and lives as long as the VM.
-    pub fn add_device_memory(&self, map: crate::devices::vfio_pci::BarMmap) -> Result<(), VmError> {
+    /// Returns the slot's number.
+    pub fn add_device_memory(
+        &self,
+        map: crate::devices::vfio_pci::BarMmap,
+    ) -> Result<u32, VmError> {
         let slot = self
             .next_slot
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -201,8 +205,8 @@ impl Vm {
         self.device_maps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((slot, map));
-        Ok(())
+            .push(device_slots::DeviceMap::new(slot, map));
+        Ok(slot)
     }
 
     /// Take the device memory away from the guest and unmap it from this
@@ -212,7 +216,10 @@ impl Vm {
     /// (`VFIO_GROUP_UNSET_CONTAINER`: EBUSY).
     pub fn release_device_memory(&self) {
         let maps = std::mem::take(&mut *self.device_maps.lock().unwrap_or_else(|e| e.into_inner()));
-        for (slot, map) in maps {
+        for (slot, map) in maps
+            .into_iter()
+            .filter_map(device_slots::DeviceMap::present)
+        {
             let r = kvm_userspace_memory_region {
                 slot,
                 flags: 0,
@@ -405,5 +412,7 @@ impl MsiRouter for KvmMsiRouter {
     }
 }
 
+mod device_slots;
+pub use device_slots::KvmBarSlots;
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ from .presets import POLL_US, SMOKE_PATCHED, STOCK, USERLAND_PACKAGES
 
 PROGRAM_SCENARIOS = {
     "hostile": {
-        "help": "a hostile guest behind our VMM: while its 2-job mixed-size write+verify and 128k/4k randreads run, other processes read the NVMe's MSI-X PBA and table, write its config space and flood the virtio-iommu's config space (lab.hostile=2 also corrupts its request queue's avail index; not in this scenario); the VMM must stay up, its memory apart from guest RAM and its log lines stay within a calm guest's plus the bounds, the verify pass and the release log no error; the calm guest runs after it on the same NVMe",
+        "help": "a hostile guest behind our VMM: while its 2-job mixed-size write+verify and 128k/4k randreads run, other processes read the NVMe's MSI-X PBA and table, write its config space and flood the virtio-iommu's config space; before them the NVMe's Memory Space is turned off, its BAR read, and on again, 20 times; after the reads, with the NVMe removed, the virtio-iommu is reset and activated with a queue set up wrong 1000 times (each must be refused) (lab.hostile=2 also corrupts its request queue's avail index; not in this scenario); the VMM must stay up, its memory apart from guest RAM and its log lines stay within a calm guest's plus the bounds, the verify pass and the release log no error; the calm guest runs after it on the same NVMe",
         "script": "guest-runs",
         # The stock guest (STOCK), strict so that every DMA unmap is a
         # request too (stock 6.12 is lazy by default), and a calm twin,
@@ -43,7 +43,14 @@ PROGRAM_SCENARIOS = {
             # in the lab's warm runs, 802 in a cold CI run with kernels
             # building beside it; a few
             # hundred still show it ran the whole time.
-            "attacks": {"msix-pba": 1000, "msix-table": 1000, "nvme-config": 400, "viommu-config": 1000},
+            # mem-decode (before the I/O): each of its 20 cycles a read
+            # of the NVMe's BAR0 with Memory Space off answered all-ones
+            # (the BAR's memory slot removed, not a failed KVM_RUN) and
+            # the BAR back after; activation (after the I/O, the NVMe
+            # removed): each of its 1000 resets and activations with a
+            # queue set up wrong refused with DEVICE_NEEDS_RESET.
+            "attacks": {"msix-pba": 1000, "msix-table": 1000, "nvme-config": 400, "viommu-config": 1000,
+                        "mem-decode": 20, "activation": 1000},
             # the VMM's resident memory apart from guest RAM: at most this
             # much above the calm guest's VMM, and this much at all
             "rss_growth_mib": 32,

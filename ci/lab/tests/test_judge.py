@@ -198,7 +198,7 @@ class CollectorTest(unittest.TestCase):
 
 class HostileTest(unittest.TestCase):
     SPECS = scenarios.SCENARIOS["hostile"]["runs"]
-    ATTACKS = ["msix-pba", "msix-table", "nvme-config", "viommu-config", "avail-index"]
+    ATTACKS = ["msix-pba", "msix-table", "nvme-config", "viommu-config", "avail-index", "mem-decode", "activation"]
 
     def cells(self, hostile_fp=None, calm_fp=None, attacks=None, wall_s=100.0):
         counters = {"map_requests": 10}
@@ -243,6 +243,18 @@ class HostileTest(unittest.TestCase):
         self.assertTrue(any("msix-pba made 3 operations" in x for x in p), p)
         p = self.problems(self.cells(attacks=attacks[:2]))
         self.assertTrue(any("nvme-config reported nothing" in x for x in p), p)
+
+    def test_every_decode_cycle_and_refused_activation_counts(self):
+        # mem-decode's ops are the cycles whose BAR read with Memory Space
+        # off was all-ones; activation's the activations refused.
+        def ran(name, ops):
+            return [{"name": a, "ok": True, "ops": ops if a == name else 50000, "seconds": 5} for a in self.ATTACKS]
+        p = self.problems(self.cells(attacks=ran("activation", 999)))
+        self.assertTrue(any("attack activation made 999 operations" in x for x in p), p)
+        p = self.problems(self.cells(attacks=ran("mem-decode", 19)))
+        self.assertTrue(any("attack mem-decode made 19 operations" in x for x in p), p)
+        self.assertEqual(self.problems(self.cells(attacks=ran("activation", 1000))), [])
+        self.assertEqual(self.problems(self.cells(attacks=ran("mem-decode", 20))), [])
 
     def test_the_flood_must_reach_the_rate_limiter(self):
         p = self.problems(self.cells(hostile_fp={"rate_limited_lines": 0}))

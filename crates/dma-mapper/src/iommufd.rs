@@ -256,6 +256,10 @@ impl ContainerOps for VfioIommufd {
             "iommufd has no limit on the number of mappings",
         ))
     }
+
+    fn host_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.iommufd().as_raw_fd())
+    }
 }
 
 /// A device's IOAS ([`VfioIommufd`]) served from a second IOAS of the
@@ -360,6 +364,10 @@ impl ContainerOps for PinnedRamIoas {
 
     fn dma_avail(&self) -> io::Result<u32> {
         ContainerOps::dma_avail(self.device.as_ref())
+    }
+
+    fn host_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.device.host_fd()
     }
 }
 

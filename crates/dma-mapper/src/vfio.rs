@@ -37,6 +37,7 @@
 //!   range, so the table drops them too and stays equal to the host.
 
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use vfio_ioctls::VfioContainer;
@@ -98,6 +99,13 @@ pub trait ContainerOps: Send + Sync {
             io::ErrorKind::Unsupported,
             "DMA-available count not reported",
         ))
+    }
+
+    /// The descriptor the map and unmap ioctls go to (the container, or
+    /// the iommufd), if there is one: the VMM's seccomp filters allow
+    /// those ioctls on it alone. Fakes have none.
+    fn host_fd(&self) -> Option<RawFd> {
+        None
     }
 }
 
@@ -505,6 +513,11 @@ pub trait HostIommuMapper: DmaMapper {
     fn iova_ranges(&self) -> io::Result<Vec<(u64, u64)>>;
     /// How many more mappings the host accepts, where it has a limit.
     fn dma_avail(&self) -> io::Result<u32>;
+    /// The descriptor its DMA ioctls go to ([`ContainerOps::host_fd`]);
+    /// none for fakes.
+    fn host_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> HostIommuMapper for VfioMapper<C, M> {
@@ -514,6 +527,10 @@ impl<C: ContainerOps, M: GuestMemoryBackend + Send + Sync> HostIommuMapper for V
 
     fn dma_avail(&self) -> io::Result<u32> {
         VfioMapper::dma_avail(self)
+    }
+
+    fn host_fd(&self) -> Option<RawFd> {
+        self.container.host_fd()
     }
 }
 

@@ -9,6 +9,8 @@
  *   viommu-hostile nvme-config   NVME_SYSFS SECONDS  write its PCI config space
  *   viommu-hostile viommu-config VIOMMU_SYSFS SECONDS  flood the virtio-iommu's device config with writes
  *   viommu-hostile avail-index   VIOMMU_SYSFS SECONDS  present a corrupt avail index on its request queue
+ *   viommu-hostile mem-decode    NVME_SYSFS SECONDS  turn the function's Memory Space off, touch BAR0, on again
+ *   viommu-hostile activation    VIOMMU_SYSFS SECONDS  1000 resets and activations with a queue set up wrong
  *
  * SYSFS is the function's /sys/bus/pci/devices/DDDD:BB:DD.F. Each runs at
  * nice 19 for SECONDS or until SIGTERM/SIGINT, then prints one line on
@@ -59,6 +61,19 @@
  *     guest hung itself. A FIFO task is not preempted by the guest's fio
  *     jobs, so once it has swapped the index nothing on its vCPU can
  *     take the driver's lock before it restores it.
+ *   - mem-decode: run alone, before the guest's I/O (the nvme driver's
+ *     doorbell writes would be dropped meanwhile): 20 cycles of Memory
+ *     Space off in the command register (sysfs config), a read of BAR0's
+ *     CAP and a write of its read-only VS, Memory Space on, CAP read again.
+ *     The BAR is a KVM memory slot; with decode off the VMM must answer
+ *     the read with all-ones (a device that does not decode) instead of
+ *     failing KVM_RUN. ops: the cycles where it did and CAP came back.
+ *   - activation: run last, once the guest has removed its NVMe (it resets
+ *     the virtio-iommu, which drops every domain): up to 1000 cycles of
+ *     status 0, ACKNOWLEDGE|DRIVER, VERSION_1, FEATURES_OK, request queue
+ *     size 3 (not a power of two), its rings at address 1 (misaligned),
+ *     queue enabled, DRIVER_OK. ops: the cycles the device refused with
+ *     DEVICE_NEEDS_RESET; it is left reset (status 0).
  *
  * Build: gcc -static -O2 -Wall -Wextra -Werror -o viommu-hostile hostile.c
  */
@@ -506,13 +521,132 @@ static int attack_avail_index(const char *dev)
 	return report(1, corrupted, d);
 }
 
+/* ---- mem-decode: Memory Space off under a BAR that is a memory slot. */
+static int attack_mem_decode(const char *dev)
+{
+	unsigned long long good = 0, not_ones = 0, not_back = 0, cycles = 0;
+	volatile unsigned char *b;
+	uint16_t cmd, off_cmd;
+	uint32_t cap, vs, v;
+	char p[300], d[300];
+	size_t len;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/config", dev);
+	fd = open(p, O_RDWR);
+	if (fd < 0)
+		return fail("opening", p);
+	if (pread(fd, &cmd, 2, 4) != 2 || !(cmd & 2)) {
+		close(fd);
+		errno = EINVAL;
+		return fail("Memory Space is not on in the command register of", dev);
+	}
+	b = map_bar(dev, 0, 1, &len);
+	if (!b || len < 16) {
+		close(fd);
+		return fail("mapping BAR0 of", dev);
+	}
+	cap = rd32(b, 0);
+	vs = rd32(b, 8);
+	off_cmd = (uint16_t)(cmd & ~2u);
+	while (cycles < 20 && running()) {
+		cycles++;
+		if (pwrite(fd, &off_cmd, 2, 4) != 2)
+			break;
+		v = rd32(b, 0);
+		*(volatile uint32_t *)(b + 8) = vs;
+		if (v != 0xffffffffu)
+			not_ones++;
+		if (pwrite(fd, &cmd, 2, 4) != 2)
+			break;
+		if (rd32(b, 0) != cap) {
+			not_back++;
+			continue;
+		}
+		if (v == 0xffffffffu)
+			good++;
+	}
+	/* Whatever happened, Memory Space ends on. */
+	if (pwrite(fd, &cmd, 2, 4) != 2) {
+		close(fd);
+		return fail("turning Memory Space back on in", p);
+	}
+	close(fd);
+	snprintf(d, sizeof(d),
+		 "%llu cycles, %llu reads with decode off not all-ones, %llu times CAP 0x%x did not come back",
+		 cycles, not_ones, not_back, cap);
+	return report(1, good, d);
+}
+
+/* ---- activation: a reset and an activation with a queue set up wrong. */
+static int attack_activation(const char *dev)
+{
+	unsigned long long refused = 0, accepted = 0, cycles = 0, stuck = 0;
+	volatile unsigned char *b, *c;
+	struct vcap cc;
+	size_t len;
+	char d[300];
+	int i;
+
+	if (read_cfg(dev) < 0)
+		return fail("reading config of", dev);
+	if (find_vcap(1, &cc) < 0)
+		return fail("no virtio common config capability in", dev);
+	b = map_bar(dev, cc.bar, 1, &len);
+	if (!b)
+		return fail("mapping a BAR of", dev);
+	if ((size_t)cc.off + 0x38 > len) {
+		errno = ERANGE;
+		return fail("common config outside the BAR of", dev);
+	}
+	c = b + cc.off;
+#define STATUS (*(volatile uint8_t *)(c + 0x14))
+	while (cycles < 1000 && running()) {
+		cycles++;
+		STATUS = 0;
+		/* A reset may wait for the device thread (its unmaps): reads
+		 * first, then 1 ms naps, 2 s in all. */
+		for (i = 0; i < 3000 && STATUS != 0; i++)
+			if (i >= 1000)
+				sleep_ms(1);
+		if (STATUS != 0) {
+			stuck++;
+			continue;
+		}
+		STATUS = 1 | 2; /* ACKNOWLEDGE | DRIVER */
+		*(volatile uint32_t *)(c + 0x08) = 1; /* driver_feature_select: 32-63 */
+		*(volatile uint32_t *)(c + 0x0c) = 1; /* VIRTIO_F_VERSION_1 */
+		STATUS = 1 | 2 | 8; /* FEATURES_OK */
+		*(volatile uint16_t *)(c + 0x16) = 0; /* queue_select: requests */
+		*(volatile uint16_t *)(c + 0x18) = 3; /* queue_size */
+		*(volatile uint32_t *)(c + 0x20) = 1; /* queue_desc */
+		*(volatile uint32_t *)(c + 0x24) = 0;
+		*(volatile uint32_t *)(c + 0x28) = 1; /* queue_driver */
+		*(volatile uint32_t *)(c + 0x2c) = 0;
+		*(volatile uint32_t *)(c + 0x30) = 1; /* queue_device */
+		*(volatile uint32_t *)(c + 0x34) = 0;
+		*(volatile uint16_t *)(c + 0x1c) = 1; /* queue_enable */
+		STATUS = 1 | 2 | 8 | 4; /* DRIVER_OK */
+		if (STATUS & 0x40) /* DEVICE_NEEDS_RESET */
+			refused++;
+		else
+			accepted++;
+	}
+	STATUS = 0;
+#undef STATUS
+	snprintf(d, sizeof(d),
+		 "BAR%u+0x%x: %llu cycles, %llu refused with DEVICE_NEEDS_RESET, %llu accepted, %llu resets not done",
+		 cc.bar, cc.off, cycles, refused, accepted, stuck);
+	return report(1, refused, d);
+}
+
 int main(int argc, char **argv)
 {
 	struct sigaction sa;
 	long secs;
 
 	if (argc != 4 || (secs = strtol(argv[3], NULL, 10)) <= 0) {
-		fprintf(stderr, "usage: viommu-hostile msix-pba|msix-table|nvme-config|viommu-config|avail-index SYSFS_DEVICE SECONDS\n");
+		fprintf(stderr, "usage: viommu-hostile msix-pba|msix-table|nvme-config|viommu-config|avail-index|mem-decode|activation SYSFS_DEVICE SECONDS\n");
 		return 2;
 	}
 	name = argv[1];
@@ -534,6 +668,10 @@ int main(int argc, char **argv)
 		return attack_viommu_config(argv[2]);
 	if (!strcmp(name, "avail-index"))
 		return attack_avail_index(argv[2]);
+	if (!strcmp(name, "mem-decode"))
+		return attack_mem_decode(argv[2]);
+	if (!strcmp(name, "activation"))
+		return attack_activation(argv[2]);
 	fprintf(stderr, "viommu-hostile: no attack %s\n", name);
 	return 2;
 }

@@ -85,7 +85,7 @@ impl DeviceManager<'_> {
         let mut dev = VfioPciDevice::new(device.clone(), self.router.clone())
             .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
         let bars = place_bars(&mut self.bars, &mut dev)?;
-        map_bars_into_guest(self.vm, &device, &dev, &bars)?;
+        map_bars_into_guest(self.vm, &device, &mut dev, &bars)?;
         let dev = Arc::new(Mutex::new(dev));
         let slot = self.root.add_device(dev.clone())?;
         insert_bars(&self.mmio, &dev, &bars)?;
@@ -274,13 +274,15 @@ fn place_bars(bars: &mut BarWindows, dev: &mut VfioPciDevice) -> Result<Vec<Plac
 }
 
 /// Direct guest access to all of each BAR but the MSI-X pages (which trap
-/// and are emulated): mmap them and make them KVM memory slots.
+/// and are emulated): mmap them and make them KVM memory slots, which
+/// follow the guest's Memory Space bit.
 fn map_bars_into_guest(
     vm: &Vm,
     device: &VfioDevice,
-    dev: &VfioPciDevice,
+    dev: &mut VfioPciDevice,
     bars: &[PlacedBar],
 ) -> Result<(), VmmError> {
+    let mut slots = Vec::new();
     for b in bars {
         let maps = mmap_bar(device, &b.info, b.gpa, dev.msix_info())
             .map_err(io_err("cannot mmap a VFIO BAR"))?;
@@ -291,9 +293,10 @@ fn map_bars_into_guest(
                 len = m.len,
                 "BAR mapped into the guest"
             );
-            vm.add_device_memory(m)?;
+            slots.push(vm.add_device_memory(m)?);
         }
     }
+    dev.set_bar_slots(Arc::new(vm.bar_slots(slots)));
     Ok(())
 }
 

@@ -40,6 +40,8 @@ impl DeviceManager<'_> {
         self.viommu_host_load = spare.fd();
         let known = crate::seccomp::Known {
             host_load: spare.fd(),
+            dma_fds: self.dma_fds(),
+            pinned_ram: cfg.pin_guest_ram,
             ..Default::default()
         };
         let filter = self

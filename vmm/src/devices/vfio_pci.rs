@@ -227,6 +227,8 @@ pub struct VfioPciDevice {
     gsis: Vec<u32>,
     attached: Vec<bool>,
     irq_enabled: bool,
+    /// Memory Space as the guest wrote it; the BAR slots follow it.
+    decode: MemDecode,
 }
 
 impl VfioPciDevice {
@@ -251,6 +253,7 @@ impl VfioPciDevice {
             gsis,
             attached: vec![false; usize::from(vectors)],
             irq_enabled: false,
+            decode: MemDecode::default(),
         })
     }
 
@@ -262,6 +265,12 @@ impl VfioPciDevice {
     /// The MSI-X capability, if the device has one.
     pub fn msix_info(&self) -> Option<MsixInfo> {
         self.msix
+    }
+
+    /// The memory slots of this function's BARs, removed while the guest
+    /// has Memory Space off.
+    pub fn set_bar_slots(&mut self, slots: Arc<dyn BarSlots>) {
+        self.decode.set_slots(slots);
     }
 
     /// Program BAR `index` with guest address `addr`.
@@ -400,6 +409,9 @@ impl VfioPciDevice {
 
     /// A guest read of BAR `bar`.
     pub fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        if !self.decode.enabled() {
+            return self.decode.refuse_read(bar, offset, data);
+        }
         match self.msix_target(bar, offset, data.len()) {
             Some((true, o)) => self.table.read_table(o, data),
             Some((false, o)) => self.read_pba(o, data),
@@ -409,6 +421,9 @@ impl VfioPciDevice {
 
     /// A guest write of BAR `bar`.
     pub fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        if !self.decode.enabled() {
+            return self.decode.refuse_write(bar, offset, data.len());
+        }
         match self.msix_target(bar, offset, data.len()) {
             Some((true, o)) => {
                 let _ = self.table.write_table(o, data);
@@ -476,8 +491,11 @@ impl PciDevice for VfioPciDevice {
                 return;
             }
         }
+        let at = off + offset;
+        self.decode.before_write(at, data);
         self.dev
-            .write(VFIO_PCI_CONFIG_REGION_INDEX, data, (off + offset) as u64);
+            .write(VFIO_PCI_CONFIG_REGION_INDEX, data, at as u64);
+        self.decode.after_write(at, data);
     }
 }
 
@@ -632,6 +650,8 @@ pub fn mmap_bar(
 /// The MSI-X interrupt index, for reference in logs.
 pub const MSIX_IRQ_INDEX: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
 
+mod bar_decode;
 mod region;
+pub use bar_decode::{BarSlots, MemDecode};
 #[cfg(test)]
 mod tests;

@@ -49,7 +49,6 @@ pub(super) mod ioctl {
     vmm_sys_util::ioctl_io_nr!(VFIO_GROUP_UNSET_CONTAINER, VFIO_TYPE, VFIO_BASE + 5);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_SET_IRQS, VFIO_TYPE, VFIO_BASE + 10);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_RESET, VFIO_TYPE, VFIO_BASE + 11);
-    vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_GET_INFO, VFIO_TYPE, VFIO_BASE + 12);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_MAP_DMA, VFIO_TYPE, VFIO_BASE + 13);
     vmm_sys_util::ioctl_io_nr!(VFIO_IOMMU_UNMAP_DMA, VFIO_TYPE, VFIO_BASE + 14);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_DETACH_IOMMUFD_PT, VFIO_TYPE, VFIO_BASE + 20);
@@ -308,27 +307,71 @@ fn kick_signal() -> u64 {
     u64::try_from(libc::SIGRTMIN()).unwrap_or(u64::MAX)
 }
 
-/// The ioctls that serve virtio-iommu requests: the device thread's, and
-/// the vCPUs' too with `--viommu-kicks vcpu` ([`Known::vcpu_serves_iommu`]).
-pub(super) fn dma_ioctls() -> Vec<(u64, &'static str)> {
+/// The ioctls of one kind of thread allowed on one known descriptor
+/// only, as `(descriptor, request, why)`: the DMA ioctls on each of the
+/// [`Known::dma_fds`] ([`dma_ioctls`]), and a vCPU's memory slot updates
+/// on the VM.
+pub(super) fn fd_ioctls(kind: ThreadKind, known: &Known) -> Vec<(RawFd, u64, &'static str)> {
+    let mut v: Vec<(RawFd, u64, &str)> = dma_ioctls(kind, known)
+        .into_iter()
+        .flat_map(|(req, why)| known.dma_fds.iter().map(move |&fd| (fd, req, why)))
+        .collect();
+    if let (ThreadKind::Vcpu, Some(vm), false) = (kind, known.vm, known.vfio_devices.is_empty()) {
+        v.push((
+            vm,
+            ioctl::KVM_SET_USER_MEMORY_REGION(),
+            "the guest turns a passed-through device's Memory Space off or on: its BAR slots leave or come back",
+        ));
+    }
+    v
+}
+
+/// The DMA ioctls of one kind of thread, with why, each allowed on the
+/// [`Known::dma_fds`] only ([`fd_ioctls`]): the device thread's (it serves virtio-iommu
+/// requests), a vCPU's that serves them too ([`Known::vcpu_serves_iommu`]),
+/// and the main thread's unmap-all at release. `VFIO_IOMMU_GET_INFO` is
+/// in none: only setup asks it, unfiltered.
+fn dma_ioctls(kind: ThreadKind, known: &Known) -> Vec<(u64, &'static str)> {
     use ioctl::*;
-    vec![
+    let serves = match kind {
+        ThreadKind::Device => true,
+        ThreadKind::Vcpu => known.vcpu_serves_iommu,
+        ThreadKind::Main => {
+            return vec![
+                (
+                    VFIO_IOMMU_UNMAP_DMA(),
+                    "removing every DMA mapping (unmap-all, or run by run)",
+                ),
+                (
+                    IOMMU_IOAS_UNMAP(),
+                    "removing every DMA mapping of an iommufd IOAS (unmap-all)",
+                ),
+            ]
+        }
+        _ => false,
+    };
+    if !serves {
+        return Vec::new();
+    }
+    let mut v = vec![
         (VFIO_IOMMU_MAP_DMA(), "a guest MAP"),
         (
             VFIO_IOMMU_UNMAP_DMA(),
             "a guest UNMAP, DETACH, FLUSH or reset (and unmap-all)",
         ),
-        (VFIO_IOMMU_GET_INFO(), "the container's DMA-available count"),
         (IOMMU_IOAS_MAP(), "a guest MAP (--vfio-backend iommufd)"),
-        (
-            IOMMU_IOAS_COPY(),
-            "a guest MAP with --pin-guest-ram (iommufd)",
-        ),
         (
             IOMMU_IOAS_UNMAP(),
             "a guest UNMAP, DETACH, FLUSH or reset, and unmap-all (iommufd)",
         ),
-    ]
+    ];
+    if known.pinned_ram {
+        v.push((
+            IOMMU_IOAS_COPY(),
+            "a guest MAP with --pin-guest-ram (iommufd)",
+        ));
+    }
+    v
 }
 
 /// The ioctls of one kind of thread, with why. Any other ioctl is denied.
@@ -367,7 +410,8 @@ pub(super) fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "VFIO MSI-X enabled or disabled by the guest",
             ),
         ],
-        ThreadKind::Device => dma_ioctls(),
+        // Its DMA ioctls are in `dma_ioctls`, on known descriptors.
+        ThreadKind::Device => vec![],
         ThreadKind::Api => vec![(libc::FIONBIO, "non-blocking mode of a connection")],
         ThreadKind::Serial => vec![(
             KVM_IRQ_LINE(),
@@ -389,10 +433,6 @@ pub(super) fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "resetting each VFIO device (stops its DMA)",
             ),
             (
-                VFIO_IOMMU_UNMAP_DMA(),
-                "removing every DMA mapping (unmap-all, or run by run)",
-            ),
-            (
                 KVM_SET_USER_MEMORY_REGION(),
                 "taking the BAR mmaps out of KVM before unmapping them",
             ),
@@ -403,10 +443,6 @@ pub(super) fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             (
                 VFIO_GROUP_UNSET_CONTAINER(),
                 "a VFIO group leaving its container as it closes",
-            ),
-            (
-                IOMMU_IOAS_UNMAP(),
-                "removing every DMA mapping of an iommufd IOAS (unmap-all)",
             ),
             (
                 VFIO_DEVICE_DETACH_IOMMUFD_PT(),

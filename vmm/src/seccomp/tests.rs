@@ -33,6 +33,9 @@ fn conditional_calls_are_not_also_allowed_unconditionally() {
             api_dir: Some(9),
             vcpu_serves_iommu: false,
             host_load: Some(10),
+            dma_fds: vec![11],
+            vm: Some(12),
+            pinned_ram: true,
         };
         for (nr, args, why) in conditional(k, &known) {
             assert!(!args.is_empty(), "{k:?} {nr}: {why}");
@@ -272,6 +275,8 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
         api_dir: Some(DIR_FD),
         vcpu_serves_iommu: false,
         host_load: None,
+        dma_fds: vec![UNOPENED_DMA_FD],
+        ..Known::default()
     };
     let main = |f: fn()| in_filtered_child_with(ThreadKind::Main, &known, f);
     let allowed = main(|| {
@@ -298,15 +303,17 @@ fn the_main_thread_may_wait_stop_and_release_and_nothing_else() {
                 ioctl::KVM_IRQFD(),
                 ioctl::VFIO_DEVICE_SET_IRQS(),
                 ioctl::VFIO_DEVICE_RESET(),
-                ioctl::VFIO_IOMMU_UNMAP_DMA(),
                 ioctl::KVM_SET_USER_MEMORY_REGION(),
                 ioctl::KVM_SET_DEVICE_ATTR(),
                 ioctl::VFIO_GROUP_UNSET_CONTAINER(),
-                ioctl::IOMMU_IOAS_UNMAP(),
                 ioctl::VFIO_DEVICE_DETACH_IOMMUFD_PT(),
                 ioctl::IOMMU_DESTROY(),
             ] {
                 assert_eq!(libc::ioctl(-1, req as _, 0), -1);
+            }
+            // The unmap-all, on the container or iommufd only.
+            for req in [ioctl::VFIO_IOMMU_UNMAP_DMA(), ioctl::IOMMU_IOAS_UNMAP()] {
+                assert_eq!(libc::ioctl(UNOPENED_DMA_FD, req as _, 0), -1);
             }
             assert!(libc::fcntl(DIR_FD, libc::F_GETFD) >= 0);
             let mut st: libc::stat = std::mem::zeroed();
@@ -391,6 +398,7 @@ fn no_thread_can_reach_another_process_of_its_uid() {
         api_dir: Some(9),
         vcpu_serves_iommu: false,
         host_load: None,
+        ..Known::default()
     };
     for k in KINDS {
         let allowed: Vec<libc::c_long> = COMMON
@@ -442,6 +450,7 @@ fn vcpus_read_and_write_only_the_passed_through_devices() {
         api_dir: None,
         vcpu_serves_iommu: false,
         host_load: None,
+        ..Known::default()
     };
     let vcpu = |f: fn()| in_filtered_child_with(ThreadKind::Vcpu, &known, f);
     let device = vcpu(|| {
@@ -538,14 +547,15 @@ fn the_device_thread_reads_the_host_load_file_only() {
 
 #[test]
 fn vcpus_make_dma_calls_only_when_they_serve_the_iommu() {
-    // On a descriptor that is not a container: the call fails (EBADF)
-    // once the filter lets it through; trapped, the child exits 159.
+    // On a known descriptor number that is not open: the call fails
+    // (EBADF) once the filter lets it through; trapped, the child exits 159.
     fn map_dma() {
         // SAFETY: an ioctl on a closed descriptor number, no memory passed.
-        unsafe { libc::ioctl(-1, ioctl::VFIO_IOMMU_MAP_DMA() as _, 0usize) };
+        unsafe { libc::ioctl(UNOPENED_DMA_FD, ioctl::VFIO_IOMMU_MAP_DMA() as _, 0usize) };
     }
     let serving = Known {
         vcpu_serves_iommu: true,
+        dma_fds: vec![UNOPENED_DMA_FD],
         ..Known::default()
     };
     assert_eq!(
@@ -565,6 +575,10 @@ fn vcpus_make_dma_calls_only_when_they_serve_the_iommu() {
     );
 }
 
+/// A descriptor number no test opens: an ioctl the filter lets through
+/// fails there with `EBADF`.
+const UNOPENED_DMA_FD: RawFd = 929;
+
 #[test]
 fn syscall_names_cover_old_and_new_calls() {
     assert_eq!(super::syscall_names::name(libc::SYS_ioctl), Some("ioctl"));
@@ -577,3 +591,5 @@ fn syscall_names_cover_old_and_new_calls() {
     assert_eq!(super::syscall_names::name(-1), None);
     assert_eq!(super::syscall_names::name(1 << 40), None);
 }
+
+mod dma_fds;

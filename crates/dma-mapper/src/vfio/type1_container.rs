@@ -176,6 +176,10 @@ impl ContainerOps for VfioContainer {
         parse_dma_avail(&bytes, first_cap)
             .ok_or_else(|| io::Error::other("no DMA-available capability"))
     }
+
+    fn host_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.as_raw_fd())
+    }
 }
 
 /// `VFIO_IOMMU_GET_INFO` with its capability chain: the answer's bytes and

@@ -295,3 +295,5 @@ fn vectors_past_the_hard_open_file_limit_are_named() {
         "{e}"
     );
 }
+
+mod decode;

@@ -204,7 +204,7 @@ impl HostInfo {
     /// Read it from `root`; `qemu`: the QEMU binary to ask its version.
     pub fn gather(root: &Root, bdf: &str, qemu: Option<&Path>) -> HostInfo {
         HostInfo {
-            qemu_version: qemu.and_then(qemu_version),
+            qemu_version: qemu.and_then(version_line),
             cpu_model: root
                 .read_trim("/proc/cpuinfo")
                 .ok()
@@ -219,10 +219,10 @@ impl HostInfo {
     }
 }
 
-/// The first line of `qemu --version`.
-pub fn qemu_version(qemu: &Path) -> Option<String> {
+/// The first line of `PROGRAM --version` (QEMU's, our VMM's).
+pub fn version_line(program: &Path) -> Option<String> {
     let out = crate::setup::exec::output(
-        std::process::Command::new(qemu)
+        std::process::Command::new(program)
             .arg("--version")
             .stdin(std::process::Stdio::null()),
     )

@@ -68,7 +68,7 @@ impl Provenance {
         let link = |speed: &str, width: &str| Some(format!("{} x{}", dev(speed)?, dev(width)?));
         Provenance {
             tool_revision: env!("VIOMMU_BENCH_GIT_REVISION").to_string(),
-            vmm_version: vmm.and_then(vmm_version),
+            vmm_version: vmm.and_then(crate::setup::host::version_line),
             kernel_cmdline: read("/proc/cmdline"),
             thp_enabled: thp("enabled"),
             thp_defrag: thp("defrag"),
@@ -147,19 +147,6 @@ fn governors(root: &Root) -> Option<String> {
     g.sort();
     g.dedup();
     (!g.is_empty()).then(|| g.join(","))
-}
-
-/// The first line of `vmm --version`.
-pub fn vmm_version(vmm: &Path) -> Option<String> {
-    let out = crate::setup::exec::output(
-        std::process::Command::new(vmm)
-            .arg("--version")
-            .stdin(std::process::Stdio::null()),
-    )
-    .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().next()?.trim();
-    (out.status.success() && !line.is_empty()).then(|| line.to_string())
 }
 
 #[cfg(test)]

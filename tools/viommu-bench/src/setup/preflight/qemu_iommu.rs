@@ -29,7 +29,7 @@ impl Checks {
             return;
         };
         let Some(qemu) = &self.qemu else { return };
-        let line = crate::setup::host::qemu_version(qemu);
+        let line = crate::setup::host::version_line(qemu);
         let (maj, min) = AMD_IOMMU_VFIO_QEMU;
         match line.as_deref().and_then(parse_qemu_version) {
             Some(v) if v >= AMD_IOMMU_VFIO_QEMU => {}

@@ -31,6 +31,21 @@ def cargo_bins(bins: list[tuple[str, str]], quiet: bool = False) -> list[str]:
     return [str(target / "release" / name) for _, name in bins]
 
 
+def c_bins(sources: list[tuple[str, str]], out_dir: Path) -> list[str]:
+    """Build small C programs for the lab host, static (gcc -static -O2
+    -pthread; the lab host's busybox userland has no libc of its own to
+    rely on): (SOURCE under ci/lab, NAME) -> OUT_DIR/NAME; returns their
+    paths."""
+    paths = []
+    for src, name in sources:
+        out = out_dir / name
+        cmd = ["gcc", "-static", "-O2", "-pthread", "-Wall", "-o", str(out), str(LAB_DIR / src)]
+        if subprocess.run(cmd).returncode != 0:
+            raise LabError(f"building {name} failed ({' '.join(cmd)})")
+        paths.append(str(out))
+    return paths
+
+
 def build_image_command(guest_kernels: set[str], bins: list[str], host_iommu: str = "vtd",
                         host_kernel: str = "6.12", vmm_qemu: str = "", userland: str = "") -> list[str]:
     """build-image.sh's command line (build_image())."""

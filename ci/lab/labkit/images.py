@@ -32,14 +32,15 @@ def cargo_bins(bins: list[tuple[str, str]], quiet: bool = False) -> list[str]:
 
 
 def c_bins(sources: list[tuple[str, str]], out_dir: Path) -> list[str]:
-    """Build small C programs for the lab host, static (gcc -static -O2
-    -pthread; the lab host's busybox userland has no libc of its own to
-    rely on): (SOURCE under ci/lab, NAME) -> OUT_DIR/NAME; returns their
-    paths."""
+    """Build small C programs for the lab host, static (gcc -static-pie
+    -O2 -pthread: no libraries to ship; static-pie, not -static, since
+    build-image.sh's copy_with_libs runs ldd on it, which fails on a
+    plain static binary): (SOURCE under ci/lab, NAME) -> OUT_DIR/NAME;
+    returns their paths."""
     paths = []
     for src, name in sources:
         out = out_dir / name
-        cmd = ["gcc", "-static", "-O2", "-pthread", "-Wall", "-o", str(out), str(LAB_DIR / src)]
+        cmd = ["gcc", "-static-pie", "-O2", "-pthread", "-Wall", "-o", str(out), str(LAB_DIR / src)]
         if subprocess.run(cmd).returncode != 0:
             raise LabError(f"building {name} failed ({' '.join(cmd)})")
         paths.append(str(out))

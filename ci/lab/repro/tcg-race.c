@@ -19,7 +19,7 @@
  * Prints a progress line every 10 s and a last line
  *   tcg-race: done vcpu=A hammer=B seconds=S exits=N ios=N restores=N wakes=N
  * exit 0 when it ran its time, 1 when KVM failed. A crash ends the lab host.
- * Built static (gcc -static -O2 -pthread) by the lab (labkit/images.py).
+ * Built static (gcc -static-pie -O2 -pthread) by the lab (labkit/images.py).
  */
 #define _GNU_SOURCE
 #include <errno.h>

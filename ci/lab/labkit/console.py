@@ -74,7 +74,15 @@ class Collector:
             self.early_exit = f"the lab host's QEMU exited with status {returncode} before the host was ready"
             return
         explained = any(getattr(self, t.key) for t in TROUBLES if t.collected and t.explains_no_done)
-        if self.done_rc is None and not (explained or self.timed_out or self.early_exit or self.teardown_hung):
+        unexplained = self.done_rc is None and not (explained or self.timed_out or self.early_exit or self.teardown_hung)
+        if unexplained and returncode == 0 and self.host is not None and not self.stalled:
+            # QEMU runs the lab host with -no-reboot and the host powers
+            # off only after @@LAB-DONE@@: a clean exit before it is the
+            # lab host resetting, with no time to print (a triple fault;
+            # seen in tcg-race, the outer QEMU's TCG race).
+            self.host_crash = "the lab host reset without a message (its QEMU exited with status 0 under -no-reboot: a triple fault)"
+            return
+        if unexplained:
             self.stalled = f"its console ended without @@LAB-DONE@@ (its QEMU exited with status {returncode}): counted as wedged"
 
     def all_cells_in(self) -> bool:

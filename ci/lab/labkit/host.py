@@ -61,6 +61,13 @@ OUTER_QEMUS = ["7.2", "10.0", "11.1"]
 OUTER_TCG = ["multi", "single"]
 # Those of them a Debian 13 root holds (ci/lab/debian-root).
 SUITE_QEMUS = ["10.0", "11.1"]
+# Outer emulators only (--outer-qemu VERSION-fixed): Debian 13's QEMU
+# VERSION built from Debian's source package with the patches in
+# ci/lab/outer-qemu/patches (the TCG race that crashes lab hosts; docs/lab.md,
+# "Lab host crashes"), run with that root's libraries and firmware. Built
+# once and cached (20-40 minutes): never the default, CI does not build it.
+# 11.1-fixed needs Debian's mirror to serve trixie-backports' qemu source.
+FIXED_OUTER_QEMUS = [f"{v}-fixed" for v in SUITE_QEMUS]
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,7 +77,19 @@ def outer_qemu(version: str) -> str:
     per version and run (ci/lab/debian-root reads Debian's index)."""
     if version == "7.2":
         return "qemu-system-x86_64"
+    if version in FIXED_OUTER_QEMUS:
+        return fixed_outer_qemu(version.removesuffix("-fixed"))
     return debian_root("--qemu", version)
+
+
+def fixed_outer_qemu(version: str) -> str:
+    """The wrapper of QEMU VERSION with our patches that
+    ci/lab/outer-qemu/build prints last (building it once: 20-40 min)."""
+    cmd = [str(LAB_DIR / "outer-qemu" / "build"), "--qemu", version]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise LabError(f"building the patched outer QEMU failed ({' '.join(cmd[1:])})")
+    return out.stdout.strip().splitlines()[-1]
 
 
 def debian_root(*args: str) -> str:

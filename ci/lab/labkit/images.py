@@ -31,6 +31,22 @@ def cargo_bins(bins: list[tuple[str, str]], quiet: bool = False) -> list[str]:
     return [str(target / "release" / name) for _, name in bins]
 
 
+def c_bins(sources: list[tuple[str, str]], out_dir: Path) -> list[str]:
+    """Build small C programs for the lab host, static (gcc -static-pie
+    -O2 -pthread: no libraries to ship; static-pie, not -static, since
+    build-image.sh's copy_with_libs runs ldd on it, which fails on a
+    plain static binary): (SOURCE under ci/lab, NAME) -> OUT_DIR/NAME;
+    returns their paths."""
+    paths = []
+    for src, name in sources:
+        out = out_dir / name
+        cmd = ["gcc", "-static-pie", "-O2", "-pthread", "-Wall", "-o", str(out), str(LAB_DIR / src)]
+        if subprocess.run(cmd).returncode != 0:
+            raise LabError(f"building {name} failed ({' '.join(cmd)})")
+        paths.append(str(out))
+    return paths
+
+
 def build_image_command(guest_kernels: set[str], bins: list[str], host_iommu: str = "vtd",
                         host_kernel: str = "6.12", vmm_qemu: str = "", userland: str = "") -> list[str]:
     """build-image.sh's command line (build_image())."""

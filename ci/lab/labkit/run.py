@@ -14,7 +14,7 @@ from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
 from .host import SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
-from .images import BENCH_BINS, build_image, cargo_bins
+from .images import BENCH_BINS, build_image, c_bins, cargo_bins
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
 from .knobs import knobs_of, report_args, resolve_runs
@@ -52,7 +52,8 @@ def run_scenario(args) -> dict:
            "boots": [], "cells": [], "checks": [], "ok": False}
     try:
         vmm_qemu, userland = qemus_of(args, sc, k, doc)
-        image = build_image(kernels, cargo_bins(bins, quiet=args.cmd == "demo") + (args.bin or []), run_dir, k["host_iommu"],
+        shipped = cargo_bins(bins, quiet=args.cmd == "demo") + c_bins(sc.get("c_bins", []), run_dir) + (args.bin or [])
+        image = build_image(kernels, shipped, run_dir, k["host_iommu"],
                             k["host_kernel"], vmm_qemu, userland)
         for r in range(1, k["rounds"] + 1):
             def boot(todo: list[str], attempt: int, skip: list[str], r=r) -> Collector:

@@ -9,7 +9,7 @@ baseline-6.12, patched-6.12; no version: 6.1), "timeout" (one lab host
 boot's wall-clock bound), and optionally the bench tool's settings (mode,
 bs, runtime, ramp, guest_cpus, numjobs, rounds), the lab host's (host_iommu,
 host_kernel, outer_qemu, vmm_qemu, nvme_*), what it builds (cargo_bins,
-guest_kernels, userland) and what the judge expects (checks,
+c_bins: static C programs from ci/lab, guest_kernels, userland) and what the judge expects (checks,
 no_skipped_checks, expect, expect_zero, idle_ms/idle_check, max_hw_kb,
 hostile, breakdown)."""
 
@@ -25,7 +25,7 @@ LISTED = (
     "lazy-smoke", "smp-smoke", "smp-smoke-1qp", "poll-smoke", "vcpu-kicks", "levers", "reuse-7.3", "hostile",
     "lbs4k-smoke", "multipath", "vtd-smoke", "distro-smoke", "own-kernel", "debian13-userland", "scaling", "smoke-6.12", "smoke-7.3",
     "fault-census", "breakdown", "vmm-boot", "vmm-smoke", "vmm-errors", "bench-tool", "vmm-exits",
-    "vfio-backend", "iommufd",
+    "vfio-backend", "iommufd", "tcg-race",
 )
 
 

@@ -183,4 +183,13 @@ PROGRAM_SCENARIOS = {
         "expect": {"ours-iommufd": ["map_requests", "vfio_calls"], "ours-pinned+poll": ["map_requests", "vfio_calls"]},
         "expect_zero": {"ours-iommufd": ["poll_ns", "polls_found", "polls_busy", "vcpu_handovers"]},
     },
+    "tcg-race": {
+        "help": "the outer QEMU's TCG race behind the lab host crashes (docs/lab.md, \"Lab host crashes\"), no guest OS: ci/lab/repro/tcg-race.c runs a 1-vCPU KVM guest looping on CPUID on one lab host CPU while the other loops on FXRSTOR/XRSTOR, first with the guest on CPU 1 (control), then on CPU 0 (the race: QEMU writes CPU 0's hflags2 from the other CPU's thread); lab.race_seconds (default 300) each; a lab host crash is reported as host_crash; compare --outer-qemu 11.1 (or 10.0) with 10.0-fixed/11.1-fixed",
+        "script": "tcg-race",
+        "runs": [],
+        "c_bins": [("repro/tcg-race.c", "tcg-race")],
+        "checks": True,
+        "outer_qemu": "11.1",
+        "timeout": 1500,
+    },
 }

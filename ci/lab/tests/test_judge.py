@@ -85,7 +85,7 @@ class CollectorTest(unittest.TestCase):
         col = console.Collector(2)
         for l in [HOST, line(cell("qemu+stock"))]:
             col.feed(l)
-        col.finish(0)
+        col.finish(1)
         self.assertIn("ended without @@LAB-DONE@@", col.stalled)
         boots = []
 
@@ -110,6 +110,22 @@ class CollectorTest(unittest.TestCase):
         done.feed("@@LAB-DONE@@ rc=0")
         done.finish(0)
         self.assertIsNone(done.stalled)
+        self.assertIsNone(done.host_crash)
+
+    def test_a_clean_qemu_exit_before_done_is_a_reset(self):
+        # -no-reboot: a lab host that resets (a triple fault, no time to
+        # print) ends its QEMU with status 0 before @@LAB-DONE@@ (seen in
+        # tcg-race); a crash, not a wedge, and its work runs again.
+        col = console.Collector(2)
+        for l in [HOST, line(cell("qemu+stock"))]:
+            col.feed(l)
+        col.finish(0)
+        self.assertIsNone(col.stalled)
+        self.assertIn("reset without a message", col.host_crash)
+        # Before the host was ready it stays a wedge (no host to reset).
+        early = console.Collector(1)
+        early.finish(0)
+        self.assertIsNone(early.host_crash)
 
     def test_missing_cells_and_no_done_fail(self):
         _, (problems, _) = judge_lines("compare", SPECS, [HOST, line(cell("qemu+stock"))])

@@ -69,7 +69,7 @@ class ConsoleTest(unittest.TestCase):
             col = console.Collector(1)
             col.feed(HOST)
             setattr(col, t.key, "x")
-            col.finish(0)
+            col.finish(1)
             self.assertEqual(bool(col.stalled and col.stalled != "x"), not t.explains_no_done, t.key)
 
 

@@ -6,6 +6,8 @@ largest request, a hostile guest's bounds)."""
 
 from __future__ import annotations
 
+import re
+
 from .base import cell_key, tag_of, vmm_of
 from .console import TEARDOWN_GRACE
 from .trouble import TROUBLES, Verdict, trouble_of
@@ -276,18 +278,28 @@ def breakdown_problems(cells: list[dict], specs: list[str]) -> list[str]:
     return problems
 
 
+def iommu_kind(unit: str) -> str:
+    """What a /sys/class/iommu name is: "dmar" (VT-d), "ivhd" (AMD-Vi), or
+    "virtio" for virtio-iommu, which names its unit after the PCI function
+    it sits on (e.g. 0000:00:02.0)."""
+    if re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", unit):
+        return "virtio"
+    return unit.rstrip("0123456789")
+
+
 def iommu_problems(cells: list[dict], want: dict) -> list[str]:
     """The IOMMU each guest reported at boot (/sys/class/iommu names) and
-    its NVMe's domain type, against the scenario's (unit name prefix,
-    domain type) per column: e.g. ("dmar", "DMA") behind QEMU's VT-d."""
+    its NVMe's domain type, against the scenario's (unit kind, domain
+    type) per column: e.g. ("dmar", "DMA") behind QEMU's VT-d,
+    ("virtio", "DMA-FQ") behind a virtio-iommu with a lazy guest."""
     problems = []
     for t, (unit, domain) in want.items():
         for c in (c for c in cells if c["column"] == t and c.get("boot")):
             b = c["boot"]
             units = [u for u in (b.get("iommus") or "").split(",") if u]
             name = f"{t} round {c['round'] + 1}"
-            if not any(u.startswith(unit) for u in units):
-                problems.append(f"{name}: the guest's IOMMU units are {units or 'none'}, expected one named {unit}*")
+            if not any(iommu_kind(u) == unit for u in units):
+                problems.append(f"{name}: the guest's IOMMU units are {units or 'none'}, expected a {unit} unit")
             if b.get("nvme_domain") != domain:
                 problems.append(f"{name}: the NVMe's domain is {b.get('nvme_domain')!r}, expected {domain!r}")
     return problems

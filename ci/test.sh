@@ -29,12 +29,14 @@ if [ $lab = 1 ]; then
 	# took well over the hour CI should take (docs/testing.md). CI's minutes go to
 	# 6.12's reuse cache (smoke-6.12-ci, without its lazy guest that has
 	# the cache off; vmm-smoke's guest, ours + stock, is hostile's calm
-	# twin).
+	# twin). distro-smoke boots Debian 13's own kernel package (no build)
+	# behind our virtio-iommu with its modules loaded by the guest image;
+	# vtd-smoke (QEMU's VT-d) runs by hand.
 	lab_steps=(
 		vfio-backend vmm-errors
 		smoke bench-tool multipath hostile
 		smoke-6.12-ci smp-smoke smp-smoke-1qp vmm-exits
-		iommufd
+		iommufd distro-smoke
 	)
 fi
 # Every kernel the lab steps boot is built ahead, one after another, at

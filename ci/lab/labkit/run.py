@@ -80,7 +80,7 @@ def scenario_of(args) -> tuple[dict, list[str]]:
     --with-7.3's columns."""
     sc = SCENARIOS[args.scenario]
     if args.cmd == "demo" and args.scenario == "compare" and not args.runs:
-        sc = {**sc, "expect": DEMO["expect"]}
+        sc = {**sc, "expect": DEMO["expect"], "expect_iommu": DEMO["expect_iommu"]}
     defaults = DEMO["runs"] if args.cmd == "demo" and args.scenario == "compare" else sc["runs"]
     specs = resolve_runs(args.runs, defaults) if args.runs else defaults
     if getattr(args, "with_73", False):

@@ -80,8 +80,10 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub vmm: Option<PathBuf>,
     /// Columns to run, comma-separated: built-in names, or
-    /// TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|none,
-    /// KERNEL stock|patched, OPTS +-separated guest params, strict, lazy, --vmm-flags).
+    /// TAG:VMM:IOMMU:KERNEL[:OPTS] (VMM qemu|ours, IOMMU viommu|vtd|amd|none,
+    /// KERNEL stock|patched|NAME, OPTS +-separated guest params, strict, lazy,
+    /// --vmm-flags). The default starts with stock QEMU's emulated VT-d, the
+    /// baseline: what x86 users run today.
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_COLUMNS)]
     pub columns: Vec<String>,
     /// The column others are compared with in the "vs" column [default: the first].

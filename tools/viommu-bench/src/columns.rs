@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// The default columns, in order.
 pub const DEFAULT_COLUMNS: &str =
-    "qemu+stock,qemu+patched,ours+stock,ours+patched-strict,ours+patched-lazy,no-viommu";
+    "qemu-vtd+stock,qemu+stock,qemu+patched,ours+stock,ours+patched-strict,ours+patched-lazy,no-viommu";
 
 /// Which VMM runs the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -35,14 +35,15 @@ fn breakdown_needs_a_run_to_record() {
 #[test]
 fn defaults() {
     let c = parse(&[]).unwrap();
-    assert_eq!(c.columns.len(), 6);
+    assert_eq!(c.columns.len(), 7);
+    assert_eq!(c.baseline, 0, "qemu-vtd+stock, the first column");
     assert_eq!(
         c.bs.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
         ["4k", "16k", "64k", "128k", "256k"]
     );
     assert_eq!(c.numjobs, vec![1]);
     assert_eq!(c.memory_mib, 1024);
-    assert_eq!(c.ceiling(), Some(5));
+    assert_eq!(c.ceiling(), Some(6));
     assert_eq!(c.args.rw, Rw::Randread);
     assert_eq!(c.args.rounds, 5);
     assert_eq!(c.args.count_runtime, 3);

@@ -88,9 +88,11 @@ fn breakdown_runs_are_asked_of_every_viommu_guest() {
 fn default_columns_parse() {
     let specs: Vec<String> = DEFAULT_COLUMNS.split(',').map(String::from).collect();
     let cols = parse_columns(&specs).unwrap();
-    assert_eq!(cols.len(), 6);
-    assert_eq!(cols[4].guest_params, vec!["iommu.strict=0"]);
-    assert_eq!(cols[5].iommu, Iommu::None);
+    assert_eq!(cols.len(), 7);
+    // The first column is the baseline: what an x86 user runs today.
+    assert_eq!((cols[0].vmm, cols[0].iommu), (Vmm::Qemu, Iommu::Vtd));
+    assert_eq!(cols[5].guest_params, vec!["iommu.strict=0"]);
+    assert_eq!(cols[6].iommu, Iommu::None);
 }
 
 #[test]

@@ -41,20 +41,20 @@ fn preconditioning_is_planned_and_estimated() {
     assert_eq!(counting, 2, "qemu+stock and qemu+patched");
     assert_eq!(
         estimate_cells(&none, &cells).as_secs(),
-        6 * base(&none) + 2 * 5
+        7 * base(&none) + 2 * 5
     );
     assert_eq!(
         cell_bound(&none).as_secs(),
         (base(&none) + 5) * 4 + none.args.stall_seconds
     );
-    // --breakdown: every vIOMMU column (5 of 6) one more untimed run
+    // --breakdown: every virtio-iommu column (5 of 7) one more untimed run
     // per measured run, 3 s + 3 s.
     let brk = cfg(&["--precondition", "none", "--breakdown"]);
     assert_eq!(breakdown_pass(&brk), Duration::from_secs(6));
     assert_eq!(breakdown_pass(&none), Duration::ZERO);
     assert_eq!(
         estimate_cells(&brk, &cells).as_secs(),
-        6 * base(&brk) + 2 * 5 + 5 * 6
+        7 * base(&brk) + 2 * 5 + 5 * 6
     );
     assert_eq!(
         cell_bound(&brk).as_secs(),
@@ -62,7 +62,7 @@ fn preconditioning_is_planned_and_estimated() {
     );
     let off = cfg(&["--precondition", "none", "--count-runtime", "0"]);
     assert_eq!(count_pass(&off), Duration::ZERO);
-    assert_eq!(estimate_cells(&off, &cells).as_secs(), 6 * base(&off));
+    assert_eq!(estimate_cells(&off, &cells).as_secs(), 7 * base(&off));
     let mut full = cfg(&["--precondition", "full"]);
     assert!(guest_cmdline(&full, None).ends_with(" lab.precondition=full"));
     assert!(precondition_note(&full).contains("size is unknown"));

@@ -328,6 +328,7 @@ fn launch_inputs(cfg: &Config, pre: &Outcome, initramfs: PathBuf) -> LaunchInput
         memory_mib: cfg.memory_mib,
         count_runtime: a.count_runtime,
         breakdown: a.breakdown,
+        hugepages: a.hugepages,
     }
 }
 

@@ -196,6 +196,7 @@ fn preflight(cfg: &Config) -> Outcome {
         build_image: a.initramfs.is_none(),
         kernels,
         guest_memory: cfg.memory_mib << 20,
+        hugepages: a.hugepages,
         path_env: std::env::var_os("PATH"),
         kvm_exits: a.kvm_exits,
         breakdown: a.breakdown,

@@ -48,6 +48,8 @@ bench_args() {
 	[ "$(lab_arg kvm_exits 0)" = 1 ] && echo --kvm-exits
 	[ "$(lab_arg breakdown 0)" = 1 ] && echo --breakdown
 	[ "$(lab_arg retry_hung 0)" = 1 ] && echo --retry-hung
+	# Guest RAM in the 2 MiB pages the lab host reserved at boot (hugepages=).
+	[ "$(lab_arg hugepages 0)" = 1 ] && echo --hugepages
 	printf '%s\n' --idle-ms "$(lab_arg idle_ms 0)"
 	# The lab's emulated 1 GiB drive has no fast path for unwritten
 	# blocks worth measuring around, and its results so far read it

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
-from .host import HOST_IOMMUS, host_command, nvme_args, tsc_khz
+from .host import HOST_IOMMUS, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
 from .knobs import host_knobs
 
 
@@ -28,7 +28,7 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
     cmdline = host_cmdline(k, host_knobs(sc, k, specs, round_no))
     cmd = host_command(image, disk, cmdline, args.cpus, k["host_iommu"],
                        nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"]),
-                       k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"])
+                       k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"))
     timeout = args.timeout or sc["timeout"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     col = Collector(len(specs))
@@ -54,10 +54,13 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
 
 def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
     """The lab host's kernel command line: its console, its IOMMU's
-    parameters, and the lab.NAME=VALUE knobs."""
+    parameters, the huge pages it reserves (--hugepages), and the
+    lab.NAME=VALUE knobs."""
     # loglevel=5: warnings and backtraces (a soft lockup's) reach the log.
     host_iommu = HOST_IOMMUS[k["host_iommu"]]
     cmdline = f"console=ttyS0 {host_iommu['cmdline']} loglevel=5 panic=-1 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items())
+    if k.get("hugepages") == "1":
+        cmdline += f" hugepages={hugepages_at_boot()}"
     # The lab host's first TSC calibration is KVM's guest TSC rate (KVM is
     # built into our lab host kernels): give it the right one (host-init's
     # tsc_check() says why and checks it).

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from .base import CACHE, REPO, LabError
 from .boot import stop_lab_hosts
-from .host import FIXED_OUTER_QEMUS, HOST_IOMMUS, HOST_KERNELS, OUTER_QEMUS, OUTER_TCG
+from .host import (FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HUGEPAGES_MARGIN, OUTER_QEMUS, OUTER_TCG,
+                   hugepages_at_boot)
 from .images import build_image
 from .kernels import kernels_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
@@ -101,6 +102,10 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--log", help="keep the full serial log here (more rounds: next to it)")
     p.add_argument("--kvm-exits", action="store_true", help="count the lab host's KVM exits by reason per measured phase (viommu-bench --kvm-exits): a 'KVM exits per I/O' table")
     p.add_argument("--breakdown", action="store_true", help="where a request's time goes in the VMM (viommu-bench --breakdown): every vIOMMU guest runs each fio job again, untimed, while the lab host's tracefs records its VMM's threads; a 'where a request's time goes' table (the lab host needs the syscall trace events: --host-iommu virtio --host-kernel 6.12, or Debian's kernel)")
+    p.add_argument("--hugepages", action="store_true", default=None,
+                   help=f"every column's guest RAM in 2 MiB huge pages (viommu-bench --hugepages): the lab host reserves {hugepages_at_boot()} "
+                        f"at boot (hugepages=N: one guest's {GUEST_RAM_MIB} MiB and {HUGEPAGES_MARGIN} pages more) and gets "
+                        f"{2 * HUGEPAGES_MARGIN} MiB more RAM for the margin (default: the scenario's, else off)")
     p.add_argument("-v", "--verbose", action="store_true", help="echo the whole serial console")
 
 

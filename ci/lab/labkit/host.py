@@ -33,6 +33,31 @@ HOST_IOMMUS = {
 HOST_KERNELS = ["6.12", "6.1"]
 
 
+# The lab host's RAM in MiB. Its guests have viommu-bench's default 1 GiB
+# (the lab passes no --guest-memory), one at a time.
+HOST_RAM_MIB = 4096
+GUEST_RAM_MIB = 1024
+# --hugepages: the lab host reserves one guest's RAM in 2 MiB pages at boot
+# (hugepages=N on its command line, before anything fragments its memory),
+# and HUGEPAGES_MARGIN pages more, so that a page the kernel has not yet
+# given back when the next VMM maps its RAM does not fail that guest. The
+# pool is out of the lab host's other use even while no guest runs; a
+# guest's RAM took as much before, from the same RAM, while it ran. The
+# lab host gets the margin's RAM on top (host_ram_mib()), so the rest of
+# it has the room it had without huge pages.
+HUGEPAGES_MARGIN = 64
+
+
+def hugepages_at_boot(guest_mib: int = GUEST_RAM_MIB) -> int:
+    """The 2 MiB pages the lab host reserves at boot for guests of GUEST_MIB."""
+    return guest_mib // 2 + HUGEPAGES_MARGIN
+
+
+def host_ram_mib(hugepages: bool) -> int:
+    """The lab host's RAM in MiB (HUGEPAGES: with the pool's margin)."""
+    return HOST_RAM_MIB + (2 * HUGEPAGES_MARGIN if hugepages else 0)
+
+
 def nvme_device(ioqpairs: int = 0, mdts: int = -1, lbs: int = 0) -> str:
     """The lab host's emulated NVMe controller as a QEMU -device value.
     IOQPAIRS I/O queue pairs (0: QEMU's default, 64), maximum transfer
@@ -166,16 +191,17 @@ def tsc_khz() -> int | None:
 
 
 def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, host_iommu: str = "vtd", nvme: list[str] | None = None,
-                 qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi") -> list[str]:
+                 qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi", ram_mib: int = HOST_RAM_MIB) -> list[str]:
     """The QEMU TCG command line of the lab host (L2); NVME the arguments
     of its drive's controller(s) (nvme_args()); QEMU the outer emulator's
     binary (outer_qemu()); TCG_THREAD its TCG threading (OUTER_TCG);
-    $LAB_QEMU_ARGS adds flags (e.g. "-trace dma_map_wait -D
-    /tmp/l1.trace" to look inside the emulated NVMe and VT-d)."""
+    RAM_MIB its RAM (host_ram_mib()); $LAB_QEMU_ARGS adds flags (e.g.
+    "-trace dma_map_wait -D /tmp/l1.trace" to look inside the emulated
+    NVMe and VT-d)."""
     return [
         qemu,
         "-accel", f"tcg,thread={tcg_thread}", "-M", "q35", "-cpu", "max",
-        "-smp", str(cpus), "-m", "4096",
+        "-smp", str(cpus), "-m", str(ram_mib),
         "-nodefaults", "-display", "none", "-monitor", "none", "-serial", "stdio",
         "-no-reboot", "-net", "none",
         "-device", HOST_IOMMUS[host_iommu]["device"],

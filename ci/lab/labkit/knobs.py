@@ -42,6 +42,8 @@ def knobs_of(args, sc: dict) -> dict:
         # viommu-bench --breakdown: the flag, or a scenario that is about it.
         "breakdown": "1" if getattr(args, "breakdown", False) or sc.get("breakdown") else "0",
         "idle_ms": str(sc.get("idle_ms", 0)),
+        # viommu-bench --hugepages, the pages reserved at the lab host's boot.
+        "hugepages": "1" if pick("hugepages", False) else "0",
         # A guest that hangs is run again, as a warning, in CI and in the
         # demo: the nested emulation corrupts a vCPU's saved state now and
         # then (the hung vCPU spins with the lab host's own registers, see
@@ -60,7 +62,8 @@ def report_args(k: dict, specs: list[str], bdf: str) -> list[str]:
     """viommu-bench's flags for the table of these cells (--report-from)."""
     return ["--device", bdf, "--columns", ",".join(specs), "--mode", k["mode"], "--bs", k["bs"],
             "--runtime", k["runtime"], "--ramp", k["ramp"], "--numjobs", k["numjobs"], "--iodepth", k["iodepth"], "--rw", k["rw"], "--guest-cpus", k["guest_cpus"],
-            "--rounds", str(k["rounds"])] + (["--lead", k["lead"]] if k.get("lead") and k["lead"] in {tag_of(t) for t in specs} else [])
+            "--rounds", str(k["rounds"])] + (["--lead", k["lead"]] if k.get("lead") and k["lead"] in {tag_of(t) for t in specs} else []) \
+        + (["--hugepages"] if k.get("hugepages") == "1" else [])
 
 
 
@@ -86,7 +89,8 @@ def host_knobs(sc: dict, k: dict, specs: list[str], round_no: int) -> dict[str, 
     tags = {tag_of(s) for s in specs}
     knobs = {"scenario": sc["script"], "runs": ",".join(s for s in k["tool_specs"] if tag_of(s) in tags), "round": str(round_no),
              **{n: k[n] for n in ("mode", "bs", "runtime", "ramp", "guest_timeout", "guest_cpus", "numjobs", "iodepth", "stall", "rw",
-                                  "kernel_stock", "kernel_patched", "kernels", "kvm_exits", "breakdown", "idle_ms", "retry_hung", "retries", "skip") if n in k}}
+                                  "kernel_stock", "kernel_patched", "kernels", "kvm_exits", "breakdown", "idle_ms", "retry_hung", "retries", "skip",
+                                  "hugepages") if n in k}}
     if sc.get("userland"):
         knobs["userland"] = k["vmm_qemu"]
     elif k.get("vmm_qemu", "7.2") != "7.2":

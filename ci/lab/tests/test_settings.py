@@ -218,6 +218,30 @@ class SettingsTest(unittest.TestCase):
         # needs !GENERIC_TRACER): build-kernel.sh would refuse the config.
         self.assertNotIn("CONFIG_ENABLE_DEFAULT_TRACERS=y", frag)
 
+    def test_hugepages_are_reserved_at_boot_and_reach_the_bench_tool(self):
+        from labkit import boot
+        sc = scenarios.SCENARIOS["bench-tool"]
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        for flag, want in ((None, False), (True, True)):
+            k = knobs_of(self.args("run", hugepages=flag, host_iommu=None), sc)
+            k["tool_specs"], kernels = tool_specs(sc["runs"])
+            k.update(kernels)
+            knobs = host_knobs(sc, k, sc["runs"], 1)
+            self.assertEqual(knobs["hugepages"], "1" if want else "0")
+            self.assertEqual("--hugepages" in self.bench_args_of(knobs), want)
+            self.assertEqual("--hugepages" in report_args(k, sc["runs"], "x"), want)
+            cmdline = boot.host_cmdline(k, knobs)
+            # One 1 GiB guest at a time: 512 pages, and the margin.
+            self.assertEqual("hugepages=576" in cmdline.split(), want, cmdline)
+            ram = host.host_ram_mib(k["hugepages"] == "1")
+            self.assertEqual(ram, 4224 if want else 4096)
+            cmd = host.host_command(image, Path("/d"), cmdline, 2, ram_mib=ram)
+            self.assertEqual(cmd[cmd.index("-m") + 1], str(ram))
+        # What is left beside the pool is what a running guest left before.
+        self.assertEqual(host.host_ram_mib(True) - 2 * host.hugepages_at_boot(), host.HOST_RAM_MIB - host.GUEST_RAM_MIB)
+        # The lab's own host kernel has hugetlbfs (Debian's cloud kernel has it too).
+        self.assertIn("CONFIG_HUGETLBFS=y", LAB_DIR.joinpath("host-config-fragment").read_text())
+
     def test_the_debian13_userland_has_no_qemu_7_2(self):
         with tempfile.TemporaryDirectory() as d:
             orig = run.CACHE, run.outer_version

@@ -232,6 +232,16 @@ pub struct Args {
     /// column; recorded in results.json (`host.pinned_cpus`).
     #[arg(long)]
     pub pin: bool,
+    /// Back every column's guest RAM with 2 MiB hugetlbfs pages: our VMM
+    /// gets --hugepages, stock QEMU (the ceiling too) a private memfd
+    /// memory backend with hugetlb=on. The pages must be reserved first
+    /// (checked before anything is bound: --guest-memory / 2 MiB free,
+    /// one VM runs at a time): echo N > /proc/sys/vm/nr_hugepages, or
+    /// hugepages=N on the host's command line. They stay reserved, out of
+    /// the host's other use, until given back (echo 0). Recorded in
+    /// results.json (`provenance.hugepages`).
+    #[arg(long)]
+    pub hugepages: bool,
     /// Root of the sysfs/procfs tree to read (for tests).
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -318,6 +328,10 @@ impl Mode {
 /// (guest-patches/config-fragment). A kernel built for fewer CPUs boots
 /// with only that many and says nothing, so more are refused.
 pub const GUEST_MAX_CPUS: u32 = 64;
+
+/// The huge page `--hugepages` backs guest RAM with: 2 MiB, the x86 size
+/// both VMMs ask for (our VMM's MAP_HUGETLB, QEMU's `hugetlbsize=2M`).
+pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
 
 /// A flag with a bad value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -270,6 +270,8 @@ pub struct LaunchInputs {
     /// fio job again, untimed, for `count_runtime` seconds, while the
     /// host's tracefs records its VMM's threads.
     pub breakdown: bool,
+    /// `--hugepages`: guest RAM in 2 MiB hugetlbfs pages, every column.
+    pub hugepages: bool,
 }
 
 impl LaunchInputs {
@@ -402,14 +404,23 @@ fn qemu_launch(
     let mut counting = Counting::None;
     // An emulated VT-d or AMD-Vi with interrupt remapping needs the
     // IOAPIC in QEMU (kernel-irqchip=split).
-    let machine = match col.iommu {
-        Iommu::Vtd | Iommu::Amd => "q35,kernel-irqchip=split",
-        _ => "q35",
+    let mut machine = match col.iommu {
+        Iommu::Vtd | Iommu::Amd => s("q35,kernel-irqchip=split"),
+        _ => s("q35"),
     };
-    args.extend(["-accel", "kvm", "-M", machine, "-cpu", "host", "-smp"].map(s));
+    if inp.hugepages {
+        machine.push_str(",memory-backend=ram0");
+    }
+    args.extend(["-accel", "kvm", "-M"].map(s));
+    args.push(machine);
+    args.extend(["-cpu", "host", "-smp"].map(s));
     args.push(inp.cpus.to_string());
     args.push(s("-m"));
     args.push(inp.memory_mib.to_string());
+    if inp.hugepages {
+        args.push(s("-object"));
+        args.push(qemu_hugetlb_backend(inp.memory_mib));
+    }
     args.extend(
         [
             "-nodefaults",
@@ -475,6 +486,15 @@ fn qemu_launch(
     }
 }
 
+/// Stock QEMU's guest RAM in 2 MiB huge pages (`--hugepages`), the
+/// `-M ...,memory-backend=ram0` backend: an anonymous hugetlbfs memfd
+/// (no hugetlbfs mount needed), mapped private like our VMM's
+/// `MAP_PRIVATE | MAP_HUGETLB` RAM, its pages reserved when QEMU maps it
+/// (QEMU's `reserve=on`), not preallocated.
+fn qemu_hugetlb_backend(memory_mib: u64) -> String {
+    format!("memory-backend-memfd,id=ram0,size={memory_mib}M,hugetlb=on,hugetlbsize=2M,share=off")
+}
+
 /// Stock QEMU's emulated VT-d or AMD-Vi device for `iommu`, if it is one,
 /// with what its guest needs on `cmdline`: VT-d caching mode (without it
 /// QEMU refuses vfio-pci) and `intel_iommu=on` (kernels built without
@@ -509,6 +529,9 @@ fn ours_launch(
     args.push(p(inp.initramfs_of(kernel)));
     args.push(s("--memory"));
     args.push(format!("{}M", inp.memory_mib));
+    if inp.hugepages && !col.vmm_flags.iter().any(|f| f == "--hugepages") {
+        args.push(s("--hugepages"));
+    }
     args.push(s("--cpus"));
     args.push(inp.cpus.to_string());
     args.push(s("--api-socket"));

@@ -582,7 +582,7 @@ fn retries_serial_report_and_report_from() {
         .args(common)
         .args(["--rounds", "2", "--report-from", &p("serial.txt")])
         .args(["--report-from", &p("report/results.json")])
-        .args(["--out", &p("pooled")])
+        .args(["--out", &p("pooled"), "--hugepages"])
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&r.stdout);
@@ -592,6 +592,14 @@ fn retries_serial_report_and_report_from() {
     let mut rounds: Vec<u32> = doc.cells.iter().map(|c| c.round).collect();
     rounds.sort();
     assert_eq!(rounds, [2, 2, 2, 5, 5, 5], "{table}");
+    // The run's --hugepages, given again, is the report's provenance
+    // (the lab's way); without it, off.
+    assert!(doc.provenance.hugepages, "{table}");
+    assert!(table.contains("guest RAM: 2 MiB huge pages"), "{table}");
+    let single: Results =
+        serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
+            .unwrap();
+    assert!(!single.provenance.hugepages);
     assert!(table.contains("== round by round"), "{table}");
     let q = table
         .lines()

@@ -13,7 +13,7 @@ use super::prepare::Prepared;
 pub fn what_will_happen(cfg: &Config, p: &Prepared) -> String {
     let a = &cfg.args;
     let what = format!(
-        "viommu-bench will: {}; DESTROY the data on {} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s{}); about {} in all; results in {}{}",
+        "viommu-bench will: {}; DESTROY the data on {} with fio writes; boot {} VMs ({} columns x {} rounds; {} per VM: write+verify, then {} {} run(s) of {} s{}){}; about {} in all; results in {}{}",
         binding(cfg, p),
         drive(cfg, p),
         p.cells.len(),
@@ -24,6 +24,7 @@ pub fn what_will_happen(cfg: &Config, p: &Prepared) -> String {
         a.rw.as_str(),
         a.runtime,
         count_note(cfg, p),
+        hugepages(cfg),
         human_duration(p.total),
         p.out.display(),
         pinning(p),
@@ -64,6 +65,18 @@ fn binding(cfg: &Config, p: &Prepared) -> String {
             "bind it to vfio-pci (from {now_on}; given back at the end, also on failure or Ctrl-C)"
         )
     }
+}
+
+/// `--hugepages`' pages, or nothing.
+fn hugepages(cfg: &Config) -> String {
+    if !cfg.args.hugepages {
+        return String::new();
+    }
+    format!(
+        ", one at a time, each with its {} MiB of RAM in {} reserved 2 MiB huge pages (--hugepages)",
+        cfg.memory_mib,
+        (cfg.memory_mib << 20).div_ceil(crate::cli::HUGE_PAGE_BYTES)
+    )
 }
 
 /// `--pin`'s CPUs, or nothing.

@@ -208,10 +208,15 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let out = out_dir(cfg, now);
     let created = crate::setup::host::first_missing(&out);
     let expected = cfg.columns.len() * cfg.args.rounds as usize;
+    // No host was read: of the provenance, only what the flags say.
+    let provenance = Provenance {
+        hugepages: cfg.args.hugepages,
+        ..Default::default()
+    };
     let code = conclude(
         cfg,
         &out,
-        (Default::default(), Default::default(), Default::default()),
+        (Default::default(), Default::default(), provenance),
         cells,
         expected,
         now,

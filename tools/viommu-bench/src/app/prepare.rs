@@ -124,12 +124,13 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
     inputs.initramfs_for = initramfs_for;
     let cmdline = plan::guest_cmdline(cfg, pre.facts.logical_block_size);
     let cells = rotation_from(cfg.columns.len(), a.first_round - 1, a.rounds);
-    let provenance = Provenance::gather(
+    let mut provenance = Provenance::gather(
         &root,
         &cfg.bdf,
         cfg.uses_ours().then_some(inputs.vmm.as_path()),
         pre.facts.namespaces.first().map(String::as_str),
     );
+    provenance.hugepages = a.hugepages;
     Ok(Prepared {
         provenance,
         phases: plan::phases(cfg),
@@ -196,6 +197,7 @@ fn preflight(cfg: &Config) -> Outcome {
         build_image: a.initramfs.is_none(),
         kernels,
         guest_memory: cfg.memory_mib << 20,
+        hugepages: a.hugepages,
         path_env: std::env::var_os("PATH"),
         kvm_exits: a.kvm_exits,
         breakdown: a.breakdown,
@@ -328,6 +330,7 @@ fn launch_inputs(cfg: &Config, pre: &Outcome, initramfs: PathBuf) -> LaunchInput
         memory_mib: cfg.memory_mib,
         count_runtime: a.count_runtime,
         breakdown: a.breakdown,
+        hugepages: a.hugepages,
     }
 }
 

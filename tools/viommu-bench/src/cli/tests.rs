@@ -249,3 +249,20 @@ fn help_names_the_cache_the_code_uses() {
         std::path::PathBuf::from("/var/cache/viommu-bench")
     );
 }
+
+#[test]
+fn hugepages_take_guest_ram_in_whole_2m_pages() {
+    let c = parse(&["--hugepages", "--guest-memory", "2G"]).unwrap();
+    assert!(c.args.hugepages);
+    assert_eq!(c.memory_mib, 2048);
+    assert!(!parse(&[]).unwrap().args.hugepages);
+    // 1025M is a whole number of MiB but not of 2 MiB pages.
+    assert!(parse(&["--guest-memory", "1025M"]).is_ok());
+    let e = parse(&["--hugepages", "--guest-memory", "1025M"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--guest-memory") && e.contains("2 MiB huge pages"),
+        "{e}"
+    );
+}

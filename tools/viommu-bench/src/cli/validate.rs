@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{bad, normalize_bdf, Args, BlockSize, CliError, Config, GUEST_MAX_CPUS};
+use super::{
+    bad, normalize_bdf, Args, BlockSize, CliError, Config, GUEST_MAX_CPUS, HUGE_PAGE_BYTES,
+};
 use crate::columns::{self, Column, Kernel};
 use crate::units::{parse_size, size_label};
 
@@ -145,7 +147,8 @@ impl Args {
         Ok(())
     }
 
-    /// `--guest-memory` in bytes: whole MiB, at least 256M.
+    /// `--guest-memory` in bytes: whole MiB, at least 256M; whole huge
+    /// pages with `--hugepages`.
     fn guest_memory(&self) -> Result<u64, CliError> {
         let mem = parse_size(&self.guest_memory).ok_or_else(|| {
             bad(
@@ -159,6 +162,13 @@ impl Args {
                 "--guest-memory",
                 &self.guest_memory,
                 "a whole number of MiB, at least 256M",
+            ));
+        }
+        if self.hugepages && mem % HUGE_PAGE_BYTES != 0 {
+            return Err(bad(
+                "--guest-memory",
+                &self.guest_memory,
+                "with --hugepages a whole number of 2 MiB huge pages, e.g. 1G or 2048M",
             ));
         }
         Ok(mem)

@@ -14,6 +14,7 @@ fn inputs() -> LaunchInputs {
         memory_mib: 1024,
         count_runtime: 3,
         breakdown: false,
+        hugepages: false,
     }
 }
 
@@ -274,4 +275,51 @@ fn a_kernel_with_its_modules_boots_its_own_initramfs() {
         "x",
     );
     assert!(o.args.iter().any(|a| a == "/c/initramfs.cpio"));
+}
+
+#[test]
+fn hugepages_back_every_columns_ram_alike() {
+    let on = LaunchInputs {
+        hugepages: true,
+        ..inputs()
+    };
+    let args = |name: &str, inp: &LaunchInputs| {
+        launch(&builtin(name).unwrap(), inp, "c", Path::new("/run"), "x").args
+    };
+    let backend = "memory-backend-memfd,id=ram0,size=1024M,hugetlb=on,hugetlbsize=2M,share=off";
+    // Stock QEMU, the ceiling and the emulated VT-d alike: the backend
+    // as the machine's RAM, its size the guest's.
+    for (name, machine) in [
+        ("qemu+stock", "q35,memory-backend=ram0"),
+        ("no-viommu", "q35,memory-backend=ram0"),
+        (
+            "qemu-vtd+stock",
+            "q35,kernel-irqchip=split,memory-backend=ram0",
+        ),
+    ] {
+        let a = args(name, &on);
+        let after = |flag: &str| a.iter().position(|x| x == flag).map(|i| a[i + 1].as_str());
+        assert_eq!(after("-M"), Some(machine), "{name}: {a:?}");
+        assert_eq!(after("-object"), Some(backend), "{name}: {a:?}");
+        assert_eq!(after("-m"), Some("1024"), "{name}: {a:?}");
+        let off = args(name, &inputs());
+        assert!(
+            !off.iter()
+                .any(|x| x == "-object" || x.contains("memory-backend")),
+            "{name}: {off:?}"
+        );
+    }
+    // Our VMM: its own flag, once, even when the column already has it.
+    for spec in ["ours+stock", "ours+patched-lazy"] {
+        let a = args(spec, &on);
+        assert_eq!(
+            a.iter().filter(|x| *x == "--hugepages").count(),
+            1,
+            "{spec}: {a:?}"
+        );
+        assert!(!args(spec, &inputs()).iter().any(|x| x == "--hugepages"));
+    }
+    let own = parse_column("h:ours:viommu:stock:--hugepages").unwrap();
+    let a = launch(&own, &on, "c", Path::new("/run"), "x").args;
+    assert_eq!(a.iter().filter(|x| *x == "--hugepages").count(), 1, "{a:?}");
 }

@@ -9,7 +9,8 @@
 //! guest RAM (one anonymous mapping per RAM region; the VMM's own
 //! allocations are the heap, glibc's per-thread arenas of at most 64 MiB,
 //! thread stacks and small mappings). `VmHWM` of `/proc/PID/status`, the
-//! whole process's peak, is kept too.
+//! whole process's peak, is kept too, and its `HugetlbPages`: guest RAM
+//! from hugetlbfs (`--hugepages`), which neither of the others counts.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +38,11 @@ pub struct Footprint {
     pub peak_rss_kib: u64,
     /// Peak resident set apart from guest RAM (see the module), KiB.
     pub peak_own_rss_kib: u64,
+    /// Peak of the process's hugetlbfs pages in use (`HugetlbPages` of
+    /// `/proc/PID/status`), KiB: with `--hugepages`, the guest RAM the
+    /// VMM really took from huge pages. Older results lack it.
+    #[serde(default)]
+    pub peak_hugetlb_kib: u64,
     /// Memory samples taken (0: the process was never seen, e.g. it
     /// exited at once, or /proc/PID/smaps is missing).
     pub samples: u32,
@@ -61,10 +67,10 @@ impl Footprint {
         let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
             return false;
         };
-        let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| status_kib(&s, "VmHWM:"));
-        self.add_sample(own_rss_kib(&smaps), hwm);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        self.add_sample(own_rss_kib(&smaps), status_kib(&status, "VmHWM:"));
+        let huge = status_kib(&status, "HugetlbPages:").unwrap_or(0);
+        self.peak_hugetlb_kib = self.peak_hugetlb_kib.max(huge);
         true
     }
 

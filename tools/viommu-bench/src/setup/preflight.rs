@@ -4,6 +4,7 @@
 mod device;
 mod group;
 pub mod guest_kernel;
+pub mod hugepages;
 mod in_use;
 mod iommu;
 mod privileges;
@@ -124,6 +125,8 @@ pub struct Checks {
     pub guest: guest_kernel::GuestUse,
     /// Guest RAM in bytes (VFIO pins it).
     pub guest_memory: u64,
+    /// --hugepages: guest RAM from 2 MiB huge pages, which must be free.
+    pub hugepages: bool,
     /// PATH to search programs in.
     pub path_env: Option<OsString>,
     /// --kvm-exits (needs root and ftrace hist triggers on the KVM events).
@@ -179,6 +182,9 @@ impl Checks {
             self.check_kvm_exits(&mut out.problems);
         }
         self.check_memlock(&mut out.problems);
+        if self.hugepages {
+            self.check_hugepages(&mut out.problems);
+        }
         if !self.no_bind && self.euid() != Some(0) {
             out.problems.push(problem(
                 "not running as root",

@@ -1,6 +1,6 @@
 //! What else tells two runs' numbers apart: the code (the tool's and the
 //! VMM's git revisions) and the host's tuning (kernel command line, THP,
-//! the CPU frequency governor and turbo, SMT), the drive's model,
+//! the CPU frequency governor and turbo, SMT, huge pages), the drive's model,
 //! firmware and PCIe link, and the namespace measured. Every file is
 //! read through a [`Root`], so tests use a fake tree.
 
@@ -9,6 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::setup::preflight::hugepages::HugePool;
 use crate::setup::sysfs::{pci_dev, Root};
 
 /// The run's provenance, for results.json and the report's header.
@@ -30,6 +31,15 @@ pub struct Provenance {
     pub turbo: Option<String>,
     /// SMT active (/sys/devices/system/cpu/smt/active).
     pub smt_active: Option<bool>,
+    /// Every column's guest RAM in 2 MiB hugetlbfs pages (`--hugepages`);
+    /// else the VMMs' anonymous memory (transparent huge pages where the
+    /// kernel finds them). Results from before the flag: off.
+    #[serde(default)]
+    pub hugepages: bool,
+    /// The host's 2 MiB huge page pool when the run started (absent: no
+    /// hugetlbfs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugepages_2m: Option<HugePool>,
     /// The drive's model (its NVMe controller's `model`).
     pub drive_model: Option<String>,
     /// Its firmware revision (`firmware_rev`).
@@ -48,7 +58,7 @@ pub struct Provenance {
 impl Provenance {
     /// Reads it under `root` for the drive `bdf`; `vmm`: our VMM, to ask
     /// its version; `host_namespace`: the drive's first namespace on the
-    /// host, when it had one before binding.
+    /// host, when it had one before binding. `hugepages` is the run's to set.
     pub fn gather(
         root: &Root,
         bdf: &str,
@@ -80,6 +90,8 @@ impl Provenance {
                         .map(|v| if v == "1" { "on" } else { "off" }.to_string())
                 }),
             smt_active: read("/sys/devices/system/cpu/smt/active").map(|v| v == "1"),
+            hugepages: false,
+            hugepages_2m: HugePool::read(root),
             drive_model: ctrl_file("model"),
             drive_firmware: ctrl_file("firmware_rev"),
             drive_serial_sha256: ctrl_file("serial").map(|s| {
@@ -100,7 +112,7 @@ impl Provenance {
         let o = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
         vec![
             format!(
-                "code: viommu-bench {}, vmm {}; host: THP {}/{} (enabled/defrag), governor {}, turbo {}, SMT {}; cmdline: {}",
+                "code: viommu-bench {}, vmm {}; host: THP {}/{} (enabled/defrag), governor {}, turbo {}, SMT {}; guest RAM: {}; cmdline: {}",
                 self.tool_revision,
                 o(&self.vmm_version),
                 o(&self.thp_enabled),
@@ -108,6 +120,7 @@ impl Provenance {
                 o(&self.cpufreq_governor),
                 o(&self.turbo),
                 self.smt_active.map(|s| if s { "on" } else { "off" }).unwrap_or("?"),
+                self.guest_ram(),
                 o(&self.kernel_cmdline),
             ),
             format!(
@@ -120,6 +133,20 @@ impl Provenance {
                 self.namespace
             ),
         ]
+    }
+}
+
+impl Provenance {
+    /// How guest RAM was backed, with the pool at the start.
+    fn guest_ram(&self) -> String {
+        let pool = self.hugepages_2m.map_or(String::new(), |p| {
+            format!(" (2 MiB pool: {} pages, {} free)", p.total, p.free)
+        });
+        if self.hugepages {
+            format!("2 MiB huge pages, --hugepages{pool}")
+        } else {
+            format!("anonymous memory{pool}")
+        }
     }
 }
 

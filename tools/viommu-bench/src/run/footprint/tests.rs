@@ -37,8 +37,9 @@ Rss:              900000 kB
 
 #[test]
 fn status_values_are_read_by_key() {
-    let s = "Name:\tvmm\nVmHWM:\t  1331200 kB\nVmRSS:\t  1300000 kB\n";
+    let s = "Name:\tvmm\nVmHWM:\t  1331200 kB\nVmRSS:\t  1300000 kB\nHugetlbPages:\t 1048576 kB\n";
     assert_eq!(status_kib(s, "VmHWM:"), Some(1331200));
+    assert_eq!(status_kib(s, "HugetlbPages:"), Some(1048576));
     assert_eq!(status_kib(s, "VmRSS:"), Some(1300000));
     assert_eq!(status_kib(s, "VmSwap:"), None);
 }

@@ -117,6 +117,7 @@ impl Fake {
                 ("--kernel-patched", self.p("k/patched")),
             ],
             guest_memory: 1 << 30,
+            hugepages: false,
             path_env: Some(self.p("bin").into_os_string()),
             kvm_exits: false,
             breakdown: false,

@@ -55,7 +55,18 @@ fn read_from_a_fake_tree() {
     file(&root, &format!("{dev}/current_link_width"), "4\n");
     file(&root, &format!("{dev}/max_link_speed"), "16.0 GT/s PCIe\n");
     file(&root, &format!("{dev}/max_link_width"), "4\n");
-    let p = Provenance::gather(&root, "0000:01:00.0", None, Some("nvme2n1"));
+    for (f, v) in [
+        ("nr_hugepages", "600"),
+        ("free_hugepages", "88"),
+        ("resv_hugepages", "0"),
+    ] {
+        file(
+            &root,
+            &format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{f}"),
+            v,
+        );
+    }
+    let mut p = Provenance::gather(&root, "0000:01:00.0", None, Some("nvme2n1"));
     assert_eq!(
         p.kernel_cmdline.as_deref(),
         Some("BOOT_IMAGE=/vmlinuz intel_iommu=on")
@@ -95,4 +106,24 @@ fn read_from_a_fake_tree() {
     let p2 = Provenance::gather(&r2, "0000:01:00.0", None, None);
     assert_eq!(p2.turbo.as_deref(), Some("on"));
     assert_eq!(p2.drive_model, None);
+    assert_eq!(p2.hugepages_2m, None);
+    assert!(p2.header_lines()[0].contains("guest RAM: anonymous memory;"));
+    // --hugepages is the run's: recorded, and in the header with the pool.
+    assert!(lines[0].contains("guest RAM: anonymous memory (2 MiB pool: 600 pages, 88 free)"));
+    p.hugepages = true;
+    assert!(
+        p.header_lines()[0]
+            .contains("guest RAM: 2 MiB huge pages, --hugepages (2 MiB pool: 600 pages, 88 free)"),
+        "{}",
+        p.header_lines()[0]
+    );
+    let json = serde_json::to_value(&p).unwrap();
+    assert_eq!(json["hugepages"], true);
+    assert_eq!(json["hugepages_2m"]["free"], 88);
+    // Results from before the flag read as off.
+    let mut old = json.clone();
+    old.as_object_mut().unwrap().remove("hugepages");
+    old.as_object_mut().unwrap().remove("hugepages_2m");
+    let back: Provenance = serde_json::from_value(old).unwrap();
+    assert!(!back.hugepages && back.hugepages_2m.is_none());
 }

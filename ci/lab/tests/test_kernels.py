@@ -17,11 +17,12 @@ class KernelsTest(unittest.TestCase):
         for s in seven:
             self.assertIn(presets.LAB_7X_PARAMS, s.split(":", 4)[4].split("+"), s)
         # The demo's 7.3 lazy column gets the demo's reuse window, and the
-        # tool gets the 7.3 kernels by name beside the 6.12 ones.
+        # tool gets the 7.3 kernels by name beside the 6.12 ones (and
+        # Debian's package, the user-setup columns' kernel).
         extra = presets.seven_three_runs(presets.DEMO_LAZY_OPTS)
         self.assertTrue(extra[2].endswith("+" + presets.DEMO_LAZY_OPTS), extra)
         _, knobs = kernels.tool_specs(presets.DEMO["runs"] + extra)
-        self.assertEqual(knobs["kernels"], "baseline-7.3,patched-7.3")
+        self.assertEqual(knobs["kernels"], "debian-6.12,baseline-7.3,patched-7.3")
 
     def test_ci_runs_the_73_series_on_one_73_kernel(self):
         # smoke-7.3-ci (by hand) needs one 7.3 kernel built: the patched one.

@@ -31,12 +31,14 @@ if [ $lab = 1 ]; then
 	# the cache off; vmm-smoke's guest, ours + stock, is hostile's calm
 	# twin). distro-smoke boots Debian 13's own kernel package (no build)
 	# behind our virtio-iommu with its modules loaded by the guest image;
-	# vtd-smoke (QEMU's VT-d) runs by hand.
+	# vtd-smoke puts stock QEMU's emulated VT-d (caching mode) in front of
+	# the stock, the patched and Debian's 6.12 kernels (the demo's
+	# baseline) and checks each ran strict behind dmar0.
 	lab_steps=(
 		vfio-backend vmm-errors
 		smoke bench-tool multipath hostile
 		smoke-6.12-ci smp-smoke smp-smoke-1qp vmm-exits
-		iommufd distro-smoke
+		iommufd distro-smoke vtd-smoke
 	)
 fi
 # Every kernel the lab steps boot is built ahead, one after another, at

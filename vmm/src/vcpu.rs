@@ -482,8 +482,7 @@ impl Vcpu {
                 Unpark::Restart => {
                     if let Err(e) = self.first_boot.restore(&self.fd, id) {
                         tracing::error!(vcpu = id, "cannot reset the vCPU for the reboot: {e}");
-                        self.exit
-                            .request(ExitReason::Error(format!("reboot: {e}")));
+                        self.exit.request(ExitReason::Error(format!("reboot: {e}")));
                         return;
                     }
                     tracing::debug!(vcpu = id, "vCPU reset for the reboot");

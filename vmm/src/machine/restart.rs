@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kvm_bindings::{kvm_irqchip, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE};
+use kvm_bindings::{
+    kvm_irqchip, KVM_IRQCHIP_IOAPIC, KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE,
+};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::running::Running;
@@ -72,19 +74,23 @@ impl GuestSetup {
 
 /// The in-kernel PICs' and IOAPIC's state before the guest ran.
 pub(crate) fn save_irqchips(vm: &vm::Vm) -> Result<Vec<kvm_irqchip>, VmmError> {
-    [KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE, KVM_IRQCHIP_IOAPIC]
-        .into_iter()
-        .map(|chip_id| {
-            let mut c = kvm_irqchip {
-                chip_id,
-                ..Default::default()
-            };
-            vm.fd()
-                .get_irqchip(&mut c)
-                .map_err(kvm_err("KVM_GET_IRQCHIP"))?;
-            Ok(c)
-        })
-        .collect()
+    [
+        KVM_IRQCHIP_PIC_MASTER,
+        KVM_IRQCHIP_PIC_SLAVE,
+        KVM_IRQCHIP_IOAPIC,
+    ]
+    .into_iter()
+    .map(|chip_id| {
+        let mut c = kvm_irqchip {
+            chip_id,
+            ..Default::default()
+        };
+        vm.fd()
+            .get_irqchip(&mut c)
+            .map_err(kvm_err("KVM_GET_IRQCHIP"))?;
+        Ok(c)
+    })
+    .collect()
 }
 
 /// A reboot's steps on the running machine.

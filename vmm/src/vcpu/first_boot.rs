@@ -9,8 +9,8 @@
 //! would need every vCPU's write matched by KVM's TSC synchronisation).
 
 use kvm_bindings::{
-    kvm_fpu, kvm_lapic_state, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs,
-    kvm_vcpu_events, kvm_xcrs, Msrs,
+    kvm_fpu, kvm_lapic_state, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs, kvm_vcpu_events,
+    kvm_xcrs, Msrs,
 };
 use kvm_ioctls::VcpuFd;
 

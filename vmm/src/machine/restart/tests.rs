@@ -36,14 +36,23 @@ fn a_reload_writes_the_first_boot_memory_again_and_nothing_the_guest_left_low() 
     vcpu::write_boot_tables(&mem).unwrap();
     let (ia, is) = info.initrd.unwrap();
     let low = snapshot(&mem, 0, HIGH_RAM_START as usize);
-    let kernel = snapshot(&mem, HIGH_RAM_START, (info.kernel_end - HIGH_RAM_START) as usize);
+    let kernel = snapshot(
+        &mem,
+        HIGH_RAM_START,
+        (info.kernel_end - HIGH_RAM_START) as usize,
+    );
     let initrd = snapshot(&mem, ia, is as usize);
     // What a running guest does to its boot memory.
-    mem.write_slice(&[0xcc; 0x1000], GuestAddress(0x9000)).unwrap();
-    mem.write_slice(&[0xcc; 64], GuestAddress(ZERO_PAGE_START)).unwrap();
-    mem.write_slice(&[0xcc; 64], GuestAddress(CMDLINE_START)).unwrap();
-    mem.write_slice(&[0xcc; 64], GuestAddress(ACPI_START)).unwrap();
-    mem.write_slice(&[0xcc; 0x1000], GuestAddress(HIGH_RAM_START)).unwrap();
+    mem.write_slice(&[0xcc; 0x1000], GuestAddress(0x9000))
+        .unwrap();
+    mem.write_slice(&[0xcc; 64], GuestAddress(ZERO_PAGE_START))
+        .unwrap();
+    mem.write_slice(&[0xcc; 64], GuestAddress(CMDLINE_START))
+        .unwrap();
+    mem.write_slice(&[0xcc; 64], GuestAddress(ACPI_START))
+        .unwrap();
+    mem.write_slice(&[0xcc; 0x1000], GuestAddress(HIGH_RAM_START))
+        .unwrap();
     mem.write_slice(&[0xcc; 0x100], GuestAddress(ia)).unwrap();
     // Above the images: the guest's, left as it is.
     let high = ia + 0x10_0000;
@@ -59,6 +68,8 @@ fn a_reload_writes_the_first_boot_memory_again_and_nothing_the_guest_left_low() 
 fn a_reload_that_would_enter_elsewhere_is_refused() {
     let (s, mem) = setup();
     let info = s.load(&mem).unwrap();
-    let e = s.reload(&mem, GuestAddress(info.entry.0 + 0x1000)).unwrap_err();
+    let e = s
+        .reload(&mem, GuestAddress(info.entry.0 + 0x1000))
+        .unwrap_err();
     assert!(matches!(e, RebootError::Load(_)), "{e}");
 }

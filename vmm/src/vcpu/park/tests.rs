@@ -21,7 +21,11 @@ fn parked_vcpus_restart_on_resume() {
     assert!(gate.pause_requested());
     let threads: Vec<_> = (0..3).map(|_| parker(&gate, &stop)).collect();
     let mut kicks = 0;
-    assert!(gate.wait_parked(3, Duration::from_secs(10), Duration::from_millis(1), || kicks += 1));
+    assert!(
+        gate.wait_parked(3, Duration::from_secs(10), Duration::from_millis(1), || {
+            kicks += 1
+        })
+    );
     assert_eq!(gate.parked(), 3);
     gate.resume();
     assert!(!gate.pause_requested());
@@ -45,7 +49,12 @@ fn a_stop_ends_a_parked_vcpu() {
 fn a_vcpu_that_does_not_park_times_out_after_kicks() {
     let gate = ParkGate::default();
     let mut kicks = 0;
-    assert!(!gate.wait_parked(1, Duration::from_millis(50), Duration::from_millis(5), || kicks += 1));
+    assert!(!gate.wait_parked(
+        1,
+        Duration::from_millis(50),
+        Duration::from_millis(5),
+        || kicks += 1
+    ));
     assert!(kicks >= 2, "{kicks}");
 }
 

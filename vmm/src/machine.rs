@@ -279,21 +279,7 @@ fn cpu_clock(t: &JoinHandle<()>) -> Option<libc::clockid_t> {
 
 /// Wait for the guest (or a vCPU, the API, a signal) to end the VM.
 fn wait_for_exit(exit: &VmExit) -> Result<ExitReason, VmmError> {
-    let mut pfd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(exit.eventfd()),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    while exit.reason().is_none() {
-        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return Err(io_err("poll on the exit eventfd")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
-    Ok(exit.reason().unwrap_or(ExitReason::PowerOff))
+    Ok(exit.wait())
 }
 
 /// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread

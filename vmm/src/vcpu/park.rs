@@ -22,7 +22,9 @@ pub enum Unpark {
 
 #[derive(Debug, Default)]
 struct GateState {
-    /// vCPUs waiting in [`ParkGate::park`].
+    /// vCPUs that parked since the last [`ParkGate::resume`] (which
+    /// releases them all: a vCPU not awake yet is not counted as parked
+    /// for the next pause).
     parked: usize,
     /// Bumped by each [`ParkGate::resume`]: a parked vCPU whose epoch is
     /// behind restarts.
@@ -65,22 +67,21 @@ impl ParkGate {
         let mut s = self.lock();
         s.parked += 1;
         self.cv.notify_all();
-        let out = loop {
-            if stop.load(Ordering::Acquire) {
-                break Unpark::Stop;
-            }
+        loop {
             if s.epoch != *epoch {
                 *epoch = s.epoch;
-                break Unpark::Restart;
+                return Unpark::Restart;
+            }
+            if stop.load(Ordering::Acquire) {
+                s.parked = s.parked.saturating_sub(1);
+                return Unpark::Stop;
             }
             s = self
                 .cv
                 .wait_timeout(s, STOP_POLL)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
-        };
-        s.parked -= 1;
-        out
+        }
     }
 
     /// Wait until `n` vCPUs are parked, calling `kick` every `every`;
@@ -118,6 +119,7 @@ impl ParkGate {
         let mut s = self.lock();
         self.pause.store(false, Ordering::Release);
         s.epoch += 1;
+        s.parked = 0;
         self.cv.notify_all();
     }
 

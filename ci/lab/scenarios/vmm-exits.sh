@@ -142,11 +142,20 @@ restart_check() {
 	rm -f "$sock"
 	start_guest vmm "$log" "lab.end=reboot reboot=k" \
 		"--on-reboot restart --reboot-limit 3/600 --api-socket $sock"
-	i=0 counted=0
+	# Four boots take longer than the lab's console silence bound
+	# (HOST_STALL): a progress line on the console for each boot seen.
+	i=0 counted=0 seen=0
 	while kill -0 "$pid" 2>/dev/null && [ $i -lt 4500 ]; do
 		if [ $((i % 10)) = 0 ] && [ -S "$sock" ]; then
 			n=$(vmmctl "$sock" metrics 2>/dev/null | awk '$1 == "vmm_reboots_total" {print $2}')
 			[ -n "$n" ] && counted=$n
+		fi
+		if [ $((i % 10)) = 0 ]; then
+			b=$(grep -c '"event":"boot"' "$log")
+			if [ "$b" != "$seen" ]; then
+				seen=$b
+				echo "@@LAB-PROGRESS@@ restart: boot $b, vmm_reboots_total $counted"
+			fi
 		fi
 		sleep 0.2
 		i=$((i + 1))

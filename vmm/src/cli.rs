@@ -125,13 +125,13 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// What a guest reboot (ACPI reset register, i8042 0xfe, `vmmctl
-    /// reboot`) does: `exit` with code 3 (the caller restarts the VMM), or
-    /// `restart` the guest in this process (experimental: see README
-    /// "Reboot").
-    #[arg(long, value_enum, value_name = "WHAT", default_value = "exit")]
+    /// reboot`) does: `restart` the guest in this process (see README
+    /// "Reboot"), or `exit` with code 3 (the caller restarts the VMM, or
+    /// wants to see the reboot).
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "restart")]
     pub on_reboot: crate::reboot::OnReset,
     /// What a triple fault does: `exit` with code 4, or `restart` the
-    /// guest as for a reboot (experimental).
+    /// guest as for a reboot.
     #[arg(long, value_enum, value_name = "WHAT", default_value = "exit")]
     pub on_triple_fault: crate::reboot::OnReset,
     /// A guest that restarts more than N times within SECS seconds ends

@@ -138,7 +138,7 @@ PROGRAM_SCENARIOS = {
         "expect": {"ours+stock": ["map_requests", "vfio_calls"]},
     },
     "vmm-exits": {
-        "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM, and restarts a rebooting guest in place (--on-reboot restart) up to its --reboot-limit with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe",
+        "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM, and restarts a rebooting guest in place (its default, --on-reboot restart) up to its --reboot-limit with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe",
         "script": "vmm-exits",
         "runs": [],
         "cargo_bins": [("vmm", "vmm"), ("vmm", "vmmctl")],

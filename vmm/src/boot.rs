@@ -1,7 +1,6 @@
 //! Direct boot of a bzImage: kernel, initramfs, command line and zero page
 //! (`boot_params` with the e820 map), through `linux-loader`.
 
-use std::fs::File;
 use std::path::Path;
 
 use linux_loader::cmdline::Cmdline;
@@ -121,6 +120,38 @@ pub struct BootInfo {
     pub initrd: Option<(u64, u64)>,
 }
 
+/// The kernel and initramfs bytes, read once at start: a reboot loads
+/// them again from here (the main thread's seccomp filter allows no
+/// `open`, and a file replaced on disk meanwhile is not what the VM was
+/// started with).
+#[derive(Debug, Clone)]
+pub struct GuestImage {
+    kernel_path: std::path::PathBuf,
+    kernel: Vec<u8>,
+    initrd: Option<(std::path::PathBuf, Vec<u8>)>,
+}
+
+impl GuestImage {
+    /// Read `kernel` and `initrd` whole.
+    pub fn read(kernel: &Path, initrd: Option<&Path>) -> Result<Self, BootError> {
+        let read = |flag, path: &Path| {
+            std::fs::read(path).map_err(|source| BootError::Read {
+                flag,
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        Ok(GuestImage {
+            kernel_path: kernel.to_path_buf(),
+            kernel: read("kernel", kernel)?,
+            initrd: match initrd {
+                Some(p) => Some((p.to_path_buf(), read("initrd", p)?)),
+                None => None,
+            },
+        })
+    }
+}
+
 /// Load the kernel, initramfs and command line, and write the zero page
 /// (pointing at the ACPI RSDP at `rsdp`).
 pub fn load(
@@ -131,11 +162,25 @@ pub fn load(
     cmdline: &str,
     rsdp: GuestAddress,
 ) -> Result<BootInfo, BootError> {
-    let read_err = |flag, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| BootError::Read { flag, path, source }
-    };
-    let mut kfile = File::open(kernel).map_err(read_err("kernel", kernel))?;
+    load_image(
+        mem,
+        mem_size,
+        &GuestImage::read(kernel, initrd)?,
+        cmdline,
+        rsdp,
+    )
+}
+
+/// [`load`] from bytes read before.
+pub fn load_image(
+    mem: &GuestMemoryMmap,
+    mem_size: u64,
+    image: &GuestImage,
+    cmdline: &str,
+    rsdp: GuestAddress,
+) -> Result<BootInfo, BootError> {
+    let kernel = image.kernel_path.as_path();
+    let mut kfile = std::io::Cursor::new(image.kernel.as_slice());
     let loaded = BzImage::load(mem, None, &mut kfile, Some(GuestAddress(HIGH_RAM_START))).map_err(
         |source| BootError::Kernel {
             path: kernel.to_path_buf(),
@@ -166,20 +211,19 @@ pub fn load(
     let cmdline_len = cl.as_cstring().map(|c| c.as_bytes().len()).unwrap_or(0);
 
     let mut initrd_info = None;
-    if let Some(path) = initrd {
-        let mut f = File::open(path).map_err(read_err("initrd", path))?;
-        let size = f.metadata().map_err(read_err("initrd", path))?.len();
+    if let Some((path, bytes)) = &image.initrd {
+        let size = bytes.len() as u64;
         let low_end = mem_size.min(MMIO32_HOLE_START);
         let limit = low_end.min(u64::from(hdr.initrd_addr_max).saturating_add(1));
         let addr =
             initrd_address(size, kernel_end.next_multiple_of(PAGE), limit).ok_or_else(|| {
                 BootError::InitrdTooBig {
-                    path: path.to_path_buf(),
+                    path: path.clone(),
                     size,
                     limit,
                 }
             })?;
-        mem.read_exact_volatile_from(GuestAddress(addr), &mut f, size as usize)
+        mem.write_slice(bytes, GuestAddress(addr))
             .map_err(|e| BootError::Memory {
                 what: "the initramfs",
                 reason: e.to_string(),
@@ -221,4 +265,4 @@ pub fn load(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

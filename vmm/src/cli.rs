@@ -125,11 +125,10 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "WHO")]
     pub viommu_kicks: Option<crate::devices::viommu::KickServing>,
     /// What a guest reboot (ACPI reset register, i8042 0xfe, `vmmctl
-    /// reboot`) does: `exit` with code 3 (the caller restarts the VMM), or
-    /// `restart` the guest in this process (not available yet: the
-    /// device-side reset is in place, the vCPU and guest-memory side is
-    /// not; see README "Reboot").
-    #[arg(long, value_enum, value_name = "WHAT", default_value = "exit")]
+    /// reboot`) does: `restart` the guest in this process (see README
+    /// "Reboot"), or `exit` with code 3 (the caller restarts the VMM, or
+    /// wants to see the reboot).
+    #[arg(long, value_enum, value_name = "WHAT", default_value = "restart")]
     pub on_reboot: crate::reboot::OnReset,
     /// What a triple fault does: `exit` with code 4, or `restart` the
     /// guest as for a reboot.
@@ -269,14 +268,6 @@ impl Cli {
                 align,
                 hint,
             });
-        }
-        for (flag, on) in [
-            ("on-reboot", self.on_reboot),
-            ("on-triple-fault", self.on_triple_fault),
-        ] {
-            if on == crate::reboot::OnReset::Restart {
-                return Err(ConfigError::RestartUnavailable { flag });
-            }
         }
         let pool_hint = self.check_viommu_options()?;
         // The vCPUs serve kicks unless told otherwise, polling or not

@@ -16,6 +16,7 @@
 //! Dropping the manager releases the devices in the order `release.rs`
 //! describes, whether the VM ran or `build` failed half-way.
 
+mod reboot;
 mod release;
 mod vfio;
 mod virtio;
@@ -76,6 +77,10 @@ pub struct DeviceManager<'a> {
     kvm_vfio: Option<Arc<VfioDeviceFd>>,
     /// The passed-through devices, for the ordered release.
     vfio: Vec<Arc<VfioDevice>>,
+    /// Their emulated PCI functions, reset on a reboot.
+    vfio_pci: Vec<Arc<Mutex<crate::devices::vfio_pci::VfioPciDevice>>>,
+    /// The virtio-pci transports, reset on a reboot.
+    transports: Vec<Arc<Mutex<crate::devices::virtio::pci::VirtioPciDevice>>>,
     /// Their endpoints, in `--vfio` order: dropping a mapper unmaps its DMA.
     endpoints: Vec<Endpoint>,
     serial: Arc<Mutex<SerialDevice>>,
@@ -135,6 +140,8 @@ impl<'a> DeviceManager<'a> {
             router: Arc::new(KvmMsiRouter::new(vm.fd().clone())),
             kvm_vfio: None,
             vfio: Vec::new(),
+            vfio_pci: Vec::new(),
+            transports: Vec::new(),
             endpoints: Vec::new(),
             viot: None,
             viommu_counters: None,

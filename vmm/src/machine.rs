@@ -3,6 +3,7 @@
 //! boot, vCPUs), waits for the guest (or the API, or a signal) to stop it,
 //! and tears it down in order.
 
+mod restart;
 pub(crate) mod running;
 
 use std::sync::atomic::AtomicBool;
@@ -57,24 +58,21 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     let mut machine = Running::new(DeviceManager::build(&vm, &exit, &cfg)?, stop.clone());
     let devices = machine.devices();
 
-    let rsdp = acpi::write_tables(
-        &mem,
-        &acpi::AcpiConfig {
+    let setup = restart::GuestSetup {
+        image: boot::GuestImage::read(&cfg.kernel, cfg.initrd.as_deref())?,
+        mem_size: cfg.memory,
+        cmdline: cfg.cmdline.clone(),
+        acpi: acpi::AcpiConfig {
             cpus: cfg.cpus,
             viot: devices.viot(),
         },
-    )?;
-    let boot = boot::load(
-        &mem,
-        cfg.memory,
-        &cfg.kernel,
-        cfg.initrd.as_deref(),
-        &cfg.cmdline,
-        rsdp,
-    )?;
+    };
+    let boot = setup.load(&mem)?;
     tracing::info!(?boot, cpus = cfg.cpus, memory = cfg.memory, "guest loaded");
+    let irqchips = restart::save_irqchips(&vm)?;
+    let gate = Arc::new(vcpu::ParkGate::default());
 
-    let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop)?;
+    let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop, &gate)?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
     let known = Known {
         vfio_devices: machine.devices().vfio_fds(),
@@ -93,8 +91,10 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     spawn_stdin_forwarder(devices.serial(), seccomp.filter(ThreadKind::Serial)?)
         .map_err(io_err("cannot spawn the stdin thread"))?;
     let mut socket = None;
+    let reboots = Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let Some(path) = &cfg.api_socket {
         let mut liveness = devices.liveness();
+        liveness.reboots = reboots.clone();
         liveness.vcpu_clocks = machine.threads().iter().map(cpu_clock).collect();
         liveness.vcpu_probes = probes;
         let state = api::info::state(
@@ -128,12 +128,47 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     crate::seccomp::install_here("main", seccomp.filter_with(ThreadKind::Main, &known)?)
         .map_err(io_err("cannot filter the main thread"))?;
 
-    let reason = wait_for_exit(&exit)?;
+    let mut steps = restart::MachineSteps {
+        machine: &machine,
+        vm: &vm,
+        gate: &gate,
+        exit: &exit,
+        cpus: usize::from(cfg.cpus),
+        setup: &setup,
+        entry: boot.entry,
+        irqchips: &irqchips,
+    };
+    let reason = serve(&exit, cfg.reboot, &reboots, &mut steps)?;
     // Stops and joins the vCPUs, then releases the devices (or, if a vCPU
     // does not stop, leaves them to the kernel when the process exits).
     machine.finish();
     drop(socket);
     Ok(reason)
+}
+
+/// Wait for the VM to stop; restart the guest in place on the reboots
+/// `policy` restarts. Returns why the VM stops.
+fn serve(
+    exit: &VmExit,
+    policy: crate::reboot::RebootPolicy,
+    reboots: &std::sync::atomic::AtomicU64,
+    steps: &mut impl crate::reboot::RebootSteps,
+) -> Result<ExitReason, VmmError> {
+    let mut limiter = crate::reboot::RebootLimiter::new(policy);
+    loop {
+        let reason = wait_for_exit(exit)?;
+        match limiter.decide(reason, std::time::Instant::now()) {
+            crate::reboot::Decision::Exit(r) => return Ok(r),
+            crate::reboot::Decision::Restart(cause) => {
+                let n = reboots.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                tracing::info!(cause, reboots = n, "restarting the guest in place");
+                if let Err(e) = crate::reboot::run_steps(steps) {
+                    tracing::error!("the reboot failed: {e}");
+                    return Ok(ExitReason::Error(format!("reboot: {e}")));
+                }
+            }
+        }
+    }
 }
 
 /// Without `--user` every thread keeps the rights the VMM started with:
@@ -156,6 +191,7 @@ fn create_vcpus(
     devices: &DeviceManager,
     exit: &Arc<VmExit>,
     stop: &Arc<AtomicBool>,
+    gate: &Arc<vcpu::ParkGate>,
 ) -> Result<Vec<vcpu::Vcpu>, VmmError> {
     let mut base_cpuid = vm
         .kvm()
@@ -172,7 +208,10 @@ fn create_vcpus(
             .map_err(kvm_err("KVM_CREATE_VCPU"))?;
         let entry = (id == 0).then_some(entry);
         vcpu::configure(&fd, id, cfg.cpus, &base_cpuid, vm.memory(), entry)?;
+        let first_boot = vcpu::FirstBoot::capture(&fd, id)?;
         vcpus.push(vcpu::Vcpu {
+            gate: gate.clone(),
+            first_boot,
             fd,
             id,
             pio: devices.pio(),
@@ -240,21 +279,7 @@ fn cpu_clock(t: &JoinHandle<()>) -> Option<libc::clockid_t> {
 
 /// Wait for the guest (or a vCPU, the API, a signal) to end the VM.
 fn wait_for_exit(exit: &VmExit) -> Result<ExitReason, VmmError> {
-    let mut pfd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(exit.eventfd()),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    while exit.reason().is_none() {
-        // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return Err(io_err("poll on the exit eventfd")(
-                std::io::Error::last_os_error(),
-            ));
-        }
-    }
-    Ok(exit.reason().unwrap_or(ExitReason::PowerOff))
+    Ok(exit.wait())
 }
 
 /// Blocks SIGTERM and SIGINT in the calling thread (and so in every thread

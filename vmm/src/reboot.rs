@@ -45,8 +45,7 @@ pub struct RebootPolicy {
 
 impl Default for RebootPolicy {
     /// Restart on a reboot, exit on a triple fault, at most 10 reboots a
-    /// minute (the command line's default is `exit` on both until the
-    /// machine's restart path is wired).
+    /// minute: the command line's defaults.
     fn default() -> Self {
         RebootPolicy {
             on_reboot: OnReset::Restart,

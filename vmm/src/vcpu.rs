@@ -20,6 +20,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::bus::Bus;
 use crate::devices::exit::{ExitReason, VmExit};
+pub use first_boot::FirstBoot;
+pub use park::{ParkGate, Unpark};
+
 use crate::layout::{BOOT_STACK_POINTER, GDT_START, IDT_START, PML4_START, ZERO_PAGE_START};
 
 /// Why a vCPU could not be configured.
@@ -334,6 +337,13 @@ pub fn setup_sregs(
     Ok(())
 }
 
+/// Write the boot page tables, GDT and IDT to guest memory again (a
+/// reboot; the vCPUs' registers come from their first-boot state).
+pub fn write_boot_tables(mem: &GuestMemoryMmap) -> Result<(), VcpuError> {
+    let cr3 = setup_page_tables(mem)?;
+    setup_sregs(mem, &mut kvm_sregs::default(), cr3)
+}
+
 /// General registers of the boot vCPU: entry point, stack, `rsi` = zero page.
 pub fn boot_regs(entry: GuestAddress) -> kvm_regs {
     kvm_regs {
@@ -436,6 +446,10 @@ pub struct Vcpu {
     pub probe: Arc<crate::vcpu_probe::VcpuProbe>,
     /// Guest memory, for the probe's stack words.
     pub mem: vm_memory::GuestMemoryMmap,
+    /// Where it parks for a reboot.
+    pub gate: Arc<ParkGate>,
+    /// Its state before it first ran, given back on a reboot.
+    pub first_boot: FirstBoot,
 }
 
 impl Vcpu {
@@ -449,10 +463,39 @@ impl Vcpu {
         stop_vm_on_panic(id, &exit, || self.run_loop());
     }
 
+    /// Run; after an exit it reports, or when a reboot pauses it, park:
+    /// then return when the VM stops, or take the first-boot state and
+    /// run again.
     fn run_loop(mut self) {
         let id = self.id;
         self.probe.register_thread();
-        while !self.stop.load(Ordering::Acquire) {
+        let mut epoch = self.gate.epoch();
+        loop {
+            if let Some(reason) = self.run_until_exit() {
+                self.exit.request(reason);
+            }
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            match self.gate.park(&mut epoch, &self.stop) {
+                Unpark::Stop => return,
+                Unpark::Restart => {
+                    if let Err(e) = self.first_boot.restore(&self.fd, id) {
+                        tracing::error!(vcpu = id, "cannot reset the vCPU for the reboot: {e}");
+                        self.exit.request(ExitReason::Error(format!("reboot: {e}")));
+                        return;
+                    }
+                    tracing::debug!(vcpu = id, "vCPU reset for the reboot");
+                }
+            }
+        }
+    }
+
+    /// Run the guest until an exit that ends this run (returned), or until
+    /// the VM stops or a reboot pauses the vCPUs (`None`).
+    fn run_until_exit(&mut self) -> Option<ExitReason> {
+        let id = self.id;
+        while !self.stop.load(Ordering::Acquire) && !self.gate.pause_requested() {
             self.probe.answer(&self.fd, &self.mem);
             let reason = match self.fd.run() {
                 Ok(VcpuExit::IoIn(port, data)) => {
@@ -501,9 +544,9 @@ impl Vcpu {
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
                 Err(e) => ExitReason::Error(format!("vCPU {id}: KVM_RUN failed: {e}")),
             };
-            self.exit.request(reason);
-            return;
+            return Some(reason);
         }
+        None
     }
 }
 
@@ -577,6 +620,9 @@ fn log_triple_fault(fd: &VcpuFd, id: u8) {
         ),
     }
 }
+
+pub mod first_boot;
+pub mod park;
 
 #[cfg(test)]
 mod tests;

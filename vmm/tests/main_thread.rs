@@ -58,17 +58,22 @@ fn scratch(tag: &str) -> PathBuf {
     d
 }
 
-fn vmm(kernel: &Path, socket: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_vmm"))
-        .arg("--kernel")
+/// Our VMM with a virtio-iommu and an API socket, and `extra` flags.
+fn command(kernel: &Path, socket: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vmm"));
+    c.arg("--kernel")
         .arg(kernel)
         .args(["--memory", "64M", "--viommu", "--api-socket"])
         .arg(socket)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run vmm")
+        .stderr(Stdio::piped());
+    c
+}
+
+fn vmm(kernel: &Path, socket: &Path, extra: &[&str]) -> Child {
+    command(kernel, socket, extra).spawn().expect("run vmm")
 }
 
 fn wait(child: Child) -> (Option<i32>, String) {
@@ -79,10 +84,10 @@ fn wait(child: Child) -> (Option<i32>, String) {
     )
 }
 
-/// A guest that resets at once (i8042 0xfe): the VMM stops the vCPU,
-/// the virtio-iommu's thread and the API, releases the devices and
-/// removes the socket, all under the main thread's filter: exit code 3
-/// (reset), not 159.
+/// A guest that resets at once (i8042 0xfe), with `--on-reboot exit`:
+/// the VMM stops the vCPU, the virtio-iommu's thread and the API,
+/// releases the devices and removes the socket, all under the main
+/// thread's filter: exit code 3 (reset), not 159.
 #[test]
 fn the_teardown_runs_under_the_main_threads_filter() {
     if !kvm_usable() {
@@ -93,7 +98,7 @@ fn the_teardown_runs_under_the_main_threads_filter() {
     // mov al, 0xfe; out 0x64, al
     let k = kernel(&d, "reset", &[0xb0, 0xfe, 0xe6, 0x64]);
     let sock = d.join("api.sock");
-    let (code, err) = wait(vmm(&k, &sock));
+    let (code, err) = wait(vmm(&k, &sock, &["--on-reboot", "exit"]));
     assert_eq!(code, Some(3), "{err}");
     assert!(!err.contains("seccomp: thread"), "{err}");
     assert!(!sock.exists(), "the socket is removed at exit");
@@ -111,7 +116,7 @@ fn the_main_thread_is_filtered_while_the_guest_runs() {
     let d = scratch("hlt");
     let k = kernel(&d, "hlt", &[]);
     let sock = d.join("api.sock");
-    let child = vmm(&k, &sock);
+    let child = vmm(&k, &sock, &[]);
     let pid = child.id();
     // The socket appears after the setup; the filter is installed just
     // after that.
@@ -136,6 +141,39 @@ fn the_main_thread_is_filtered_while_the_guest_runs() {
     let (code, err) = wait(child);
     assert_eq!(mode, "Seccomp:\t2", "main thread's seccomp mode; {err}");
     assert_eq!(code, Some(143), "{err}");
+    assert!(!sock.exists(), "the socket is removed at exit");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// The same guest under the default `--on-reboot restart`: each reset is
+/// served in place (vCPU parked and given its first-boot state, the
+/// virtio-iommu reset on its thread, the guest reloaded), under the
+/// main thread's and the vCPU's filters, until `--reboot-limit 2/600`
+/// ends the VMM at the third reset: exit code 1, not 159.
+#[test]
+fn a_reboot_in_place_runs_under_the_threads_filters() {
+    if !kvm_usable() {
+        eprintln!("no usable /dev/kvm: skipped");
+        return;
+    }
+    let d = scratch("restart");
+    // mov al, 0xfe; out 0x64, al
+    let k = kernel(&d, "reset", &[0xb0, 0xfe, 0xe6, 0x64]);
+    let sock = d.join("api.sock");
+    let (code, err) = wait(
+        command(&k, &sock, &["--reboot-limit", "2/600"])
+            .env("RUST_LOG", "info")
+            .spawn()
+            .expect("run vmm"),
+    );
+    assert!(!err.contains("seccomp: thread"), "{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.matches("restarting the guest in place").count(),
+        2,
+        "{err}"
+    );
+    assert!(err.contains("more than 2 times in 600 s"), "{err}");
     assert!(!sock.exists(), "the socket is removed at exit");
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -138,13 +138,13 @@ PROGRAM_SCENARIOS = {
         "expect": {"ours+stock": ["map_requests", "vfio_calls"]},
     },
     "vmm-exits": {
-        "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe",
+        "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM, and restarts a rebooting guest in place (its default, --on-reboot restart) up to its --reboot-limit with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe",
         "script": "vmm-exits",
         "runs": [],
-        "cargo_bins": [("vmm", "vmm")],
+        "cargo_bins": [("vmm", "vmm"), ("vmm", "vmmctl")],
         "guest_kernels": [SMOKE_PATCHED],
         "checks": True,
-        "timeout": 1200,
+        "timeout": 1800,
     },
     "vfio-backend": {
         "help": "our VFIO DMA backend against the real kernel: map, coalesced unmap, split refusal",

@@ -1,7 +1,8 @@
 # Scenario: our VMM boots the guest (no devices) to its init, which reports
-# and powers off; the VMM exits 0.
+# and powers off; the VMM exits 0. With --on-reboot exit a guest that
+# panics (panic=-1) or resets ends the VMM with 3 instead of booting again.
 out=$(timeout "$(lab_arg guest_timeout 600)" vmm --kernel "/lab/guest/$(lab_arg kernel_stock baseline).bzImage" \
-	--initrd /lab/guest/initramfs.cpio --memory 1024M \
+	--initrd /lab/guest/initramfs.cpio --memory 1024M --on-reboot exit \
 	--cmdline "console=ttyS0 quiet panic=-1 lab.mode=boot" </dev/null 2>&1)
 rc=$?
 ok=false

@@ -1,5 +1,7 @@
 # Scenario: our VMM on every way out of a guest that has the NVMe behind the
-# virtio-iommu with DMA mappings in place: power-off (exit 0), reset (3),
+# virtio-iommu with DMA mappings in place: power-off (exit 0), reset (3,
+# with --on-reboot exit), the reboot in place (our VMM's default,
+# --on-reboot restart, bounded by --reboot-limit),
 # triple fault (4) and SIGTERM in the middle of fio (143). Each must exit
 # with its code and print no VFIO error (e.g. VFIO_GROUP_UNSET_CONTAINER
 # EBUSY, "Could not unbind VFIO group"), and the next guest must find the
@@ -24,11 +26,17 @@ EXITS_CPUS=1
 # patched 6.12).
 GUEST_KERNEL=/lab/guest/$(lab_arg kernel_patched patched).bzImage
 
-# start_guest VMM LOG CMDLINE_EXTRA [VMM_FLAGS]: boot the patched guest
-# with the NVMe behind a virtio-iommu, under our VMM (vmm, with VMM_FLAGS)
-# or stock QEMU (qemu), in the background; $pid is the VMM's.
+# start_guest VMM LOG CMDLINE_EXTRA [VMM_FLAGS [ON_REBOOT]]: boot the
+# patched guest with the NVMe behind a virtio-iommu, under our VMM (vmm,
+# with VMM_FLAGS) or stock QEMU (qemu), in the background; $pid is the
+# VMM's. Our VMM runs with ON_REBOOT, by default --on-reboot exit: a guest
+# reboot (the reset check's, or a guest that panics or resets itself)
+# then ends it with 3, as -no-reboot ends stock QEMU, instead of
+# restarting the guest in place. An empty ON_REBOOT (the restart check)
+# leaves our VMM's default, the restart.
 start_guest() {
 	cmdline="console=ttyS0 quiet panic=-1 lab.mode=smoke lab.bs=4k lab.verify=4M $3"
+	on_reboot=${5---on-reboot exit}
 	if [ "$1" = qemu ]; then
 		qemu-system-x86_64 -accel kvm -M q35 -cpu host -smp $EXITS_CPUS -m 1024 -nodefaults \
 			-display none -monitor none -serial stdio -no-reboot -net none \
@@ -38,7 +46,7 @@ start_guest() {
 	else
 		vmm --kernel "$GUEST_KERNEL" --initrd /lab/guest/initramfs.cpio \
 			--memory 1024M --cpus $EXITS_CPUS --vfio "/sys/bus/pci/devices/$BDF" --viommu \
-			--cmdline "$cmdline" ${4:-} </dev/null >"$2" 2>&1 &
+			--cmdline "$cmdline" $on_reboot ${4:-} </dev/null >"$2" 2>&1 &
 	fi
 	pid=$!
 }
@@ -129,6 +137,53 @@ exits_check() {
 	return 1
 }
 
+# restart_check: the reboot in place. The guest reboots at the end of
+# each run (lab.end=reboot, through the i8042: reboot=k) and our VMM, with
+# no --on-reboot (its default is restart) and --reboot-limit 3/600,
+# restarts it in place three times: four boots, each writing and verifying through the NVMe (the
+# VFIO device reset and its DMA remapped from zero each time), and the
+# fourth reboot ends the VMM with exit 1 naming --reboot-limit.
+# vmm_reboots_total (GET /metrics, through vmmctl) must reach 3.
+restart_check() {
+	log=/tmp/exit-restart.log sock=/tmp/vmm-restart.sock
+	rm -f "$sock"
+	start_guest vmm "$log" "lab.end=reboot reboot=k" \
+		"--reboot-limit 3/600 --api-socket $sock" ""
+	# Four boots take longer than the lab's console silence bound
+	# (HOST_STALL): a progress line on the console for each boot seen.
+	i=0 counted=0 seen=0
+	while kill -0 "$pid" 2>/dev/null && [ $i -lt 4500 ]; do
+		if [ $((i % 10)) = 0 ] && [ -S "$sock" ]; then
+			n=$(vmmctl "$sock" metrics 2>/dev/null | awk '$1 == "vmm_reboots_total" {print $2}')
+			[ -n "$n" ] && counted=$n
+		fi
+		if [ $((i % 10)) = 0 ]; then
+			b=$(grep -c '"event":"boot"' "$log")
+			if [ "$b" != "$seen" ]; then
+				seen=$b
+				echo "@@LAB-PROGRESS@@ restart: boot $b, vmm_reboots_total $counted"
+			fi
+		fi
+		sleep 0.2
+		i=$((i + 1))
+	done
+	kill -KILL "$pid" 2>/dev/null
+	wait "$pid"
+	rc=$?
+	boots=$(grep -c '"event":"boot"' "$log")
+	verified=$(grep -c '^@@LAB-GUEST-DONE@@ rc=0' "$log")
+	restarts=$(grep -c 'restarting the guest in place' "$log")
+	errs=$(grep -v '^\[\|^@@LAB-' "$log" | grep -i 'vfio\|could not\|EBUSY\|resource busy' | head -n 3 | tr '\n' ' ')
+	limit=$(grep -c 'more than 3 times in 600 s' "$log")
+	ok=false
+	[ "$rc" = 1 ] && [ "$boots" = 4 ] && [ "$verified" = 4 ] && [ "$counted" = 3 ] &&
+		[ "$limit" -ge 1 ] && [ -z "$errs" ] && ok=true
+	lab_check restart "$ok" "exit $rc (want 1, the reboot limit: $limit), boots $boots (want 4), verified $verified (want 4), vmm_reboots_total $counted (want 3), restarts logged $restarts${errs:+; VMM said: $errs}" && return 0
+	echo "---- restart: guest and VMM output ----"
+	grep -v '^@@LAB-GUEST@@ {"event":"progress' "$log" | tail -n 80
+	return 1
+}
+
 # After a lab host crash the runner names the checks that passed
 # (lab_skip): each runs once.
 #
@@ -142,6 +197,7 @@ exits_check() {
 status=0
 lab_skip power-off || exits_check power-off 0 "" || status=1
 lab_skip reset || exits_check reset 3 "lab.end=reboot reboot=k" || status=1
+lab_skip restart || restart_check || status=1
 lab_skip triple-fault || exits_check triple-fault 4 "lab.end=reboot reboot=t" || status=1
 lab_skip sigterm || exits_check sigterm 143 "lab.mode=fio lab.runtime=60" "@@LAB-PHASE@@ begin randread" || status=1
 # The crash test: killed mid-I/O, nothing cleaned up by the VMM itself.

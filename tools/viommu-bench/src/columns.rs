@@ -110,6 +110,16 @@ pub enum ColumnError {
         /// What it may be.
         allowed: &'static str,
     },
+    /// A VMM flag of a column that the tool sets itself.
+    #[error("--columns {spec:?}: {flag} is the tool's to set ({why}); leave it out of the column")]
+    ToolsFlag {
+        /// The whole spec.
+        spec: String,
+        /// The flag as given.
+        flag: String,
+        /// Why the tool sets it.
+        why: &'static str,
+    },
     /// Our VMM with an emulated VT-d or AMD-Vi, which it does not have.
     #[error("--columns {spec:?}: our VMM has no emulated {iommu} (its only vIOMMU is virtio-iommu); use VMM qemu for IOMMU {iommu}, or IOMMU viommu with ours")]
     OursWithout {
@@ -216,11 +226,37 @@ pub fn parse_column(spec: &str) -> Result<Column, ColumnError> {
             "" => {}
             "strict" => c.guest_params.push("iommu.strict=1".into()),
             "lazy" => c.guest_params.push("iommu.strict=0".into()),
-            f if f.starts_with("--") => c.vmm_flags.push(f.into()),
+            f if f.starts_with("--") => {
+                if let Some(why) = tools_flag(f) {
+                    return Err(ColumnError::ToolsFlag {
+                        spec: spec.into(),
+                        flag: f.into(),
+                        why,
+                    });
+                }
+                c.vmm_flags.push(f.into())
+            }
             p => c.guest_params.push(p.into()),
         }
     }
     Ok(c)
+}
+
+/// Our VMM's flags that [`ours_launch`] sets itself, with why: a
+/// column's own would clash with them (our VMM refuses a flag given
+/// twice) or change what the tool relies on.
+const TOOLS_FLAGS: &[(&str, &str)] = &[(
+    "--on-reboot",
+    "exit: a guest that reboots at the end of its run or after a panic must end its VMM, not run again in it",
+)];
+
+/// Why the tool sets VMM flag `f` (`--flag` or `--flag=VALUE`) itself, if it does.
+fn tools_flag(f: &str) -> Option<&'static str> {
+    let name = f.split_once('=').map_or(f, |(n, _)| n);
+    TOOLS_FLAGS
+        .iter()
+        .find(|(t, _)| *t == name)
+        .map(|(_, why)| *why)
 }
 
 /// All `--columns` entries, checked for duplicates.
@@ -538,6 +574,12 @@ fn ours_launch(
     args.push(p(&sock));
     args.push(s("--vfio"));
     args.push(format!("/sys/bus/pci/devices/{}", inp.bdf));
+    // A guest reboot (the guest's end with lab.end=reboot, a panic with
+    // panic=-1) ends the VMM with code 3, as the runner expects: our VMM
+    // would otherwise restart the guest, which would run its workload
+    // again, and again, instead of ending the cell.
+    args.push(s("--on-reboot"));
+    args.push(s("exit"));
     if col.iommu == Iommu::Viommu {
         args.push(s("--viommu"));
         counting = Counting::Exact;

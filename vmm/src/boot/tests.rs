@@ -34,7 +34,7 @@ fn initrd_goes_high_and_page_aligned() {
 
 /// A minimal file linux-loader accepts as a bzImage: one setup sector
 /// plus the boot sector, and a protected-mode "kernel" payload.
-fn fake_bzimage(version: u16, xloadflags: u16) -> std::path::PathBuf {
+pub(crate) fn fake_bzimage(version: u16, xloadflags: u16) -> std::path::PathBuf {
     let mut img = vec![0u8; 2 * 512];
     img[0x1f1] = 1; // setup_sects
     img[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes());

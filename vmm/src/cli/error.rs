@@ -7,13 +7,6 @@ use super::MIN_MEMORY;
 /// A `--` flag whose value cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// `restart` for a reboot or triple fault: the in-place restart's
-    /// KVM-side steps (vCPU state, guest reload) are not wired yet.
-    #[error("--{flag} restart: restarting the guest in place is not available yet; use --{flag} exit and restart the VMM")]
-    RestartUnavailable {
-        /// The flag.
-        flag: &'static str,
-    },
     /// A file flag names something unreadable.
     #[error("--{flag} {}: cannot open ({source}); pass the path of {what}", path.display())]
     File {

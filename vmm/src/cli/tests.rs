@@ -271,16 +271,20 @@ fn reboot_limit_is_n_per_seconds() {
 #[test]
 fn reboot_flags() {
     let (d, v) = validator("reboot");
+    // The command line's defaults are the policy's: a reboot restarts the
+    // guest in place, a triple fault ends the VMM.
     let cfg = v(&[]).unwrap();
-    assert_eq!(cfg.reboot.on_reboot, crate::reboot::OnReset::Exit);
+    assert_eq!(cfg.reboot, crate::reboot::RebootPolicy::default());
+    assert_eq!(cfg.reboot.on_reboot, crate::reboot::OnReset::Restart);
     assert_eq!(cfg.reboot.on_triple_fault, crate::reboot::OnReset::Exit);
     assert_eq!((cfg.reboot.max, cfg.reboot.window.as_secs()), (10, 60));
     let cfg = v(&["--reboot-limit", "3/10"]).unwrap();
     assert_eq!((cfg.reboot.max, cfg.reboot.window.as_secs()), (3, 10));
-    for flag in ["--on-reboot", "--on-triple-fault"] {
-        let e = v(&[flag, "restart"]).unwrap_err();
-        assert!(matches!(e, ConfigError::RestartUnavailable { .. }), "{e}");
-        assert!(e.to_string().contains("exit"), "{e}");
-    }
+    // The old behaviour, exit code 3 on a reboot, on request.
+    let cfg = v(&["--on-reboot", "exit"]).unwrap();
+    assert_eq!(cfg.reboot.on_reboot, crate::reboot::OnReset::Exit);
+    let cfg = v(&["--on-reboot", "restart", "--on-triple-fault", "restart"]).unwrap();
+    assert_eq!(cfg.reboot.on_reboot, crate::reboot::OnReset::Restart);
+    assert_eq!(cfg.reboot.on_triple_fault, crate::reboot::OnReset::Restart);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -89,6 +89,7 @@ impl DeviceManager<'_> {
         let dev = Arc::new(Mutex::new(dev));
         let slot = self.root.add_device(dev.clone())?;
         insert_bars(&self.mmio, &dev, &bars)?;
+        self.vfio_pci.push(dev.clone());
         tracing::info!(device = %spec.bdf, slot, "VFIO device passed through");
         Ok(Endpoint {
             bdf: Bdf::slot(slot),

@@ -114,6 +114,7 @@ impl DeviceManager<'_> {
             .map_err(io_err("cannot set up the virtio-pci interrupt irqfds"))?;
         let notify = transport.notify_addresses();
         let transport = Arc::new(Mutex::new(transport));
+        self.transports.push(transport.clone());
         let slot = self.root.add_device(transport.clone())?;
         if let Some(port) = port {
             self.pio.insert(

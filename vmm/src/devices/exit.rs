@@ -1,6 +1,6 @@
 //! How the guest (or a fatal error) ends the VM, and the process exit code.
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -42,10 +42,13 @@ impl ExitReason {
 }
 
 /// Where devices and vCPUs report that the VM must stop; the main thread
-/// waits on [`VmExit::eventfd`].
+/// waits in [`VmExit::wait`] (a condition variable: after a reboot in
+/// place it waits again without reading an eventfd, a `read` its filter
+/// does not allow). [`VmExit::eventfd`] is written on each request too.
 #[derive(Debug)]
 pub struct VmExit {
     reason: Mutex<Option<ExitReason>>,
+    requested: Condvar,
     evt: EventFd,
 }
 
@@ -54,6 +57,7 @@ impl VmExit {
     pub fn new() -> std::io::Result<Self> {
         Ok(VmExit {
             reason: Mutex::new(None),
+            requested: Condvar::new(),
             evt: EventFd::new(EFD_NONBLOCK)?,
         })
     }
@@ -65,6 +69,7 @@ impl VmExit {
             tracing::info!(?reason, "VM exit requested");
             *r = Some(reason);
         }
+        self.requested.notify_all();
         drop(r);
         if let Err(e) = self.evt.write(1) {
             tracing::error!("cannot signal VM exit: {e}");
@@ -79,11 +84,21 @@ impl VmExit {
             .clone()
     }
 
-    /// Forget the recorded reason and drain the eventfd: the guest was
-    /// restarted and runs again. Returns the reason forgotten.
+    /// Wait until a reason is recorded; returns it (it stays recorded).
+    pub fn wait(&self) -> ExitReason {
+        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(reason) = r.as_ref() {
+                return reason.clone();
+            }
+            r = self.requested.wait(r).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Forget the recorded reason: the guest is restarted and runs again
+    /// (the eventfd is left as it is). Returns the reason forgotten.
     pub fn clear(&self) -> Option<ExitReason> {
         let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self.evt.read();
         r.take()
     }
 

@@ -652,6 +652,7 @@ pub const MSIX_IRQ_INDEX: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
 
 mod bar_decode;
 mod region;
+mod reset;
 pub use bar_decode::{BarSlots, MemDecode};
 #[cfg(test)]
 mod tests;

@@ -75,6 +75,14 @@ impl<D: Devices> Running<D> {
         &self.threads
     }
 
+    /// Kick every vCPU thread still running out of `KVM_RUN` (a reboot's
+    /// pause; the kick repeats until they parked).
+    pub(crate) fn kick_all(&self) {
+        for t in self.threads.iter().filter(|t| !t.is_finished()) {
+            let _ = t.kill(SIGRTMIN());
+        }
+    }
+
     /// Stops and joins the vCPUs, then releases the devices; false if a
     /// vCPU did not stop (the devices were then left to the kernel).
     pub(crate) fn finish(mut self) -> bool {

@@ -102,8 +102,14 @@ enum Event {
         mapped: usize,
     },
     DmaDropped,
-    DevicesReset,
+    /// The transports reset, the virtio-iommu's among them, with the
+    /// domains its model still had and the host mappings left.
+    DevicesReset {
+        domains: usize,
+        mapped: usize,
+    },
     Reloaded,
+    /// The vCPUs given their first-boot state, running again.
     Resumed,
 }
 
@@ -190,7 +196,12 @@ impl RebootSteps for ModelSteps {
         Ok(())
     }
     fn reset_devices(&mut self) {
-        self.note(Event::DevicesReset);
+        // The virtio-iommu's transport reset: the device reset as by a
+        // status write of 0 (the next boot's driver activates it again).
+        self.h.dev.reset();
+        let domains = self.h.dev.domain_count();
+        let mapped = self.h.mappers.iter().map(|m| m.mappings().len()).sum();
+        self.note(Event::DevicesReset { domains, mapped });
     }
     fn reload_guest(&mut self) -> Result<(), RebootError> {
         self.note(Event::Reloaded);
@@ -231,8 +242,13 @@ fn a_reboot_resets_the_devices_after_quiescing_and_drops_every_mapping() {
                 mapped: 1
             },
             Event::DmaDropped,
-            Event::DevicesReset,
+            // The virtio-iommu reset after every domain and mapping went.
+            Event::DevicesReset {
+                domains: 0,
+                mapped: 0
+            },
             Event::Reloaded,
+            // The vCPUs last, once the guest's memory is written again.
             Event::Resumed,
         ]
     );

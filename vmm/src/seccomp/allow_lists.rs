@@ -46,6 +46,20 @@ pub(super) mod ioctl {
         0xe1,
         kvm_bindings::kvm_device_attr
     );
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_REGS, KVMIO, 0x82, kvm_bindings::kvm_regs);
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_SREGS, KVMIO, 0x84, kvm_bindings::kvm_sregs);
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_MSRS, KVMIO, 0x89, kvm_bindings::kvm_msrs);
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_FPU, KVMIO, 0x8d, kvm_bindings::kvm_fpu);
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_LAPIC, KVMIO, 0x8f, kvm_bindings::kvm_lapic_state);
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_MP_STATE, KVMIO, 0x99, kvm_bindings::kvm_mp_state);
+    vmm_sys_util::ioctl_iow_nr!(
+        KVM_SET_VCPU_EVENTS,
+        KVMIO,
+        0xa0,
+        kvm_bindings::kvm_vcpu_events
+    );
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_XCRS, KVMIO, 0xa7, kvm_bindings::kvm_xcrs);
+    vmm_sys_util::ioctl_ior_nr!(KVM_SET_IRQCHIP, KVMIO, 0x63, kvm_bindings::kvm_irqchip);
     vmm_sys_util::ioctl_io_nr!(VFIO_GROUP_UNSET_CONTAINER, VFIO_TYPE, VFIO_BASE + 5);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_SET_IRQS, VFIO_TYPE, VFIO_BASE + 10);
     vmm_sys_util::ioctl_io_nr!(VFIO_DEVICE_RESET, VFIO_TYPE, VFIO_BASE + 11);
@@ -409,6 +423,17 @@ pub(super) fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 VFIO_DEVICE_SET_IRQS(),
                 "VFIO MSI-X enabled or disabled by the guest",
             ),
+            (KVM_SET_MP_STATE(), "a reboot: the vCPU's first-boot state"),
+            (KVM_SET_REGS(), "the same, general registers"),
+            (KVM_SET_SREGS(), "the same, segment and control registers"),
+            (KVM_SET_XCRS(), "the same, extended control registers"),
+            (KVM_SET_FPU(), "the same, FPU"),
+            (KVM_SET_LAPIC(), "the same, local APIC"),
+            (
+                KVM_SET_MSRS(),
+                "the same, MSRs (the guest's kvmclock and the like off)",
+            ),
+            (KVM_SET_VCPU_EVENTS(), "the same, pending events cleared"),
         ],
         // Its DMA ioctls are in `dma_ioctls`, on known descriptors.
         ThreadKind::Device => vec![],
@@ -431,6 +456,10 @@ pub(super) fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
             (
                 VFIO_DEVICE_RESET(),
                 "resetting each VFIO device (stops its DMA)",
+            ),
+            (
+                KVM_SET_IRQCHIP(),
+                "a reboot: the PICs and IOAPIC back to their first-boot state",
             ),
             (
                 KVM_SET_USER_MEMORY_REGION(),

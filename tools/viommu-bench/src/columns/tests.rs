@@ -188,7 +188,7 @@ fn our_command_matches_the_lab() {
     );
     assert_eq!(
         l.display(),
-        "/opt/vmm --kernel /k/patched --initrd /c/initramfs.cpio --memory 1024M --cpus 2 --api-socket /run/x.sock --vfio /sys/bus/pci/devices/0000:01:00.0 --viommu --cmdline 'console=ttyS0 lab.mode=fio iommu.strict=0'"
+        "/opt/vmm --kernel /k/patched --initrd /c/initramfs.cpio --memory 1024M --cpus 2 --api-socket /run/x.sock --vfio /sys/bus/pci/devices/0000:01:00.0 --on-reboot exit --viommu --cmdline 'console=ttyS0 lab.mode=fio iommu.strict=0'"
     );
     assert_eq!(l.api_socket, Some(PathBuf::from("/run/x.sock")));
     // Our VMM's counters are always on: nothing more to start, exact.
@@ -322,4 +322,45 @@ fn hugepages_back_every_columns_ram_alike() {
     let own = parse_column("h:ours:viommu:stock:--hugepages").unwrap();
     let a = launch(&own, &on, "c", Path::new("/run"), "x").args;
     assert_eq!(a.iter().filter(|x| *x == "--hugepages").count(), 1, "{a:?}");
+}
+
+#[test]
+fn our_vmm_always_exits_on_a_guest_reboot() {
+    // Every column of ours, whatever its flags: a rebooting guest ends
+    // the VMM (exit code 3) instead of running again in it.
+    for spec in [
+        "ours+stock",
+        "p:ours:none:stock",
+        "f:ours:viommu:patched:lazy+--pool-threshold=128K",
+    ] {
+        let c = parse_column(spec).unwrap();
+        let l = launch(&c, &inputs(), "c", Path::new("/run"), "x");
+        let at = l
+            .args
+            .iter()
+            .position(|a| a == "--on-reboot")
+            .unwrap_or_else(|| panic!("{spec}: {}", l.display()));
+        assert_eq!(l.args[at + 1], "exit", "{spec}");
+        assert_eq!(
+            l.args
+                .iter()
+                .filter(|a| a.starts_with("--on-reboot"))
+                .count(),
+            1,
+            "{spec}"
+        );
+    }
+    // A column cannot ask for another reboot policy.
+    for flag in ["--on-reboot=restart", "--on-reboot=exit"] {
+        let spec = format!("r:ours:viommu:stock:{flag}");
+        match parse_column(&spec) {
+            Err(e @ ColumnError::ToolsFlag { .. }) => {
+                assert!(e.to_string().contains("--on-reboot"), "{e}")
+            }
+            r => panic!("{spec}: {r:?}"),
+        }
+    }
+    // Other flags of its own stay the column's.
+    let c = parse_column("t:ours:viommu:stock:--on-triple-fault=exit").unwrap();
+    assert_eq!(c.vmm_flags, vec!["--on-triple-fault=exit"]);
 }

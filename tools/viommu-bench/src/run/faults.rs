@@ -113,7 +113,8 @@ pub fn apply_bar0(cell: &mut CellResult, col: &Column, bar0: Option<&str>) {
 
 /// Why the failed `cell` of a `vmm` column may be run again, or `None`:
 /// the guest kernel crashed, reset itself mid-run (stock QEMU exits 0
-/// with -no-reboot, ours exits 3 on a reset and 4 on a triple fault), or
+/// with -no-reboot, ours exits 3 on a reset (run with --on-reboot exit)
+/// and 4 on a triple fault), or
 /// stalled on a vCPU before its init ran (an RCU stall or soft lockup in
 /// early boot, which the nested emulation causes now and then; the cell
 /// then hangs or fails before any I/O). Never after an error the guest

@@ -586,8 +586,8 @@ fn judge(st: &Cell, vmm_rc: Option<i32>) -> CellStatus {
             failed("no write+verify pass ran".into())
         }
         // The guest's end is the VMM's: power-off exits 0, a guest that
-        // reboots (lab.end=reboot) 3 or 4 (our VMM's reset and triple
-        // fault); anything else (a seccomp kill, 159; a crash) is the
+        // reboots (lab.end=reboot) 3 or 4 (our VMM's reset, with the
+        // --on-reboot exit it is run with, and triple fault); anything else (a seccomp kill, 159; a crash) is the
         // VMM failing after a good run.
         _ if vmm_rc.is_some_and(|c| !matches!(c, 0 | 3 | 4)) => failed(format!(
             "the guest finished but the VMM exited {rc} (not 0, 3 or 4; see the log)"

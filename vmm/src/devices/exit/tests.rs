@@ -13,3 +13,17 @@ fn first_reason_wins_and_wakes() {
     assert_ne!(ExitReason::Error("x".into()).exit_code(), 0);
     assert_eq!(ExitReason::Signal(libc::SIGTERM).exit_code(), 143);
 }
+
+#[test]
+fn wait_returns_the_reason_and_clear_lets_it_wait_again() {
+    let x = std::sync::Arc::new(VmExit::new().unwrap());
+    let y = x.clone();
+    let t = std::thread::spawn(move || y.wait());
+    x.request(ExitReason::Reset);
+    assert_eq!(t.join().unwrap(), ExitReason::Reset);
+    assert_eq!(x.clear(), Some(ExitReason::Reset));
+    let y = x.clone();
+    let t = std::thread::spawn(move || y.wait());
+    x.request(ExitReason::PowerOff);
+    assert_eq!(t.join().unwrap(), ExitReason::PowerOff);
+}

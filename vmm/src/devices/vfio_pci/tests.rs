@@ -297,3 +297,48 @@ fn vectors_past_the_hard_open_file_limit_are_named() {
 }
 
 mod decode;
+
+/// A reboot's reset of a passed-through function's emulated state, after
+/// `VFIO_DEVICE_RESET`: MSI-X off on the host, every vector detached and
+/// masked with its message gone; the BARs where the VMM placed them; the
+/// Memory Space state as the device has it (the kernel restores the
+/// command register across its reset), so the next boot's driver turns
+/// decode on as at the first boot.
+#[test]
+fn a_system_reset_turns_msix_off_and_detaches_every_vector() {
+    let (mut d, fake, router) = device();
+    d.set_bar_address(0, 0x1_c000_4000);
+    // A first boot: vector 1 programmed and unmasked, MSI-X on.
+    d.bar_write(0, 0x2010, &0xfee0_0000u32.to_le_bytes());
+    d.bar_write(0, 0x2018, &0x45u32.to_le_bytes());
+    d.bar_write(0, 0x201c, &0u32.to_le_bytes());
+    d.write_config(0x50 / 4, 3, &[0x80]);
+    assert!(d.irq_enabled && router.is_attached(25));
+    assert!(fake.msix_fds.lock().unwrap().is_some());
+    // The guest turns Memory Space off on its way down.
+    d.write_config(1, 0, &[0x04, 0x00]);
+    assert!(!d.decode.enabled());
+
+    d.system_reset();
+
+    // Off as the device has it, until the next boot's driver sets it.
+    assert!(!d.decode.enabled());
+
+    assert!(!d.irq_enabled);
+    assert!(
+        fake.msix_fds.lock().unwrap().is_none(),
+        "MSI-X off on the host"
+    );
+    assert!((0..3).all(|v| !d.attached[v]) && !router.is_attached(25));
+    assert_eq!(d.read_config(0x50 / 4) >> 30, 0, "enable and mask-all off");
+    let mut b = [0u8; 4];
+    d.write_config(1, 0, &[0x06, 0x00]); // the next boot's driver: decode on
+    d.bar_read(0, 0x201c, &mut b);
+    assert_eq!(u32::from_le_bytes(b), 1, "vector 1 masked");
+    d.bar_read(0, 0x2018, &mut b);
+    assert_eq!(u32::from_le_bytes(b), 0, "its message gone");
+    assert_eq!((d.read_config(4), d.read_config(5)), (0xc000_400c, 0x1));
+    // MSI-X on again: nothing attached until the driver programs a vector.
+    d.write_config(0x50 / 4, 3, &[0x80]);
+    assert!(d.irq_enabled && !router.is_attached(25));
+}

@@ -41,6 +41,12 @@ pub(super) enum Command {
         reply: SyncSender<Result<(), String>>,
     },
     Reset,
+    /// Answer once every command before it was applied and the wake-up
+    /// in progress ended.
+    Sync(SyncSender<()>),
+    /// Reset the model as at power-on (every domain and host mapping
+    /// gone), then answer.
+    SystemReset(SyncSender<()>),
     Stop,
 }
 
@@ -87,6 +93,34 @@ impl DeviceThread {
     /// for it. The model (and its references to the mappers) is dropped.
     pub fn stop(mut self) {
         self.stop_and_join();
+    }
+
+    /// Wait (at most `timeout`) until the thread served what it had:
+    /// with the vCPUs parked, nothing new comes.
+    pub fn quiesce(&self, timeout: std::time::Duration) -> Result<(), String> {
+        self.call(Command::Sync, timeout)
+    }
+
+    /// Reset the model as at power-on on the thread (its host unmaps
+    /// made there) and wait for it, at most `timeout`.
+    pub fn system_reset(&self, timeout: std::time::Duration) -> Result<(), String> {
+        self.call(Command::SystemReset, timeout)
+    }
+
+    fn call(
+        &self,
+        command: impl FnOnce(SyncSender<()>) -> Command,
+        timeout: std::time::Duration,
+    ) -> Result<(), String> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.mailbox.queued.fetch_add(1, Ordering::AcqRel);
+        if self.commands.send(command(tx)).is_err() {
+            self.mailbox.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err("the virtio-iommu device thread is gone".into());
+        }
+        let _ = self.wake.write(1);
+        rx.recv_timeout(timeout)
+            .map_err(|_| "the virtio-iommu device thread did not answer".into())
     }
 
     pub(super) fn stop_and_join(&mut self) {

@@ -72,6 +72,16 @@ impl ModelServer {
                 self.mailbox.snapshot_counters(&self.model);
                 self.mailbox.reset_pending.store(false, Ordering::Release);
             }
+            Command::Sync(reply) => {
+                let _ = reply.send(());
+            }
+            Command::SystemReset(reply) => {
+                self.last_taken = None;
+                self.model.system_reset();
+                self.mailbox.snapshot_config(&self.model);
+                self.mailbox.snapshot_counters(&self.model);
+                let _ = reply.send(());
+            }
             Command::Stop => return false,
         }
         true

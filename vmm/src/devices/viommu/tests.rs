@@ -1122,4 +1122,5 @@ fn applied_commands_and_refused_ones_are_told() {
     assert!(!r.dev.reset_pending());
 }
 
+mod system_reset;
 mod vcpu_share;

@@ -295,6 +295,16 @@ impl VirtioPciDevice {
         Ok(())
     }
 
+    /// A system reset (the guest reboots): the device reset as by a
+    /// status write of 0, MSI-X disabled with every vector masked, and
+    /// memory decode and bus mastering off. The BARs keep their addresses.
+    pub fn system_reset(&mut self) {
+        self.reset();
+        self.config.write_reg(self.msix_cap / 4, 2, &[0, 0]);
+        self.msix().reset();
+        self.config.write_reg(1, 0, &[0, 0]);
+    }
+
     /// Where BAR 0 is programmed.
     pub fn bar_address(&self) -> u64 {
         self.config.bar_address(0).unwrap_or(0)

@@ -570,3 +570,63 @@ fn a_valid_queue_setup_activates_with_the_drivers_values() {
     assert_eq!(s.activated[0], (16, 0x1000, 0x2000, 0x3000, true));
     assert_eq!(s.activated[1], (64, 0, 0, 0, false));
 }
+
+/// A reboot's reset of the transport (the virtio-iommu's among them): the
+/// device reset as by a status write of 0, its queues unset, MSI-X off
+/// with every vector masked and unrouted to queues, decode and bus
+/// mastering off; the BAR stays where the VMM placed it. The next boot's
+/// driver then brings the device up from scratch.
+#[test]
+fn a_system_reset_leaves_the_transport_as_at_power_on() {
+    let mut r = rig();
+    let bar = r.cfg(4);
+    // A first boot's bring-up: features, MSI-X on, vector 1 programmed and
+    // unmasked, queue 0 on it, DRIVER_OK; memory decode and bus master on.
+    PciDevice::write_config(&mut r.dev, 1, 0, &[0x06, 0x00]);
+    r.w(STATUS, 1 | 2, 1);
+    r.w(0x08, 1, 4);
+    r.w(0x0c, 1, 4);
+    r.w(STATUS, 1 | 2 | 8, 1);
+    let msix = r.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
+    PciDevice::write_config(&mut r.dev, msix / 4, 3, &[0x80]);
+    r.w(MSIX_TABLE_OFFSET + 16, 0xfee0_1000, 4);
+    r.w(MSIX_TABLE_OFFSET + 16 + 8, 0x41, 4);
+    r.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
+    r.w(0x16, 0, 2);
+    r.w(0x1a, 1, 2);
+    r.w(0x20, 0x1_0000, 8);
+    r.w(0x28, 0x2_0000, 8);
+    r.w(0x30, 0x3_0000, 8);
+    r.w(0x1c, 1, 2);
+    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    assert_eq!(r.r(STATUS, 1), 15);
+    assert_eq!(r.state.lock().unwrap().activated.len(), 2);
+    let resets = r.state.lock().unwrap().resets;
+
+    r.dev.system_reset();
+
+    {
+        let s = r.state.lock().unwrap();
+        assert_eq!(s.resets, resets + 1, "the device was reset");
+        assert!(s.activated.is_empty() && s.interrupt.is_none());
+    }
+    assert_eq!(r.r(STATUS, 1), 0);
+    r.w(0x16, 0, 2);
+    assert_eq!(r.r(0x1c, 2), 0, "queue 0 disabled");
+    assert_eq!(r.r(0x1a, 2), u64::from(NO_VECTOR));
+    assert_eq!(r.r(0x20, 8), 0, "its rings unset");
+    assert_eq!(
+        r.cfg(msix / 4) >> 30,
+        0,
+        "MSI-X disabled, not function-masked"
+    );
+    assert_eq!(r.r(MSIX_TABLE_OFFSET + 16 + 12, 4), 1, "vector 1 masked");
+    assert_eq!(r.r(MSIX_TABLE_OFFSET + 16 + 8, 4), 0, "its message gone");
+    assert_eq!(r.cfg(1) & 0x7, 0, "I/O, memory decode and bus master off");
+    assert_eq!(r.cfg(4), bar, "the BAR where the VMM placed it");
+    // Nothing notifies the device until the next boot's driver is up.
+    r.w(NOTIFY_OFFSET, 0, 2);
+    assert!(r.state.lock().unwrap().notified.is_empty());
+    r.w(STATUS, 1, 1);
+    assert_eq!(r.r(STATUS, 1), 1, "a new negotiation starts");
+}

@@ -90,7 +90,7 @@ SUITE_QEMUS = ["10.0", "11.1"]
 # VERSION built from Debian's source package with the patches in
 # ci/lab/outer-qemu/patches (the TCG race that crashes lab hosts; docs/lab.md,
 # "Lab host crashes"), run with that root's libraries and firmware. Built
-# once and cached (20-40 minutes): never the default, CI does not build it.
+# once and cached (about 10 minutes): never the default, CI does not build it.
 # 11.1-fixed needs Debian's mirror to serve trixie-backports' qemu source.
 FIXED_OUTER_QEMUS = [f"{v}-fixed" for v in SUITE_QEMUS]
 
@@ -109,7 +109,7 @@ def outer_qemu(version: str) -> str:
 
 def fixed_outer_qemu(version: str) -> str:
     """The wrapper of QEMU VERSION with our patches that
-    ci/lab/outer-qemu/build prints last (building it once: 20-40 min)."""
+    ci/lab/outer-qemu/build prints last (building it once: about 10 min)."""
     cmd = [str(LAB_DIR / "outer-qemu" / "build"), "--qemu", version]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if out.returncode != 0 or not out.stdout.strip():

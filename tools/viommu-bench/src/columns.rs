@@ -308,6 +308,9 @@ pub struct LaunchInputs {
     pub breakdown: bool,
     /// `--hugepages`: guest RAM in 2 MiB hugetlbfs pages, every column.
     pub hugepages: bool,
+    /// The IOVA width of the host's IOMMU for the drive, where known: an
+    /// emulated VT-d in front of it promises its guest no more.
+    pub host_iova_bits: Option<u32>,
 }
 
 impl LaunchInputs {
@@ -482,9 +485,9 @@ fn qemu_launch(
     args.push(format!("unix:{},server=on,wait=off", p(&m)));
     let monitor = Some(m);
     // The IOMMU before the device it translates for.
-    if let Some(dev) = vendor_iommu_device(col.iommu, full_cmdline) {
+    if let Some(dev) = vendor_iommu_device(col.iommu, full_cmdline, inp.host_iova_bits) {
         args.push(s("-device"));
-        args.push(s(dev));
+        args.push(dev);
     }
     if col.iommu == Iommu::Viommu {
         args.extend(["-device", "virtio-iommu-pci"].map(s));
@@ -536,13 +539,25 @@ fn qemu_hugetlb_backend(memory_mib: u64) -> String {
 /// QEMU refuses vfio-pci) and `intel_iommu=on` (kernels built without
 /// INTEL_IOMMU_DEFAULT_ON leave VT-d off without it); AMD-Vi's
 /// `dma-remap=on` (without it QEMU refuses vfio-pci; QEMU 10.2 and later).
-fn vendor_iommu_device(iommu: Iommu, cmdline: &mut String) -> Option<&'static str> {
+/// A host IOMMU narrower than 48 bits (`host_bits`) gets a 39-bit VT-d:
+/// QEMU 9.0 and later default to 48 and refuse the device otherwise
+/// ("aw-bits 48 > host aw-bits 39"); 39 is the other width QEMU offers,
+/// and older QEMUs' default.
+fn vendor_iommu_device(
+    iommu: Iommu,
+    cmdline: &mut String,
+    host_bits: Option<u32>,
+) -> Option<String> {
     match iommu {
         Iommu::Vtd => {
             cmdline.push_str(" intel_iommu=on");
-            Some("intel-iommu,intremap=on,caching-mode=on")
+            let narrow = host_bits.is_some_and(|b| b < 48);
+            Some(format!(
+                "intel-iommu,intremap=on,caching-mode=on{}",
+                if narrow { ",aw-bits=39" } else { "" }
+            ))
         }
-        Iommu::Amd => Some("amd-iommu,dma-remap=on,intremap=on"),
+        Iommu::Amd => Some("amd-iommu,dma-remap=on,intremap=on".into()),
         _ => Option::None,
     }
 }

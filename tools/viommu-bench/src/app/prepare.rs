@@ -331,6 +331,7 @@ fn launch_inputs(cfg: &Config, pre: &Outcome, initramfs: PathBuf) -> LaunchInput
         count_runtime: a.count_runtime,
         breakdown: a.breakdown,
         hugepages: a.hugepages,
+        host_iova_bits: pre.facts.iova_bits,
     }
 }
 

@@ -15,6 +15,7 @@ fn inputs() -> LaunchInputs {
         count_runtime: 3,
         breakdown: false,
         hugepages: false,
+        host_iova_bits: None,
     }
 }
 
@@ -216,6 +217,22 @@ fn stock_qemu_puts_its_emulated_iommu_before_the_drive() {
     assert!(at("virtio-iommu-pci").is_none());
     assert!(l.args.last().unwrap().ends_with(" intel_iommu=on"));
     assert_eq!(l.counting, Counting::None);
+    // A host IOMMU narrower than QEMU's default 48 bits: a 39-bit VT-d;
+    // a 48-bit one keeps QEMU's default.
+    for (bits, dev) in [
+        (
+            Some(39),
+            "intel-iommu,intremap=on,caching-mode=on,aw-bits=39",
+        ),
+        (Some(48), "intel-iommu,intremap=on,caching-mode=on"),
+    ] {
+        let narrow = LaunchInputs {
+            host_iova_bits: bits,
+            ..inputs()
+        };
+        let l = launch(&c, &narrow, "c", Path::new("/run"), "x");
+        assert!(l.args.iter().any(|a| a == dev), "{bits:?}: {:?}", l.args);
+    }
 
     let a = launch(
         &builtin("qemu-amd+stock").unwrap(),

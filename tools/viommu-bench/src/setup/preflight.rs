@@ -7,6 +7,7 @@ pub mod guest_kernel;
 pub mod hugepages;
 mod in_use;
 mod iommu;
+pub mod iova_width;
 mod privileges;
 mod programs;
 mod qemu_iommu;
@@ -80,6 +81,10 @@ pub struct DeviceFacts {
     /// signature, as found before anything was bound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub contents: Vec<BlockDev>,
+    /// How many bits of IOVA the host's IOMMU translates for the drive
+    /// (see [`iova_width::iova_bits`]), where the host says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iova_bits: Option<u32>,
 }
 
 impl DeviceFacts {

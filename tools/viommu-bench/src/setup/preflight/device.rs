@@ -221,6 +221,7 @@ impl Checks {
         let dev = pci_dev(&self.bdf);
         f.driver = r.link_name(dev.join("driver"));
         f.iommu_group = r.link_name(dev.join("iommu_group"));
+        f.iova_bits = super::iova_width::iova_bits(r, &self.bdf, f.iommu_group.as_deref());
         f.bar0 = r
             .read_trim(dev.join("resource"))
             .ok()

@@ -174,6 +174,17 @@ fn rig_serving(window: PollWindow, serving: KickServing) -> Rig {
 }
 
 impl Rig {
+    /// Holds the device thread inside a host map: the mapper closed, then
+    /// an ATTACH of endpoint EP and a MAP kicked, until the map waits.
+    fn hold_inside_a_host_map(&mut self) {
+        self.mapper.close();
+        self.kick(&[
+            req::attach(1, EP, 0),
+            req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
+        ]);
+        self.mapper.wait_for_waiter();
+    }
+
     fn activate(&mut self) {
         self.reqq = GuestDriver::new(&self.mem, 0, 64, 0x10_0000);
         self.evq = GuestDriver::new(&self.mem, 0x1_0000, 64, 0x80_0000);
@@ -277,12 +288,7 @@ fn a_vcpu_kick_is_served_on_the_vcpu_while_the_thread_waits() {
 #[test]
 fn a_vcpu_kick_while_the_thread_is_busy_is_left_to_the_thread() {
     let mut r = rig_serving(PollWindow::new(Duration::ZERO), KickServing::Vcpu);
-    r.mapper.close();
-    r.kick(&[
-        req::attach(1, EP, 0),
-        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
-    ]);
-    r.mapper.wait_for_waiter();
+    r.hold_inside_a_host_map();
     r.reqq
         .push(
             &r.mem,
@@ -318,12 +324,7 @@ fn stop_releases_the_model_a_vcpu_could_serve() {
 #[test]
 fn reset_while_a_host_map_is_in_progress_does_not_wait_for_it() {
     let mut r = rig();
-    r.mapper.close();
-    r.kick(&[
-        req::attach(1, EP, 0),
-        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
-    ]);
-    r.mapper.wait_for_waiter();
+    r.hold_inside_a_host_map();
     // The device thread is inside a host map. The transport's calls return
     // at once: config reads, the reset request.
     let mut cfg = [0u8; 8];
@@ -406,12 +407,7 @@ fn status_tells_a_thread_stuck_in_a_host_call_from_one_waiting() {
         let s = status.read();
         s.device_next_avail == Some(0) && s.driver_avail == Some(0) && s.serving_ms == 0
     });
-    r.mapper.close();
-    r.kick(&[
-        req::attach(1, EP, 0),
-        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
-    ]);
-    r.mapper.wait_for_waiter();
+    r.hold_inside_a_host_map();
     std::thread::sleep(Duration::from_millis(30));
     // Inside the host map: serving for a while, the driver ahead.
     let s = status.read();
@@ -454,12 +450,7 @@ fn bypass(dev: &ViommuDevice) -> u8 {
 fn config_writes_that_change_nothing_are_not_queued() {
     let mut r = rig();
     // Hold the thread inside a host map: nothing it is sent is taken.
-    r.mapper.close();
-    r.kick(&[
-        req::attach(1, EP, 0),
-        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
-    ]);
-    r.mapper.wait_for_waiter();
+    r.hold_inside_a_host_map();
     assert_eq!(bypass(&r.dev), 0);
     for i in 0..10_000u64 {
         // Read-only fields, any width; bypass as it is; bypass invalid.
@@ -1102,12 +1093,7 @@ fn without_polling_the_thread_waits_for_notifications() {
 #[test]
 fn applied_commands_and_refused_ones_are_told() {
     let mut r = rig();
-    r.mapper.close();
-    r.kick(&[
-        req::attach(1, EP, 0),
-        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
-    ]);
-    r.mapper.wait_for_waiter();
+    r.hold_inside_a_host_map();
     r.dev.write_config(BYPASS, &[1]);
     let held = (r.dev.commands_applied(), bypass(&r.dev));
     for _ in 0..COMMAND_QUEUE + 3 {

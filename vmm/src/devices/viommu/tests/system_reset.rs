@@ -34,12 +34,7 @@ fn first_boot(r: &mut Rig) {
 #[test]
 fn quiesce_waits_for_the_host_map_in_progress() {
     let mut r = rig();
-    r.mapper.close();
-    r.kick(&[
-        req::attach(1, EP, 0),
-        req::map(1, 0x10_0000, 0x10_ffff, DATA_BASE, req::RW),
-    ]);
-    r.mapper.wait_for_waiter();
+    r.hold_inside_a_host_map();
     let t = r.thread.as_ref().unwrap();
     // Inside a host map: the thread cannot answer, so a reboot would not
     // go on to reset the VFIO device under a map.

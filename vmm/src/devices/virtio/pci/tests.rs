@@ -121,6 +121,27 @@ fn rig_with(notify_port: Option<u16>) -> Rig {
 }
 
 impl Rig {
+    /// A driver's bring-up: features, MSI-X on with vector 1 programmed
+    /// and unmasked, queue 0 on vector 1 with its rings, DRIVER_OK.
+    fn bring_up_queue0_on_vector1(&mut self) {
+        self.w(STATUS, 1 | 2, 1);
+        self.w(0x08, 1, 4);
+        self.w(0x0c, 1, 4);
+        self.w(STATUS, 1 | 2 | 8, 1);
+        let msix = self.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
+        PciDevice::write_config(&mut self.dev, msix / 4, 3, &[0x80]);
+        self.w(MSIX_TABLE_OFFSET + 16, 0xfee0_1000, 4);
+        self.w(MSIX_TABLE_OFFSET + 16 + 8, 0x41, 4);
+        self.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
+        self.w(0x16, 0, 2);
+        self.w(0x1a, 1, 2);
+        self.w(0x20, 0x1_0000, 8);
+        self.w(0x28, 0x2_0000, 8);
+        self.w(0x30, 0x3_0000, 8);
+        self.w(0x1c, 1, 2);
+        self.w(STATUS, 1 | 2 | 8 | 4, 1);
+    }
+
     fn w(&mut self, off: u64, v: u64, len: usize) {
         BusDevice::write(&mut self.dev, off, &v.to_le_bytes()[..len]);
     }
@@ -415,23 +436,8 @@ fn interrupts_go_through_irqfds_routed_as_the_table_says() {
     assert_eq!(router.attached.lock().unwrap().len(), 3);
     let gsi1 = 25;
     // Bring-up: features, MSI-X on, vector 1 programmed, queue 0 on it.
-    r.w(STATUS, 1 | 2, 1);
-    r.w(0x08, 1, 4);
-    r.w(0x0c, 1, 4);
-    r.w(STATUS, 1 | 2 | 8, 1);
-    let msix = r.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
-    PciDevice::write_config(&mut r.dev, msix / 4, 3, &[0x80]);
-    r.w(MSIX_TABLE_OFFSET + 16, 0xfee0_1000, 4);
-    r.w(MSIX_TABLE_OFFSET + 16 + 8, 0x41, 4);
-    r.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
+    r.bring_up_queue0_on_vector1();
     assert_eq!(router.routes.lock().unwrap()[&gsi1], (0xfee0_1000, 0x41));
-    r.w(0x16, 0, 2);
-    r.w(0x1a, 1, 2);
-    r.w(0x20, 0x1_0000, 8);
-    r.w(0x28, 0x2_0000, 8);
-    r.w(0x30, 0x3_0000, 8);
-    r.w(0x1c, 1, 2);
-    r.w(STATUS, 1 | 2 | 8 | 4, 1);
     let irq = r.state.lock().unwrap().interrupt.clone().unwrap();
 
     // The device raises queue 0: an irqfd write, no KVM_SIGNAL_MSI.
@@ -583,22 +589,7 @@ fn a_system_reset_leaves_the_transport_as_at_power_on() {
     // A first boot's bring-up: features, MSI-X on, vector 1 programmed and
     // unmasked, queue 0 on it, DRIVER_OK; memory decode and bus master on.
     PciDevice::write_config(&mut r.dev, 1, 0, &[0x06, 0x00]);
-    r.w(STATUS, 1 | 2, 1);
-    r.w(0x08, 1, 4);
-    r.w(0x0c, 1, 4);
-    r.w(STATUS, 1 | 2 | 8, 1);
-    let msix = r.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
-    PciDevice::write_config(&mut r.dev, msix / 4, 3, &[0x80]);
-    r.w(MSIX_TABLE_OFFSET + 16, 0xfee0_1000, 4);
-    r.w(MSIX_TABLE_OFFSET + 16 + 8, 0x41, 4);
-    r.w(MSIX_TABLE_OFFSET + 16 + 12, 0, 4);
-    r.w(0x16, 0, 2);
-    r.w(0x1a, 1, 2);
-    r.w(0x20, 0x1_0000, 8);
-    r.w(0x28, 0x2_0000, 8);
-    r.w(0x30, 0x3_0000, 8);
-    r.w(0x1c, 1, 2);
-    r.w(STATUS, 1 | 2 | 8 | 4, 1);
+    r.bring_up_queue0_on_vector1();
     assert_eq!(r.r(STATUS, 1), 15);
     assert_eq!(r.state.lock().unwrap().activated.len(), 2);
     let resets = r.state.lock().unwrap().resets;
@@ -615,6 +606,7 @@ fn a_system_reset_leaves_the_transport_as_at_power_on() {
     assert_eq!(r.r(0x1c, 2), 0, "queue 0 disabled");
     assert_eq!(r.r(0x1a, 2), u64::from(NO_VECTOR));
     assert_eq!(r.r(0x20, 8), 0, "its rings unset");
+    let msix = r.caps().iter().find(|c| c.1 == 0x11).unwrap().0;
     assert_eq!(
         r.cfg(msix / 4) >> 30,
         0,

@@ -34,9 +34,25 @@ pub fn file(root: &Path, rel: &str, body: &str) {
 /// only while the events are on. Its QMP socket is served by the test
 /// ([`qmp_broker`]): the script asks for it in $FAKE_QMP_DIR and waits.
 /// FAKE_QEMU_NO_LOG=1: a QEMU without the `log` trace backend (no trace
-/// file, no line ever).
+/// file, no line ever; `-d help` lists no trace:PATTERN, `-trace help`
+/// ends with the dtrace note). FAKE_QEMU_HELP=none: `-d help` and
+/// `-trace help` print nothing (a wrapper: its backends unknown).
 pub const FAKE_QEMU: &str = r#"#!/bin/sh
 [ "$1" = --version ] && echo 'QEMU emulator version 9.9.9 (fake)' && exit 0
+if [ "$2" = help ]; then
+	[ "$FAKE_QEMU_HELP" = none ] && exit 1
+	case "$1" in
+	-d)
+		echo 'Log items (comma separated):'
+		echo 'out_asm         show generated host assembly code for each compiled TB'
+		[ "$FAKE_QEMU_NO_LOG" = 1 ] || echo 'trace:PATTERN   enable trace events'
+		exit 1 ;;
+	-trace)
+		echo virtio_iommu_map
+		[ "$FAKE_QEMU_NO_LOG" = 1 ] && echo 'This list of names of trace points may be incomplete when using the DTrace/SystemTap backends.'
+		exit 0 ;;
+	esac
+fi
 trace= kernel= viommu= qmp= append=
 while [ $# -gt 0 ]; do
 	case "$1" in

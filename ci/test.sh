@@ -36,7 +36,7 @@ if [ $lab = 1 ]; then
 	# baseline) and checks each ran strict behind dmar0.
 	lab_steps=(
 		vfio-backend vmm-errors
-		smoke bench-tool multipath hostile
+		smoke bench-tool restore multipath hostile
 		smoke-6.12-ci smp-smoke smp-smoke-1qp vmm-exits
 		iommufd distro-smoke vtd-smoke
 	)

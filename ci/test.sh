@@ -36,7 +36,7 @@ if [ $lab = 1 ]; then
 	# baseline) and checks each ran strict behind dmar0.
 	lab_steps=(
 		vfio-backend vmm-errors
-		smoke bench-tool multipath hostile
+		smoke bench-tool restore multipath hostile
 		smoke-6.12-ci smp-smoke smp-smoke-1qp vmm-exits
 		iommufd distro-smoke vtd-smoke
 	)
@@ -105,7 +105,7 @@ step "guest patches 6.12 checkpatch --strict" guest-patches/linux-6.12/build.sh 
 # about 150 MB, fetched once into the cache without touching the system's
 # apt) for its checkpatch.pl; its lab smoke, `lab smoke-7.3-ci`, runs by hand.
 step "guest patches 7.3 checkpatch --strict" bash -c 'guest-patches/fetch-debian-source.sh 7.3 && guest-patches/linux-7.3/build.sh checkpatch'
-step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; gcc -static -O2 -Wall -Wextra -Werror -o /dev/null tools/viommu-bench/guest/hostile.c || exit 1; gcc -static-pie -O2 -Wall -Wextra -Werror -o /dev/null ci/lab/repro/tcg-race.c || exit 1; for f in tools/viommu-bench/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab/tests -t ci/lab -q'
+step "lab scripts" bash -c 'for f in ci/lab/*.sh ci/*.sh guest-patches/*.sh guest-patches/linux-*/build.sh; do bash -n "$f" || exit 1; done; gcc -static -O2 -Wall -Wextra -Werror -o /dev/null tools/viommu-bench/guest/hostile.c || exit 1; gcc -static-pie -O2 -Wall -Wextra -Werror -o /dev/null ci/lab/repro/tcg-race.c || exit 1; gcc -static-pie -O2 -Wall -Wextra -Werror -o /dev/null ci/lab/helpers/hold-excl.c || exit 1; for f in tools/viommu-bench/guest/init ci/lab/host-init ci/lab/host-lib.sh ci/lab/scenarios/*.sh; do busybox sh -n "$f" || exit 1; done; python3 -m unittest discover -s ci/lab/tests -t ci/lab -q'
 step "guest kernel sources and build tools (no build)" guest-patches/test-build-kernel.sh
 if [ $lab = 1 ]; then
 	# No lab step runs beside a kernel build (the comment on the build

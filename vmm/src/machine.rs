@@ -72,7 +72,15 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     let irqchips = restart::save_irqchips(&vm)?;
     let gate = Arc::new(vcpu::ParkGate::default());
 
-    let vcpus = create_vcpus(&vm, &cfg, boot.entry, devices, &exit, &stop, &gate)?;
+    let vcpus = create_vcpus(
+        &vm,
+        &cfg,
+        boot.entry,
+        devices,
+        &exit,
+        (&stop, &machine.start_gate()),
+        &gate,
+    )?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
     let known = Known {
         vfio_devices: machine.devices().vfio_fds(),
@@ -127,6 +135,8 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
     };
     crate::seccomp::install_here("main", seccomp.filter_with(ThreadKind::Main, &known)?)
         .map_err(io_err("cannot filter the main thread"))?;
+    // Only now does the guest run: the vCPU threads waited at the gate.
+    machine.release();
 
     let mut steps = restart::MachineSteps {
         machine: &machine,
@@ -183,14 +193,15 @@ fn warn_if_root_without_user(euid: u32, user: Option<crate::privileges::Ids>) {
 }
 
 /// The vCPUs of `cfg`, configured for the 64-bit entry (the boot vCPU at
-/// `entry`), on the manager's buses.
+/// `entry`), on the manager's buses; each checks `stop` and waits at
+/// `start` before it enters the guest.
 fn create_vcpus(
     vm: &vm::Vm,
     cfg: &cli::VmConfig,
     entry: vm_memory::GuestAddress,
     devices: &DeviceManager,
     exit: &Arc<VmExit>,
-    stop: &Arc<AtomicBool>,
+    (stop, start): (&Arc<AtomicBool>, &Arc<vcpu::StartGate>),
     gate: &Arc<vcpu::ParkGate>,
 ) -> Result<Vec<vcpu::Vcpu>, VmmError> {
     let mut base_cpuid = vm
@@ -218,6 +229,7 @@ fn create_vcpus(
             mmio: devices.mmio(),
             exit: exit.clone(),
             stop: stop.clone(),
+            start: start.clone(),
             probe: Default::default(),
             mem: vm.memory().clone(),
         });
@@ -228,7 +240,8 @@ fn create_vcpus(
 /// Install the kick handler and run each vCPU on a thread of its own,
 /// with the vCPU seccomp filter. Each thread joins `machine` as it starts,
 /// so a failure half-way stops the ones already running before the
-/// devices go.
+/// devices go. The threads wait at `machine`'s start gate: none enters
+/// the guest before [`Running::release`].
 fn start_vcpus(
     machine: &mut Running<DeviceManager<'_>>,
     vcpus: Vec<vcpu::Vcpu>,

@@ -7,7 +7,9 @@
 //! thread installs its own once the setup is done ([`install_here`]): it
 //! opens /dev/kvm and the VFIO devices and maps memory first, unfiltered;
 //! after that it only waits on the exit eventfd, stops the vCPUs and
-//! releases the devices, and its list allows just that.
+//! releases the devices, and its list allows just that. The vCPU threads
+//! wait at a start gate ([`crate::vcpu::StartGate`]) until then: no guest
+//! instruction runs while the main thread is unfiltered.
 //!
 //! Some calls are allowed only on descriptors known when the filter is
 //! built ([`Known`]): a vCPU reads and writes (`pread64`/`pwrite64`) the

@@ -25,6 +25,9 @@ pub use park::{ParkGate, Unpark};
 
 use crate::layout::{BOOT_STACK_POINTER, GDT_START, IDT_START, PML4_START, ZERO_PAGE_START};
 
+mod start_gate;
+pub use start_gate::StartGate;
+
 /// Why a vCPU could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum VcpuError {
@@ -442,6 +445,9 @@ pub struct Vcpu {
     pub exit: Arc<VmExit>,
     /// Set by the main thread when the VM stops; checked after every exit.
     pub stop: Arc<AtomicBool>,
+    /// Opened by the main thread once its own seccomp filter is in place
+    /// (or by a stop): the vCPU enters the guest only after that.
+    pub start: Arc<StartGate>,
     /// Where the API asks for this vCPU's registers.
     pub probe: Arc<crate::vcpu_probe::VcpuProbe>,
     /// Guest memory, for the probe's stack words.
@@ -469,6 +475,8 @@ impl Vcpu {
     fn run_loop(mut self) {
         let id = self.id;
         self.probe.register_thread();
+        // No guest instruction before the main thread is filtered.
+        self.start.wait();
         let mut epoch = self.gate.epoch();
         loop {
             if let Some(reason) = self.run_until_exit() {

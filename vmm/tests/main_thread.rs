@@ -177,3 +177,64 @@ fn a_reboot_in_place_runs_under_the_threads_filters() {
     assert!(!sock.exists(), "the socket is removed at exit");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The guest's first instruction already finds the main thread filtered:
+/// the vCPUs enter the guest only once the main thread's filter is in
+/// place. The guest writes a byte to COM1 before anything else; when that
+/// byte reaches the VMM's stdout, the main thread's task status must say
+/// seccomp mode 2 (filter). (Before, the vCPUs ran the guest while the
+/// main thread still set up the API socket unfiltered.)
+#[test]
+fn the_guest_starts_only_after_the_main_thread_is_filtered() {
+    if !kvm_usable() {
+        eprintln!("no usable /dev/kvm: skipped");
+        return;
+    }
+    use std::io::Read;
+    let d = scratch("first-byte");
+    // mov dx, 0x3f8; mov al, 'X'; out dx, al (then the payload's hlt)
+    let k = kernel(
+        &d,
+        "first-byte",
+        &[0x66, 0xba, 0xf8, 0x03, 0xb0, b'X', 0xee],
+    );
+    let sock = d.join("api.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vmm"))
+        .arg("--kernel")
+        .arg(&k)
+        .args(["--memory", "64M", "--viommu", "--api-socket"])
+        .arg(&sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vmm");
+    let pid = child.id();
+    let mut out = child.stdout.take().unwrap();
+    let mut byte = [0u8; 1];
+    let got = out.read_exact(&mut byte);
+    // Read at once: any later and the main thread would have had its
+    // time to finish the setup whatever the order.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"));
+    let mode = status
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Seccomp:"))
+        .unwrap_or("")
+        .to_string();
+    let pid_t = i32::try_from(pid).unwrap();
+    // SAFETY: our child's pid.
+    unsafe { libc::kill(pid_t, libc::SIGTERM) };
+    drop(out);
+    let (code, err) = wait(child);
+    assert!(
+        got.is_ok() && byte == *b"X",
+        "no byte from the guest; {err}"
+    );
+    assert_eq!(
+        mode, "Seccomp:\t2",
+        "the main thread's seccomp mode when the guest's first byte came out; {err}"
+    );
+    assert_eq!(code, Some(143), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

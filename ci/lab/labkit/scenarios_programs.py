@@ -1,7 +1,8 @@
 """Scenarios that check our programs as programs: the VMM (boot, bad
 input, clean exits, a hostile guest), its VFIO backends against the real
 kernel, and the bench tool as users run it (binding and giving back the
-drive, NVMe multipath, a kernel of their own, a Debian 13 userland).
+drive, a run killed and its drive restored with its data, NVMe
+multipath, a kernel of their own, a Debian 13 userland).
 
 Each entry: the scenario's name -> what the lab host runs (scenarios.py
 describes the fields)."""
@@ -136,6 +137,22 @@ PROGRAM_SCENARIOS = {
         "checks": True,
         "timeout": 900,
         "expect": {"ours+stock": ["map_requests", "vfio_calls"]},
+    },
+    "restore": {
+        "help": "nothing lost when a run dies: the NVMe on nvme with 4 MiB of known data beyond what the guest writes; viommu-bench refuses while a process holds the namespace open (named) and while one holds it O_EXCL with no descriptor in /proc (the kernel's EBUSY); with both gone it starts, binds the drive and boots a guest (ours, stock 6.12) and is killed with SIGKILL mid-I/O: its VMM must go with it, the drive stay on vfio-pci with its state file, a rerun refuse offering --restore, viommu-bench --restore give it back to nvme and the known data read back intact",
+        "script": "restore",
+        # The script picks its own column (ours+stock:vmm:viommu:stock):
+        # the run it kills leaves no cell to judge, so the scenario is
+        # judged by its checks only.
+        "runs": [],
+        "guest_kernels": [STOCK],
+        "cargo_bins": [("vmm", "vmm")],
+        "c_bins": [("helpers/hold-excl.c", "hold-excl")],
+        "mode": "fio",
+        "bs": "4k",
+        "runtime": 20,
+        "checks": True,
+        "timeout": 1200,
     },
     "vmm-exits": {
         "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM, and restarts a rebooting guest in place (its default, --on-reboot restart) up to its --reboot-limit with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe",

@@ -77,6 +77,9 @@ class KernelsTest(unittest.TestCase):
         self.assertEqual(kernels.own_kernel_knobs(scenarios.SCENARIOS["vmm-exits"]), {"kernel_patched": "patched-6.12"})
         self.assertEqual(kernels.own_kernel_knobs(scenarios.SCENARIOS["vmm-boot"]), {"kernel_stock": "baseline"})
         self.assertEqual(kernels.own_kernel_knobs(scenarios.SCENARIOS["smoke"]), {})
+        # restore.sh runs the tool with its own column on the stock guest.
+        self.assertEqual(kernels.own_kernel_knobs(scenarios.SCENARIOS["restore"]), {"kernel_stock": "baseline-6.12"})
+        self.assertEqual(kernels.kernels_to_build(["restore"]), [("6.12", "baseline")])
 
     def test_scenarios_without_guests_need_no_kernel(self):
         self.assertEqual(kernels.kernels_to_build(["vfio-backend", "vmm-errors"]), [])

@@ -418,6 +418,9 @@ pub struct Config {
     /// The namespace's size in bytes, once preflight read it (None: unknown,
     /// e.g. the drive is on vfio-pci already).
     pub drive_bytes: Option<u64>,
+    /// Why stock QEMU's counting runs are skipped, once preflight found
+    /// that its QEMU has no `log` trace backend (None: they run).
+    pub qemu_no_trace: Option<String>,
 }
 
 /// `s` as a full PCI address: `DDDD:BB:DD.F`, or `BB:DD.F` in domain 0.
@@ -467,6 +470,12 @@ impl Config {
     /// Whether any column runs our VMM.
     pub fn uses_ours(&self) -> bool {
         self.columns.iter().any(|c| c.vmm == Vmm::Ours)
+    }
+
+    /// Whether stock QEMU's vIOMMU columns run their untimed counting
+    /// runs: `--count-runtime` above 0 and a QEMU that writes its trace.
+    pub fn qemu_counts(&self) -> bool {
+        self.args.count_runtime > 0 && self.qemu_no_trace.is_none()
     }
 
     /// The index of the no-vIOMMU column (the ceiling), if one was selected.

@@ -302,6 +302,10 @@ pub struct LaunchInputs {
     /// Seconds of each untimed counting run of stock QEMU's columns behind
     /// a virtio-iommu (`--count-runtime`; 0: none, and no tracing at all).
     pub count_runtime: u32,
+    /// Why stock QEMU cannot count (preflight found no `log` trace
+    /// backend): its vIOMMU columns then start untraced, with no counting
+    /// runs, their counts [`Counting::NoTraceBackend`].
+    pub qemu_no_trace: Option<String>,
     /// `--breakdown`: every column behind a virtio-iommu also runs each
     /// fio job again, untimed, for `count_runtime` seconds, while the
     /// host's tracefs records its VMM's threads.
@@ -491,7 +495,9 @@ fn qemu_launch(
     }
     if col.iommu == Iommu::Viommu {
         args.extend(["-device", "virtio-iommu-pci"].map(s));
-        if col.counts_in_pass() && inp.count_runtime > 0 {
+        if let (true, Some(why)) = (col.counts_in_pass(), &inp.qemu_no_trace) {
+            counting = Counting::NoTraceBackend { why: why.clone() };
+        } else if col.counts_in_pass() && inp.count_runtime > 0 {
             let t = run_dir.join(format!("{name}.trace"));
             let q = run_dir.join(format!("{name}.qmp"));
             args.push(s("-D"));
@@ -639,6 +645,13 @@ pub enum Counting {
     /// `log` trace backend. Its counts are unknown.
     NoTrace {
         /// What was seen and what it means.
+        why: String,
+    },
+    /// Stock QEMU has no `log` trace backend, found before the run (its
+    /// `-d help` and `-trace help`): its counting runs were skipped and
+    /// its counts are unknown.
+    NoTraceBackend {
+        /// What was found and what to do.
         why: String,
     },
     /// Stock QEMU's counts were not taken (`--count-runtime 0`, or the

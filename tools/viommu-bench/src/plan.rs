@@ -188,9 +188,10 @@ pub fn estimate_cell(cfg: &Config) -> Duration {
 
 /// How much longer a cell of a column with untimed counting runs (stock
 /// QEMU behind a virtio-iommu) takes: one run per measured run,
-/// `--count-runtime` seconds and 2 s more each; nothing with 0.
+/// `--count-runtime` seconds and 2 s more each; nothing with 0, or with
+/// a QEMU that writes no trace (the runs are skipped).
 pub fn count_pass(cfg: &Config) -> Duration {
-    if cfg.args.count_runtime == 0 {
+    if !cfg.qemu_counts() {
         return Duration::ZERO;
     }
     Duration::from_secs(phases(cfg).len() as u64 * (cfg.args.count_runtime as u64 + 2))

@@ -25,3 +25,4 @@ pub mod qmp;
 pub mod results;
 pub mod runner;
 pub mod trace;
+pub mod vmm_child;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use vmm_sys_util::signal::{Killable, SIGRTMIN};
 
 use crate::device_manager::DeviceManager;
+use crate::vcpu::StartGate;
 
 /// How long the vCPUs get to leave `KVM_RUN` when stopped.
 pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -35,6 +36,8 @@ impl Devices for DeviceManager<'_> {
 
 /// The running vCPU threads and the devices they use.
 ///
+/// The vCPU threads wait at its [`StartGate`] before they enter the guest:
+/// [`Running::release`] opens it once the main thread is filtered.
 /// Dropping it, on the normal exit ([`Running::finish`]) as on an error
 /// return anywhere after it was made, sets the stop flag, kicks every vCPU
 /// thread out of `KVM_RUN` (the kick signal, repeated: one that lands
@@ -43,6 +46,8 @@ impl Devices for DeviceManager<'_> {
 /// not stop within the timeout, the devices are disarmed first.
 pub(crate) struct Running<D: Devices> {
     stop: Arc<AtomicBool>,
+    /// Where the vCPU threads wait before their first `KVM_RUN`.
+    start: Arc<StartGate>,
     /// Emptied by the stop.
     threads: Vec<JoinHandle<()>>,
     timeout: Duration,
@@ -54,6 +59,7 @@ impl<D: Devices> Running<D> {
     pub(crate) fn new(devices: D, stop: Arc<AtomicBool>) -> Self {
         Running {
             stop,
+            start: Arc::new(StartGate::new()),
             threads: Vec::new(),
             timeout: STOP_TIMEOUT,
             devices,
@@ -63,6 +69,17 @@ impl<D: Devices> Running<D> {
     /// The devices.
     pub(crate) fn devices(&self) -> &D {
         &self.devices
+    }
+
+    /// The gate the vCPU threads wait at before they enter the guest.
+    pub(crate) fn start_gate(&self) -> Arc<StartGate> {
+        self.start.clone()
+    }
+
+    /// Lets the vCPU threads enter the guest: only once the main thread's
+    /// own seccomp filter is in place.
+    pub(crate) fn release(&self) {
+        self.start.open();
     }
 
     /// One more running vCPU thread, stopped before the devices go.
@@ -96,6 +113,10 @@ impl<D: Devices> Running<D> {
         if self.threads.is_empty() {
             return true;
         }
+        // vCPUs still at the start gate go through it, see the stop flag
+        // and return without entering the guest.
+        self.stop.store(true, Ordering::Release);
+        self.start.open();
         let stopped = stop_threads(std::mem::take(&mut self.threads), &self.stop, self.timeout);
         if !stopped {
             // A vCPU still holds the buses: releasing devices under a

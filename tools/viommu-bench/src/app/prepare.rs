@@ -84,6 +84,11 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         return Err(2);
     }
     cfg.drive_bytes = pre.facts.namespace_bytes;
+    // Said before any VM starts; the counting runs are then skipped.
+    if let Some(line) = &pre.qemu_no_trace {
+        eprintln!("viommu-bench: {line}");
+        cfg.qemu_no_trace = Some(line.clone());
+    }
     let cfg = &*cfg;
     let a = &cfg.args;
     let mut host = HostInfo::gather(
@@ -136,7 +141,7 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         phases: plan::phases(cfg),
         estimate: plan::estimate_cell(cfg),
         total: plan::estimate_cells(cfg, &cells),
-        counting: cfg.columns.iter().any(|c| c.counts_in_pass()) && a.count_runtime > 0,
+        counting: cfg.columns.iter().any(|c| c.counts_in_pass()) && cfg.qemu_counts(),
         root,
         started,
         pre,
@@ -191,6 +196,7 @@ fn preflight(cfg: &Config) -> Outcome {
         consent: a.destroy_data.clone(),
         no_bind: a.no_bind,
         qemu: cfg.uses_qemu().then(|| a.qemu.clone()),
+        qemu_counts: cfg.columns.iter().any(|c| c.counts_in_pass()) && a.count_runtime > 0,
         vmm: cfg
             .uses_ours()
             .then(|| a.vmm.clone().unwrap_or_else(default_vmm)),
@@ -329,6 +335,7 @@ fn launch_inputs(cfg: &Config, pre: &Outcome, initramfs: PathBuf) -> LaunchInput
         cpus: a.guest_cpus,
         memory_mib: cfg.memory_mib,
         count_runtime: a.count_runtime,
+        qemu_no_trace: cfg.qemu_no_trace.clone(),
         breakdown: a.breakdown,
         hugepages: a.hugepages,
         host_iova_bits: pre.facts.iova_bits,

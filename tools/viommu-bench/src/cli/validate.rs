@@ -57,6 +57,7 @@ impl Args {
             verify_bytes,
             span_bytes,
             drive_bytes: None,
+            qemu_no_trace: None,
             args: self,
         })
     }

@@ -13,6 +13,7 @@ fn inputs() -> LaunchInputs {
         cpus: 2,
         memory_mib: 1024,
         count_runtime: 3,
+        qemu_no_trace: None,
         breakdown: false,
         hugepages: false,
         host_iova_bits: None,
@@ -172,6 +173,24 @@ fn qemu_command_matches_the_lab() {
     );
     assert!(
         matches!(&l.counting, Counting::NotCounted { why } if why.contains("--count-runtime 0")),
+        "{:?}",
+        l.counting
+    );
+    // A QEMU without the log trace backend (found by preflight): no
+    // counting runs, nothing to trace with, the reason kept.
+    let no_log = LaunchInputs {
+        qemu_no_trace: Some("no `log` trace backend".into()),
+        ..inputs()
+    };
+    let l = launch(&c, &no_log, "console=ttyS0", Path::new("/run"), "q");
+    let line = l.display();
+    assert!(
+        !line.contains(" -D ") && !line.contains(".qmp") && !line.contains("lab.count="),
+        "{line}"
+    );
+    assert!(!l.console_input());
+    assert!(
+        matches!(&l.counting, Counting::NoTraceBackend { why } if why == "no `log` trace backend"),
         "{:?}",
         l.counting
     );

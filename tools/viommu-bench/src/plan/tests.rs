@@ -63,6 +63,14 @@ fn preconditioning_is_planned_and_estimated() {
     let off = cfg(&["--precondition", "none", "--count-runtime", "0"]);
     assert_eq!(count_pass(&off), Duration::ZERO);
     assert_eq!(estimate_cells(&off, &cells).as_secs(), 7 * base(&off));
+    // A QEMU without the log trace backend: its counting runs are skipped.
+    let mut untraced = cfg(&["--precondition", "none"]);
+    untraced.qemu_no_trace = Some("no `log` trace backend".into());
+    assert_eq!(count_pass(&untraced), Duration::ZERO);
+    assert_eq!(
+        estimate_cells(&untraced, &cells).as_secs(),
+        7 * base(&untraced)
+    );
     let mut full = cfg(&["--precondition", "full"]);
     assert!(guest_cmdline(&full, None).ends_with(" lab.precondition=full"));
     assert!(precondition_note(&full).contains("size is unknown"));

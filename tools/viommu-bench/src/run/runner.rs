@@ -225,17 +225,19 @@ impl<'a> Vm<'a> {
         } else {
             Stdio::null()
         };
-        let mut child = tokio::process::Command::new(&launch.program)
-            .args(&launch.args)
+        let mut cmd = tokio::process::Command::new(&launch.program);
+        cmd.args(&launch.args)
             .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| RunError::Spawn {
-                program: launch.program.clone(),
-                source,
-            })?;
+            .kill_on_drop(true);
+        // A SIGKILL of the tool takes the VMM with it: no orphan holds
+        // the drive.
+        crate::run::vmm_child::die_with_this_process(&mut cmd);
+        let mut child = cmd.spawn().map_err(|source| RunError::Spawn {
+            program: launch.program.clone(),
+            source,
+        })?;
         let pid = child.id();
         let (tx, lines) = mpsc::channel(1024);
         if let Some(o) = child.stdout.take() {

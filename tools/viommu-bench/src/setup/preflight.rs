@@ -11,6 +11,7 @@ pub mod iova_width;
 mod privileges;
 mod programs;
 mod qemu_iommu;
+pub mod qemu_trace;
 mod tracefs;
 
 use std::ffi::OsString;
@@ -120,6 +121,10 @@ pub struct Checks {
     pub no_bind: bool,
     /// Stock QEMU, when a column runs it.
     pub qemu: Option<PathBuf>,
+    /// Stock QEMU's counting runs are planned (a stock-QEMU column behind
+    /// a virtio-iommu, `--count-runtime` above 0): its trace backend is
+    /// asked for.
+    pub qemu_counts: bool,
     /// Our VMM, when a column runs it.
     pub vmm: Option<PathBuf>,
     /// Whether the guest initramfs is built here (needs fio, busybox, ldd).
@@ -169,6 +174,10 @@ pub struct Outcome {
     pub facts: DeviceFacts,
     /// Programs as found.
     pub tools: Tools,
+    /// Why stock QEMU's counting runs cannot count (no `log` trace
+    /// backend): one line, said before any VM starts; the runs are then
+    /// skipped. Not a problem: the measured runs are unaffected.
+    pub qemu_no_trace: Option<String>,
 }
 
 impl Checks {
@@ -197,6 +206,7 @@ impl Checks {
             ));
         }
         self.check_programs(&mut out);
+        self.check_qemu_trace(&mut out);
         self.check_kernels(&mut out.problems);
         self.check_qemu_iommu(&mut out.problems);
         out

@@ -134,3 +134,63 @@ fn a_vcpu_that_does_not_stop_leaves_the_devices_disarmed() {
     );
     tx.send(()).unwrap();
 }
+
+/// A vCPU thread as `Vcpu::run` begins: it waits at the start gate, then
+/// "enters the guest" (logged) unless the VM is stopping, and runs until
+/// the stop.
+fn gated_vcpu(r: &Running<FakeDevices>, stop: Arc<AtomicBool>, log: Log) -> JoinHandle<()> {
+    let gate = r.start_gate();
+    std::thread::spawn(move || {
+        gate.wait();
+        if stop.load(Ordering::Acquire) {
+            log.lock().unwrap().push("vcpu0 never entered".into());
+            return;
+        }
+        log.lock().unwrap().push("vcpu0 entered the guest".into());
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// The vCPU threads start before the main thread is filtered but enter
+/// the guest only once [`Running::release`] opens the gate.
+#[test]
+fn vcpus_enter_the_guest_only_once_released() {
+    let (log, _running, stop, mut r) = setup();
+    r.push(gated_vcpu(&r, stop.clone(), log.clone()));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(log.lock().unwrap().is_empty(), "entered before the release");
+    r.release();
+    let entered = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|l| l == "vcpu0 entered the guest")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !entered() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(entered());
+    assert!(r.finish());
+}
+
+/// A setup that fails after the vCPU threads started (the API, --user,
+/// the main thread's filter) stops them at the gate: none enters the
+/// guest, and the stop does not wait for a release that never comes.
+#[test]
+fn a_failed_setup_stops_the_vcpus_at_the_gate() {
+    let (log, _running, stop, mut r) = setup();
+    r.timeout = Duration::from_secs(5);
+    r.push(gated_vcpu(&r, stop, log.clone()));
+    assert!(r.finish(), "the gated vCPU did not stop");
+    let got = log.lock().unwrap().clone();
+    assert_eq!(
+        got,
+        vec![
+            "vcpu0 never entered".to_string(),
+            "devices dropped, armed true, 0 vCPUs running".to_string()
+        ]
+    );
+}

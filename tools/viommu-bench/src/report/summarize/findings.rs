@@ -83,6 +83,24 @@ fn bar0_and_counting(col: &Column, mine: &[&CellResult]) -> Vec<String> {
             mine.len()
         ));
     }
+    let mut no_backend: Vec<&str> = mine
+        .iter()
+        .filter_map(|c| match &c.counting {
+            Some(Counting::NoTraceBackend { why }) => Some(why.as_str()),
+            _ => None,
+        })
+        .collect();
+    let skipped = no_backend.len();
+    no_backend.sort_unstable();
+    no_backend.dedup();
+    if skipped > 0 {
+        findings.push(format!(
+            "{}: requests and VFIO calls per I/O unknown in {skipped} of {} VM(s) (`no trace`), found before the run: {}",
+            col.tag,
+            mine.len(),
+            no_backend.join("; ")
+        ));
+    }
     let mut why_not: Vec<&str> = mine
         .iter()
         .filter(|c| c.status == CellStatus::Ok)

@@ -236,7 +236,9 @@ fn cell_count(cell: &CellResult, p: &PhaseResult, f: &FioRecord, ph: &Phase) -> 
                 _ => CellCount::Missing(Counted::NotCounted),
             }
         }
-        Some(Counting::NoTrace { .. }) => CellCount::Missing(Counted::NoTrace),
+        Some(Counting::NoTrace { .. } | Counting::NoTraceBackend { .. }) => {
+            CellCount::Missing(Counted::NoTrace)
+        }
         Some(Counting::NotCounted { .. }) => CellCount::Missing(Counted::NotCounted),
         Some(Counting::None) => CellCount::Nothing,
         // Before the counting pass: whatever was counted in the phase.

@@ -156,6 +156,9 @@ pub fn left_on_vfio(root: &Root, bdf: &str, driver: Option<&str>) -> Option<(Str
 /// `--restore BDF`: gives a drive left on vfio-pci back to the driver its
 /// state file names (else `nvme`): unbind from vfio-pci, clear the
 /// override, reprobe. The lines saying what it did, or why it did not.
+/// A process that still holds the device through VFIO (a VMM the killed
+/// run left, or one stuck in the kernel) is named and nothing is written:
+/// the unbind would block until it lets go.
 pub fn restore_left(root: &Root, bdf: &str, timeout: Duration) -> Result<Vec<String>, String> {
     let state = State::load(root, bdf);
     let driver = root.link_name(pci_dev(bdf).join("driver"));
@@ -185,6 +188,19 @@ pub fn restore_left(root: &Root, bdf: &str, timeout: Duration) -> Result<Vec<Str
             driver.as_deref().unwrap_or("no driver")
         ));
         return Ok(said);
+    }
+    let held = holders(root, bdf);
+    if !held.is_empty() {
+        let list: Vec<String> = held
+            .iter()
+            .map(|(pid, comm)| format!("{comm} (pid {pid})"))
+            .collect();
+        let pids: Vec<String> = held.iter().map(|(pid, _)| pid.to_string()).collect();
+        return Err(format!(
+            "{bdf} is still in use through VFIO by {} (a VMM the killed run left?), and unbinding it from vfio-pci would block until that lets go: stop it (kill {}; one that SIGKILL does not end is stuck in the kernel: cat /proc/PID/stack) and run --restore again",
+            list.join(", "),
+            pids.join(" ")
+        ));
     }
     let original = match &state {
         Some(s) => s.original_driver.clone(),

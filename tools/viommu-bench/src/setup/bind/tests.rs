@@ -290,3 +290,36 @@ fn a_stuck_unbind_times_out_naming_who_holds_the_device() {
             .open(&fifo);
     }
 }
+
+/// `--restore` while a process (a VMM a killed run left) still holds the
+/// drive's VFIO group: it names the process and writes nothing, instead
+/// of blocking in the unbind; once the process is gone it gives the
+/// drive back.
+#[test]
+fn restore_names_a_process_that_still_holds_the_device() {
+    let (_d, root) = fake();
+    std::fs::create_dir_all(root.path("/sys/kernel/iommu_groups/7")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../../kernel/iommu_groups/7",
+        root.path("/sys/bus/pci/devices/0000:01:00.0/iommu_group"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.path("/proc/4242/fd")).unwrap();
+    std::fs::write(root.path("/proc/4242/comm"), "vmm\n").unwrap();
+    std::os::unix::fs::symlink("/dev/vfio/7", root.path("/proc/4242/fd/9")).unwrap();
+    set_driver(&root, "vfio-pci");
+    let e = restore_left(&root, "0000:01:00.0", Duration::from_secs(5)).unwrap_err();
+    assert!(
+        e.contains("in use through VFIO by vmm (pid 4242)") && e.contains("kill 4242"),
+        "{e}"
+    );
+    assert!(
+        !root.exists("/sys/bus/pci/drivers/vfio-pci/unbind"),
+        "written"
+    );
+    std::fs::remove_dir_all(root.path("/proc/4242")).unwrap();
+    let k = fake_kernel(&root);
+    let said = restore_left(&root, "0000:01:00.0", Duration::from_secs(5)).unwrap();
+    k.join().unwrap();
+    assert!(said.last().unwrap().contains("back on nvme"), "{said:?}");
+}

@@ -110,6 +110,7 @@ impl Fake {
             consent: Some(BDF.into()),
             no_bind: false,
             qemu: Some("qemu-system-x86_64".into()),
+            qemu_counts: false,
             vmm: Some(self.p("bin/vmm")),
             build_image: true,
             kernels: vec![

@@ -33,6 +33,7 @@ use crate::devices::console::{console, ConsoleFlusher, ConsoleOut, CONSOLE_BUFFE
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::{KvmIrqLine, SerialDevice};
+use crate::devices::vfio_pci::ViommuAttachments;
 use crate::devices::viommu::{DeviceThread, ThreadStatus};
 use crate::error::{io_err, VmmError};
 use crate::layout::*;
@@ -78,6 +79,9 @@ pub struct DeviceManager<'a> {
     vfio: Vec<Arc<VfioDevice>>,
     /// Their endpoints, in `--vfio` order: dropping a mapper unmaps its DMA.
     endpoints: Vec<Endpoint>,
+    /// With `--viommu`: whether the guest attached anything to it yet,
+    /// for the passed-through functions' bus-mastering check.
+    attachments: Option<Arc<ViommuAttachments>>,
     serial: Arc<Mutex<SerialDevice>>,
     /// The serial console's output thread, flushed last on release.
     console: ConsoleFlusher,
@@ -102,6 +106,7 @@ impl<'a> DeviceManager<'a> {
     /// (power off, reset) to `exit`.
     pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
         let mut dm = DeviceManager::new(vm, cfg.seccomp)?;
+        dm.attachments = cfg.viommu.then(Default::default);
         dm.add_platform_devices(exit)?;
         dm.add_vfio_devices(&cfg.vfio, cfg.pin_guest_ram)?;
         if cfg.viommu {
@@ -136,6 +141,7 @@ impl<'a> DeviceManager<'a> {
             kvm_vfio: None,
             vfio: Vec::new(),
             endpoints: Vec::new(),
+            attachments: None,
             viot: None,
             viommu_counters: None,
             viommu_status: None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
-from .host import SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
+from .host import IGB_OUTER_QEMUS, SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
 from .images import BENCH_BINS, build_image, c_bins, cargo_bins
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
@@ -90,9 +90,14 @@ def scenario_of(args) -> tuple[dict, list[str]]:
 
 
 def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
-    """The outer QEMU (into K and DOC) and what build_image() takes for the
-    stock VMM under test: a Debian 13 root's QEMU wrapper (none for 7.2,
-    the image's own), or for a userland scenario that root's wrapper."""
+    """The outer QEMU (into K and DOC; one that has the NIC K asks for)
+    and what build_image() takes for the stock VMM under test: a Debian 13
+    root's QEMU wrapper (none for 7.2, the image's own), or for a userland
+    scenario that root's wrapper."""
+    if k["nic"] != "none" and k["outer_qemu"] not in IGB_OUTER_QEMUS:
+        raise LabError(f"--nic {k['nic']}: QEMU {k['outer_qemu']} has no igb; run the lab host under --outer-qemu "
+                       f"{' or '.join(IGB_OUTER_QEMUS[:2])}")
+    doc["nic"] = k["nic"]
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
     doc["outer_tcg"] = k["outer_tcg"]

@@ -274,6 +274,30 @@ class SettingsTest(unittest.TestCase):
                                                capture_output=True, text=True, env={"LAB_CMDLINE": str(cmdline), "PATH": "/usr/bin:/bin"})
             self.assertEqual(out.stdout.split(), ["run"])
 
+    def test_an_igb_reaches_the_outer_qemu_and_the_lab_host(self):
+        sc = scenarios.SCENARIOS["smoke"]
+        k = knobs_of(self.args("run", nic="igb", outer_qemu="11.1"), sc)
+        k["tool_specs"] = []
+        self.assertEqual(host_knobs(sc, k, [], 1)["nic"], "igb")
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        cmd = host.host_command(image, Path("/d"), "c", 2, nic=k["nic"])
+        igb = [a for a in cmd if a.startswith("igb,")]
+        self.assertEqual(len(igb), 1, cmd)
+        self.assertNotIn("netdev=", igb[0], "no backend: the PF and its VFs talk inside the NIC")
+        # Without a NIC (the default): no igb, and no lab.nic knob.
+        k = knobs_of(self.args("run"), sc)
+        k["tool_specs"] = []
+        self.assertEqual(k["nic"], "none")
+        self.assertNotIn("nic", host_knobs(sc, k, [], 1))
+        self.assertFalse(any(a.startswith("igb") for a in host.host_command(image, Path("/d"), "c", 2, nic=k["nic"])))
+
+    def test_an_igb_needs_an_outer_qemu_that_has_one(self):
+        sc = scenarios.SCENARIOS["smoke"]
+        k = knobs_of(self.args("run", nic="igb", outer_qemu="7.2"), sc)
+        with self.assertRaises(base.LabError) as e:
+            run.qemus_of(self.args("run", scenario="smoke"), sc, k, {})
+        self.assertIn("--nic igb: QEMU 7.2 has no igb", str(e.exception))
+
     def test_new_scenarios_have_scripts_and_checks(self):
         for name in ("multipath", "own-kernel", "debian13-userland"):
             sc = scenarios.SCENARIOS[name]

@@ -14,7 +14,7 @@ from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
 from .host import IGB_OUTER_QEMUS, SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
-from .images import BENCH_BINS, build_image, c_bins, cargo_bins
+from .images import BENCH_BINS, build_image, c_bins, cargo_bins, distro_drive
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
 from .knobs import knobs_of, report_args, resolve_runs
@@ -52,9 +52,10 @@ def run_scenario(args) -> dict:
            "boots": [], "cells": [], "checks": [], "ok": False}
     try:
         vmm_qemu, userland = qemus_of(args, sc, k, doc)
+        distro = drive_of(sc, k, doc)
         shipped = cargo_bins(bins, quiet=args.cmd == "demo") + c_bins(sc.get("c_bins", []), run_dir) + (args.bin or [])
         image = build_image(kernels, shipped, run_dir, k["host_iommu"],
-                            k["host_kernel"], vmm_qemu, userland)
+                            k["host_kernel"], vmm_qemu, userland, distro)
         for r in range(1, k["rounds"] + 1):
             def boot(todo: list[str], attempt: int, skip: list[str], r=r) -> Collector:
                 log = log_base if (r, attempt) == (1, 1) else log_base.with_name(f"{log_base.stem}-r{r}{f'-retry{attempt - 1}' if attempt > 1 else ''}.log")
@@ -87,6 +88,20 @@ def scenario_of(args) -> tuple[dict, list[str]]:
         extra = seven_three_runs(DEMO_LAZY_OPTS if args.cmd == "demo" else "")
         specs = specs + [s for s in extra if tag_of(s) not in {tag_of(x) for x in specs}]
     return sc, specs
+
+
+def drive_of(sc: dict, k: dict, doc: dict) -> str:
+    """A distribution VM's drive (a scenario's "distro_vm"): made or taken
+    from the cache, its image the lab host's NVMe from the start (into K)
+    and recorded in DOC; returns its directory for build_image(), or ""."""
+    if not sc.get("distro_vm"):
+        return ""
+    d = distro_drive()
+    k["nvme_image"] = str(d / "disk.img")
+    pkgs = dict(line.split(" ", 1) for line in (d / "PACKAGES").read_text().splitlines() if " " in line)
+    doc["distro_vm"] = {"drive": d.name, "release": (d / "RELEASE").read_text().strip(),
+                        "packages": {n: pkgs.get(n) for n in ("linux-image-amd64", "initramfs-tools", "systemd", "fio")}}
+    return str(d)
 
 
 def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:

@@ -298,8 +298,34 @@ class SettingsTest(unittest.TestCase):
             run.qemus_of(self.args("run", scenario="smoke"), sc, k, {})
         self.assertIn("--nic igb: QEMU 7.2 has no igb", str(e.exception))
 
+    def test_the_distro_vm_boots_from_its_drive_with_an_igb(self):
+        sc = scenarios.SCENARIOS["distro-vm"]
+        k = knobs_of(self.args("run"), sc)
+        self.assertEqual((k["nic"], k["outer_qemu"], k["host_iommu"], k["host_kernel"]), ("igb", "11.1", "virtio", "6.12"))
+        self.assertEqual(knobs_of(self.args("run", nic="none"), sc)["nic"], "none")
+        cmd = images.build_image_command(set(), ["/t/vmm"], distro="/c/distro-vm/debian13-x")
+        self.assertEqual(cmd[cmd.index("--distro") + 1], "/c/distro-vm/debian13-x")
+        self.assertNotIn("--distro", images.build_image_command({"baseline"}, []))
+
+    def test_a_drive_image_is_copied_for_each_boot(self):
+        from labkit import boot
+        with tempfile.TemporaryDirectory() as d:
+            img = Path(d) / "disk.img"
+            with open(img, "wb") as f:
+                f.truncate(4 << 20)
+                f.write(b"root")
+            run_dir = Path(d) / "run"
+            run_dir.mkdir()
+            disk = boot.fresh_drive(run_dir, str(img))
+            self.assertEqual(disk.read_bytes()[:4], b"root")
+            self.assertEqual(disk.stat().st_size, 4 << 20)
+            disk.write_bytes(b"written by a boot")
+            self.assertEqual(img.read_bytes()[:4], b"root", "the image itself is never written")
+            disk = boot.fresh_drive(run_dir, None)
+            self.assertEqual(disk.stat().st_size, 1 << 30)
+
     def test_new_scenarios_have_scripts_and_checks(self):
-        for name in ("multipath", "own-kernel", "debian13-userland"):
+        for name in ("multipath", "own-kernel", "debian13-userland", "distro-vm"):
             sc = scenarios.SCENARIOS[name]
             self.assertTrue((LAB_DIR.joinpath("scenarios") / f"{sc['script']}.sh").is_file(), name)
             self.assertTrue(sc["checks"], name)

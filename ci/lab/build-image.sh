@@ -9,7 +9,7 @@
 #   HOST_INITRD=...   its initramfs: cached base + this run's overlay
 #
 #   build-image.sh [--guest-kernels baseline,patched] [--host-kernel debian|labhost-6.1|labhost-6.12]
-#                  [--vmm-qemu WRAPPER] [--userland WRAPPER] [--bin PATH]...
+#                  [--vmm-qemu WRAPPER] [--userland WRAPPER] [--distro DIR] [--bin PATH]...
 #
 # --vmm-qemu puts the QEMU of a Debian 13 root (ci/lab/debian-root) into the
 # lab host as /lab/qemu/qemu-system-x86_64, the VMM under test beside ours.
@@ -19,6 +19,14 @@
 # to chroot into (scenarios/debian13-userland.sh): its fio, busybox, ldd
 # and QEMU, without what no program there needs at run time (docs, man
 # pages, locales, Python, the other QEMU system emulators).
+#
+# --distro puts the kernel and initramfs of a Debian 13 VM's drive
+# (ci/lab/debian-vm's directory: vmlinuz, initrd.img and RELEASE, the files
+# of its root's /boot) into the lab host's /lab/distro, for our VMM to boot
+# with the root on the NVMe (scenarios/distro-vm.sh): the lab host cannot
+# read them from the NVMe, which is bound to vfio-pci. Beside them, Debian
+# 12's cloud kernel (the lab host's own behind VT-d) as
+# debian12-cloud.vmlinuz: a kernel without the virtio-iommu driver.
 #
 # --bin copies a program (with its shared libraries) into the lab host's
 # /lab/bin, e.g. our VMM. The layers, from slowest to fastest changing:
@@ -43,6 +51,7 @@ while [ $# -gt 0 ]; do
 	--host-kernel) host_kernel_kind=$2 && shift 2 ;;
 	--vmm-qemu) vmm_qemu=$2 && shift 2 ;;
 	--userland) userland=$2 && shift 2 ;;
+	--distro) distro=$2 && shift 2 ;;
 	*) die "unknown argument '$1' (see the header of $0)" ;;
 	esac
 done
@@ -231,6 +240,12 @@ for v in $(echo "$guest_kernels" | tr ',' ' '); do
 	# The bench tool names a hung guest's addresses with it.
 	[ ! -f "$(dirname "$k")/System.map" ] || cp "$(dirname "$k")/System.map" "$run/host-overlay/lab/guest/$v.System.map"
 done
+if [ -n "${distro:-}" ]; then
+	mkdir -p "$run/host-overlay/lab/distro"
+	cp "$distro/vmlinuz" "$distro/initrd.img" "$distro/RELEASE" "$run/host-overlay/lab/distro/" ||
+		die "--distro $distro: no vmlinuz, initrd.img and RELEASE there (expected ci/lab/debian-vm's directory)"
+	cp "$(ls "$hostk"/root/boot/vmlinuz-*)" "$run/host-overlay/lab/distro/debian12-cloud.vmlinuz"
+fi
 install -m 755 "$LAB_DIR/host-init" "$run/host-overlay/init"
 cp "$LAB_DIR/host-lib.sh" "$run/host-overlay/lab/"
 cp -r "$LAB_DIR/scenarios" "$run/host-overlay/lab/"

@@ -34,6 +34,7 @@ use crate::devices::console::{console, ConsoleFlusher, ConsoleOut, CONSOLE_BUFFE
 use crate::devices::exit::VmExit;
 use crate::devices::power::{AcpiPowerDevice, ResetTrigger, I8042};
 use crate::devices::serial::{KvmIrqLine, SerialDevice};
+use crate::devices::vfio_pci::ViommuAttachments;
 use crate::devices::viommu::{DeviceThread, ThreadStatus};
 use crate::error::{io_err, VmmError};
 use crate::layout::*;
@@ -83,6 +84,9 @@ pub struct DeviceManager<'a> {
     transports: Vec<Arc<Mutex<crate::devices::virtio::pci::VirtioPciDevice>>>,
     /// Their endpoints, in `--vfio` order: dropping a mapper unmaps its DMA.
     endpoints: Vec<Endpoint>,
+    /// With `--viommu`: whether the guest attached anything to it yet,
+    /// for the passed-through functions' bus-mastering check.
+    attachments: Option<Arc<ViommuAttachments>>,
     serial: Arc<Mutex<SerialDevice>>,
     /// The serial console's output thread, flushed last on release.
     console: ConsoleFlusher,
@@ -107,6 +111,7 @@ impl<'a> DeviceManager<'a> {
     /// (power off, reset) to `exit`.
     pub fn build(vm: &'a Vm, exit: &Arc<VmExit>, cfg: &VmConfig) -> Result<Self, VmmError> {
         let mut dm = DeviceManager::new(vm, cfg.seccomp)?;
+        dm.attachments = cfg.viommu.then(Default::default);
         dm.add_platform_devices(exit)?;
         dm.add_vfio_devices(&cfg.vfio, cfg.pin_guest_ram)?;
         if cfg.viommu {
@@ -143,6 +148,7 @@ impl<'a> DeviceManager<'a> {
             vfio_pci: Vec::new(),
             transports: Vec::new(),
             endpoints: Vec::new(),
+            attachments: None,
             viot: None,
             viommu_counters: None,
             viommu_status: None,

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from .base import LabError
 from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
 from .host import HOST_IOMMUS, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
 from .knobs import host_knobs
@@ -21,14 +22,12 @@ from .knobs import host_knobs
 def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: dict, run_dir: Path, log_path: Path) -> Collector:
     """Boot one lab host, run the scenario's script for SPECS in round
     ROUND_NO, collect what it reports."""
-    disk = run_dir / "nvme.img"
-    disk.unlink(missing_ok=True)
-    with open(disk, "wb") as f:  # a fresh sparse 1 GiB drive every boot
-        f.truncate(1 << 30)
+    disk = fresh_drive(run_dir, k.get("nvme_image"))
     cmdline = host_cmdline(k, host_knobs(sc, k, specs, round_no))
     cmd = host_command(image, disk, cmdline, args.cpus, k["host_iommu"],
                        nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"]),
-                       k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"))
+                       k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"),
+                       k.get("nic", "none"))
     timeout = args.timeout or sc["timeout"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     col = Collector(len(specs))
@@ -50,6 +49,22 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
         LIVE_HOSTS.discard(proc)
         col.finish(proc.returncode)
     return col
+
+
+def fresh_drive(run_dir: Path, image: str | None) -> Path:
+    """The lab host's NVMe drive for one boot, in RUN_DIR: a fresh sparse
+    1 GiB drive, or a sparse copy of IMAGE (a drive that holds something
+    from the start, e.g. ci/lab/debian-vm's Debian 13 root), so that what
+    a boot writes never reaches the cached image or the next boot."""
+    disk = run_dir / "nvme.img"
+    disk.unlink(missing_ok=True)
+    if image:
+        if subprocess.run(["cp", "--sparse=always", image, str(disk)]).returncode != 0:
+            raise LabError(f"copying the NVMe's drive image {image} failed")
+        return disk
+    with open(disk, "wb") as f:
+        f.truncate(1 << 30)
+    return disk
 
 
 def host_cmdline(k: dict, knobs: dict[str, str]) -> str:

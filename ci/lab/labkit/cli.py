@@ -34,8 +34,8 @@ from pathlib import Path
 
 from .base import CACHE, REPO, LabError
 from .boot import stop_lab_hosts
-from .host import (FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HUGEPAGES_MARGIN, OUTER_QEMUS, OUTER_TCG,
-                   hugepages_at_boot)
+from .host import (FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HUGEPAGES_MARGIN, NICS, OUTER_QEMUS,
+                   OUTER_TCG, hugepages_at_boot)
 from .images import build_image
 from .kernels import kernels_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
@@ -93,6 +93,7 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--nvme-mdts", type=int, help="the emulated NVMe's maximum transfer as a power of two of 4 KiB pages (QEMU's mdts; 3 = 32 KiB: large I/O is split)" + d("nvme_mdts", " (default: QEMU's, 7 = 512 KiB)"))
     p.add_argument("--nvme-lbs", type=int, choices=[512, 4096], help="the emulated NVMe's logical block size in bytes" + d("nvme_lbs", " (default 512)"))
     p.add_argument("--nvme-multipath", action="store_true", default=None, help="the lab host's NVMe as a dual-port drive: an NVMe subsystem of two controllers sharing namespace 1 (native multipath: nvmeXcYnZ path devices); host-init binds the first controller" + d("nvme_multipath", " (default: the scenario's, else one controller)"))
+    p.add_argument("--nic", choices=sorted(NICS), help="the lab host's NIC: none, or igb (QEMU's 82576 with SR-IOV: the lab host drives the PF and passes a VF through; needs --outer-qemu 10.0 or 11.1)" + d("nic", " (default: the scenario's, else none)"))
     p.add_argument("--numjobs", help="fio jobs, comma-separated: each value one more measured run per block size" + d("numjobs", " (default: the scenario's, else 1)"))
     p.add_argument("--timeout", type=int, help="wall-clock bound of one lab host boot in seconds (default: the scenario's)")
     p.add_argument("--guest-timeout", type=int, default=600, help="bound on one guest in seconds (default 600)")

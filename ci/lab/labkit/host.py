@@ -84,6 +84,16 @@ OUTER_QEMUS = ["7.2", "10.0", "11.1"]
 # does not help: 2-vCPU guests then hang in boot, spinning in their timer
 # interrupt).
 OUTER_TCG = ["multi", "single"]
+# The lab host's NIC (--nic, a scenario's "nic"): none, or QEMU's emulated
+# igb (an 82576 with SR-IOV; QEMU 8.0 and later, so not the build
+# machine's 7.2): the lab host drives its PF (igb, built into our 6.12 lab
+# host kernel) and hands a VF (igbvf) to a VM. The PF and its VFs talk
+# through the NIC's internal switch, so it has no backend: nothing leaves
+# the lab. On the root bus at slot 8: its VFs come at devfn 0xc0 and up
+# (SR-IOV offset 0x80, stride 2), each in an IOMMU group of its own.
+NICS = {"none": [], "igb": ["-device", "igb,addr=0x8,mac=52:54:00:1a:b0:01"]}
+# The outer emulators that have an igb.
+IGB_OUTER_QEMUS = ["10.0", "11.1", "10.0-fixed", "11.1-fixed"]
 # Those of them a Debian 13 root holds (ci/lab/debian-root).
 SUITE_QEMUS = ["10.0", "11.1"]
 # Outer emulators only (--outer-qemu VERSION-fixed): Debian 13's QEMU
@@ -191,13 +201,14 @@ def tsc_khz() -> int | None:
 
 
 def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, host_iommu: str = "vtd", nvme: list[str] | None = None,
-                 qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi", ram_mib: int = HOST_RAM_MIB) -> list[str]:
+                 qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi", ram_mib: int = HOST_RAM_MIB,
+                 nic: str = "none") -> list[str]:
     """The QEMU TCG command line of the lab host (L2); NVME the arguments
     of its drive's controller(s) (nvme_args()); QEMU the outer emulator's
     binary (outer_qemu()); TCG_THREAD its TCG threading (OUTER_TCG);
-    RAM_MIB its RAM (host_ram_mib()); $LAB_QEMU_ARGS adds flags (e.g.
-    "-trace dma_map_wait -D /tmp/l1.trace" to look inside the emulated
-    NVMe and VT-d)."""
+    RAM_MIB its RAM (host_ram_mib()); NIC its network card (NICS);
+    $LAB_QEMU_ARGS adds flags (e.g. "-trace dma_map_wait -D
+    /tmp/l1.trace" to look inside the emulated NVMe and VT-d)."""
     return [
         qemu,
         "-accel", f"tcg,thread={tcg_thread}", "-M", "q35", "-cpu", "max",
@@ -207,6 +218,7 @@ def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, hos
         "-device", HOST_IOMMUS[host_iommu]["device"],
         "-drive", f"file={disk},if=none,id=nv0,format=raw,cache=unsafe",
         *(nvme or nvme_args()),
+        *NICS[nic],
         "-kernel", image["HOST_KERNEL"], "-initrd", image["HOST_INITRD"],
         "-append", cmdline,
     ] + shlex.split(os.environ.get("LAB_QEMU_ARGS", ""))

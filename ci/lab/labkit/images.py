@@ -47,8 +47,19 @@ def c_bins(sources: list[tuple[str, str]], out_dir: Path) -> list[str]:
     return paths
 
 
+def distro_drive() -> Path:
+    """The directory of the Debian 13 VM's drive (ci/lab/debian-vm: made
+    once and cached): disk.img, the lab host's NVMe from the start, and
+    the vmlinuz and initrd.img of its /boot."""
+    cmd = [str(LAB_DIR / "debian-vm")]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise LabError("making the Debian 13 VM's drive failed (ci/lab/debian-vm)")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def build_image_command(guest_kernels: set[str], bins: list[str], host_iommu: str = "vtd",
-                        host_kernel: str = "6.12", vmm_qemu: str = "", userland: str = "") -> list[str]:
+                        host_kernel: str = "6.12", vmm_qemu: str = "", userland: str = "", distro: str = "") -> list[str]:
     """build-image.sh's command line (build_image())."""
     kind = HOST_IOMMUS[host_iommu]["kernel"]
     cmd = [str(LAB_DIR / "build-image.sh"), "--guest-kernels", ",".join(sorted(guest_kernels)),
@@ -57,20 +68,23 @@ def build_image_command(guest_kernels: set[str], bins: list[str], host_iommu: st
         cmd += ["--vmm-qemu", vmm_qemu]
     if userland:
         cmd += ["--userland", userland]
+    if distro:
+        cmd += ["--distro", distro]
     for b in bins:
         cmd += ["--bin", b]
     return cmd
 
 
 def build_image(guest_kernels: set[str], bins: list[str], run_dir: Path, host_iommu: str = "vtd",
-                host_kernel: str = "6.12", vmm_qemu: str = "", userland: str = "") -> dict[str, str]:
+                host_kernel: str = "6.12", vmm_qemu: str = "", userland: str = "", distro: str = "") -> dict[str, str]:
     """Run build-image.sh and return its HOST_KERNEL / HOST_INITRD;
     HOST_KERNEL the version of the lab's own kernel where HOST_IOMMU needs
     one; VMM_QEMU a Debian 13 root's QEMU wrapper (outer_qemu()) to put in
     the lab host as the stock VMM under test; USERLAND the wrapper of a
     Debian 13 root with more packages (userland_root()) to put in the lab
-    host whole, as /lab/debian13."""
-    cmd = build_image_command(guest_kernels, bins, host_iommu, host_kernel, vmm_qemu, userland)
+    host whole, as /lab/debian13; DISTRO a distro_drive() directory whose
+    kernel and initramfs go to /lab/distro."""
+    cmd = build_image_command(guest_kernels, bins, host_iommu, host_kernel, vmm_qemu, userland, distro)
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "LAB_RUN_DIR": str(run_dir)})
     if out.returncode != 0:
         raise LabError(f"building the lab image failed ({' '.join(cmd)})")

@@ -34,6 +34,7 @@ def knobs_of(args, sc: dict) -> dict:
         "nvme_mdts": int(pick("nvme_mdts", -1)),
         "nvme_lbs": int(pick("nvme_lbs", 0)),
         "nvme_multipath": bool(pick("nvme_multipath", False)),
+        "nic": pick("nic", "none"),
         "rounds": int(pick("rounds", 1)),
         "lead": demo.get("lead"),
         "guest_timeout": str(args.guest_timeout),
@@ -83,7 +84,8 @@ def resolve_runs(runs: str, defaults: list[str]) -> list[str]:
 def host_knobs(sc: dict, k: dict, specs: list[str], round_no: int) -> dict[str, str]:
     """The lab.NAME=VALUE knobs of a lab host that runs SPECS of round
     ROUND_NO (host-lib.sh's lab_arg reads them): the scenario's script,
-    the bench tool's settings, where the stock QEMU is (/lab/qemu for a
+    the bench tool's settings, the lab host's NIC (lab.nic, when it has
+    one), where the stock QEMU is (/lab/qemu for a
     --vmm-qemu other than 7.2; a userland scenario's is in its root, whose
     QEMU version the scenario checks: lab.userland)."""
     tags = {tag_of(s) for s in specs}
@@ -91,6 +93,8 @@ def host_knobs(sc: dict, k: dict, specs: list[str], round_no: int) -> dict[str, 
              **{n: k[n] for n in ("mode", "bs", "runtime", "ramp", "guest_timeout", "guest_cpus", "numjobs", "iodepth", "stall", "rw",
                                   "kernel_stock", "kernel_patched", "kernels", "kvm_exits", "breakdown", "idle_ms", "retry_hung", "retries", "skip",
                                   "hugepages") if n in k}}
+    if k.get("nic", "none") != "none":
+        knobs["nic"] = k["nic"]
     if sc.get("userland"):
         knobs["userland"] = k["vmm_qemu"]
     elif k.get("vmm_qemu", "7.2") != "7.2":

@@ -13,8 +13,8 @@ from pathlib import Path
 from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
-from .host import SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
-from .images import BENCH_BINS, build_image, c_bins, cargo_bins
+from .host import IGB_OUTER_QEMUS, SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
+from .images import BENCH_BINS, build_image, c_bins, cargo_bins, distro_drive
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
 from .knobs import knobs_of, report_args, resolve_runs
@@ -53,9 +53,10 @@ def run_scenario(args) -> dict:
            "boots": [], "cells": [], "checks": [], "ok": False}
     try:
         vmm_qemu, userland = qemus_of(args, sc, k, doc)
+        distro = drive_of(sc, k, doc)
         shipped = cargo_bins(bins, quiet=args.cmd == "demo") + c_bins(sc.get("c_bins", []), run_dir) + (args.bin or [])
         image = build_image(kernels, shipped, run_dir, k["host_iommu"],
-                            k["host_kernel"], vmm_qemu, userland)
+                            k["host_kernel"], vmm_qemu, userland, distro)
         for r in range(1, k["rounds"] + 1):
             def boot(todo: list[str], attempt: int, skip: list[str], r=r) -> Collector:
                 log = log_base if (r, attempt) == (1, 1) else log_base.with_name(f"{log_base.stem}-r{r}{f'-retry{attempt - 1}' if attempt > 1 else ''}.log")
@@ -90,10 +91,29 @@ def scenario_of(args) -> tuple[dict, list[str]]:
     return sc, specs
 
 
+def drive_of(sc: dict, k: dict, doc: dict) -> str:
+    """A distribution VM's drive (a scenario's "distro_vm"): made or taken
+    from the cache, its image the lab host's NVMe from the start (into K)
+    and recorded in DOC; returns its directory for build_image(), or ""."""
+    if not sc.get("distro_vm"):
+        return ""
+    d = distro_drive()
+    k["nvme_image"] = str(d / "disk.img")
+    pkgs = dict(line.split(" ", 1) for line in (d / "PACKAGES").read_text().splitlines() if " " in line)
+    doc["distro_vm"] = {"drive": d.name, "release": (d / "RELEASE").read_text().strip(),
+                        "packages": {n: pkgs.get(n) for n in ("linux-image-amd64", "initramfs-tools", "systemd", "fio")}}
+    return str(d)
+
+
 def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
-    """The outer QEMU (into K and DOC) and what build_image() takes for the
-    stock VMM under test: a Debian 13 root's QEMU wrapper (none for 7.2,
-    the image's own), or for a userland scenario that root's wrapper."""
+    """The outer QEMU (into K and DOC; one that has the NIC K asks for)
+    and what build_image() takes for the stock VMM under test: a Debian 13
+    root's QEMU wrapper (none for 7.2, the image's own), or for a userland
+    scenario that root's wrapper."""
+    if k["nic"] != "none" and k["outer_qemu"] not in IGB_OUTER_QEMUS:
+        raise LabError(f"--nic {k['nic']}: QEMU {k['outer_qemu']} has no igb; run the lab host under --outer-qemu "
+                       f"{' or '.join(IGB_OUTER_QEMUS[:2])}")
+    doc["nic"] = k["nic"]
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
     doc["outer_tcg"] = k["outer_tcg"]

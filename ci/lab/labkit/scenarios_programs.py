@@ -102,6 +102,24 @@ PROGRAM_SCENARIOS = {
         "timeout": 1500,
         "expect": {"ours+stock": ["map_requests"]},
     },
+    "distro-vm": {
+        "help": "a user's VM: a Debian 13 root (ci/lab/debian-vm: linux-image-amd64 6.12, its initramfs-tools initramfs with virtio_iommu and nvme in /etc/initramfs-tools/modules, systemd, a serial getty, fio) on the lab host's NVMe from the start; our VMM boots the root's /boot/vmlinuz and initrd.img with root= on the NVMe behind our virtio-iommu and a VF of the lab host's igb (SR-IOV; --nic none: without) as a second endpoint; the scenario logs in on the serial console, runs fio with verify on a file of the root filesystem, pings the lab host's PF over the VF and sends 8 MiB each way with checksums while fio writes and verifies again, checks both endpoints' host map calls in GET /metrics, and powers the VM off; each step a check with its time",
+        "script": "distro-vm",
+        "runs": [],
+        "cargo_bins": [("vmm", "vmm")],
+        # The lab host's NVMe is this drive from the start (its image
+        # copied for each lab host boot); its kernel and initramfs go to
+        # /lab/distro.
+        "distro_vm": True,
+        # The igb and its VF: an outer QEMU that has one, and our 6.12 lab
+        # host kernel (igb, igbvf, PCI_IOV; behind the outer virtio-iommu).
+        "nic": "igb",
+        "outer_qemu": "11.1",
+        "host_iommu": "virtio",
+        "host_kernel": "6.12",
+        "checks": True,
+        "timeout": 3000,
+    },
     "vmm-boot": {
         "help": "our VMM boots the guest to its init and powers off (no devices)",
         "script": "vmm-boot",

@@ -298,8 +298,58 @@ class SettingsTest(unittest.TestCase):
                                                capture_output=True, text=True, env={"LAB_CMDLINE": str(cmdline), "PATH": "/usr/bin:/bin"})
             self.assertEqual(out.stdout.split(), ["run"])
 
+    def test_an_igb_reaches_the_outer_qemu_and_the_lab_host(self):
+        sc = scenarios.SCENARIOS["smoke"]
+        k = knobs_of(self.args("run", nic="igb", outer_qemu="11.1"), sc)
+        k["tool_specs"] = []
+        self.assertEqual(host_knobs(sc, k, [], 1)["nic"], "igb")
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        cmd = host.host_command(image, Path("/d"), "c", 2, nic=k["nic"])
+        igb = [a for a in cmd if a.startswith("igb,")]
+        self.assertEqual(len(igb), 1, cmd)
+        self.assertNotIn("netdev=", igb[0], "no backend: the PF and its VFs talk inside the NIC")
+        # Without a NIC (the default): no igb, and no lab.nic knob.
+        k = knobs_of(self.args("run"), sc)
+        k["tool_specs"] = []
+        self.assertEqual(k["nic"], "none")
+        self.assertNotIn("nic", host_knobs(sc, k, [], 1))
+        self.assertFalse(any(a.startswith("igb") for a in host.host_command(image, Path("/d"), "c", 2, nic=k["nic"])))
+
+    def test_an_igb_needs_an_outer_qemu_that_has_one(self):
+        sc = scenarios.SCENARIOS["smoke"]
+        k = knobs_of(self.args("run", nic="igb", outer_qemu="7.2"), sc)
+        with self.assertRaises(base.LabError) as e:
+            run.qemus_of(self.args("run", scenario="smoke"), sc, k, {})
+        self.assertIn("--nic igb: QEMU 7.2 has no igb", str(e.exception))
+
+    def test_the_distro_vm_boots_from_its_drive_with_an_igb(self):
+        sc = scenarios.SCENARIOS["distro-vm"]
+        k = knobs_of(self.args("run"), sc)
+        self.assertEqual((k["nic"], k["outer_qemu"], k["host_iommu"], k["host_kernel"]), ("igb", "11.1", "virtio", "6.12"))
+        self.assertEqual(knobs_of(self.args("run", nic="none"), sc)["nic"], "none")
+        cmd = images.build_image_command(set(), ["/t/vmm"], distro="/c/distro-vm/debian13-x")
+        self.assertEqual(cmd[cmd.index("--distro") + 1], "/c/distro-vm/debian13-x")
+        self.assertNotIn("--distro", images.build_image_command({"baseline"}, []))
+
+    def test_a_drive_image_is_copied_for_each_boot(self):
+        from labkit import boot
+        with tempfile.TemporaryDirectory() as d:
+            img = Path(d) / "disk.img"
+            with open(img, "wb") as f:
+                f.truncate(4 << 20)
+                f.write(b"root")
+            run_dir = Path(d) / "run"
+            run_dir.mkdir()
+            disk = boot.fresh_drive(run_dir, str(img))
+            self.assertEqual(disk.read_bytes()[:4], b"root")
+            self.assertEqual(disk.stat().st_size, 4 << 20)
+            disk.write_bytes(b"written by a boot")
+            self.assertEqual(img.read_bytes()[:4], b"root", "the image itself is never written")
+            disk = boot.fresh_drive(run_dir, None)
+            self.assertEqual(disk.stat().st_size, 1 << 30)
+
     def test_new_scenarios_have_scripts_and_checks(self):
-        for name in ("multipath", "own-kernel", "debian13-userland"):
+        for name in ("multipath", "own-kernel", "debian13-userland", "distro-vm"):
             sc = scenarios.SCENARIOS[name]
             self.assertTrue((LAB_DIR.joinpath("scenarios") / f"{sc['script']}.sh").is_file(), name)
             self.assertTrue(sc["checks"], name)

@@ -17,7 +17,7 @@ use vfio_ioctls::{VfioContainer, VfioDevice, VfioDeviceFd, VfioIommufd, VfioOps}
 use super::{DeviceManager, Endpoint};
 use crate::bus::Bus;
 use crate::cli::{VfioBackend, VfioDeviceSpec};
-use crate::devices::vfio_pci::{mmap_bar, BarInfo, VfioBar, VfioPciDevice};
+use crate::devices::vfio_pci::{mmap_bar, BarInfo, BusMasterWatch, VfioBar, VfioPciDevice};
 use crate::error::{io_err, kvm_err, VmmError};
 use crate::pci::alloc::BarWindows;
 use crate::pci::Bdf;
@@ -84,6 +84,9 @@ impl DeviceManager<'_> {
         self.vfio.push(device.clone());
         let mut dev = VfioPciDevice::new(device.clone(), self.router.clone())
             .map_err(io_err("cannot set up the VFIO device's interrupts"))?;
+        if let Some(a) = &self.attachments {
+            dev.watch_bus_master(BusMasterWatch::new(spec.bdf.to_string(), a.clone()));
+        }
         let bars = place_bars(&mut self.bars, &mut dev)?;
         map_bars_into_guest(self.vm, &device, &mut dev, &bars)?;
         let dev = Arc::new(Mutex::new(dev));

@@ -81,6 +81,9 @@ impl DeviceManager<'_> {
             iommu: bdf,
             endpoints: self.vfio_bdfs(),
         });
+        if let Some(a) = &self.attachments {
+            a.set(counters.clone());
+        }
         self.viommu_counters = Some(counters);
         Ok(())
     }

@@ -135,10 +135,13 @@ impl SerialDevice {
         }
     }
 
-    /// Queue host input for the guest to read; returns how many bytes fit.
+    /// Queue host input for the guest to read; returns how many bytes fit
+    /// (0 while the guest has not read the FIFO's 64 bytes: the caller
+    /// tries again, as a user's typing or a script's lines fill it).
     pub fn enqueue_input(&mut self, bytes: &[u8]) -> usize {
         let n = match self.uart.enqueue_raw_bytes(bytes) {
             Ok(n) => n,
+            Err(vm_superio::serial::Error::FullFifo) => 0,
             Err(e) => {
                 tracing::warn!("serial input dropped: {e:?}");
                 0

@@ -229,6 +229,8 @@ pub struct VfioPciDevice {
     irq_enabled: bool,
     /// Memory Space as the guest wrote it; the BAR slots follow it.
     decode: MemDecode,
+    /// Bus mastering turned on before the guest used the virtio-iommu.
+    bus_master: BusMasterWatch,
 }
 
 impl VfioPciDevice {
@@ -254,6 +256,7 @@ impl VfioPciDevice {
             attached: vec![false; usize::from(vectors)],
             irq_enabled: false,
             decode: MemDecode::default(),
+            bus_master: BusMasterWatch::default(),
         })
     }
 
@@ -271,6 +274,12 @@ impl VfioPciDevice {
     /// has Memory Space off.
     pub fn set_bar_slots(&mut self, slots: Arc<dyn BarSlots>) {
         self.decode.set_slots(slots);
+    }
+
+    /// Say so when the guest turns bus mastering on before it attached
+    /// anything to the virtio-iommu this function is behind.
+    pub fn watch_bus_master(&mut self, watch: BusMasterWatch) {
+        self.bus_master = watch;
     }
 
     /// Program BAR `index` with guest address `addr`.
@@ -496,6 +505,7 @@ impl PciDevice for VfioPciDevice {
         self.dev
             .write(VFIO_PCI_CONFIG_REGION_INDEX, data, at as u64);
         self.decode.after_write(at, data);
+        self.bus_master.after_write(at, data);
     }
 }
 
@@ -651,8 +661,10 @@ pub fn mmap_bar(
 pub const MSIX_IRQ_INDEX: u32 = VFIO_PCI_MSIX_IRQ_INDEX;
 
 mod bar_decode;
+mod bus_master;
 mod region;
 mod reset;
 pub use bar_decode::{BarSlots, MemDecode};
+pub use bus_master::{Attachments, BusMasterWatch, ViommuAttachments};
 #[cfg(test)]
 mod tests;

@@ -67,3 +67,18 @@ fn the_transmit_interrupt_is_a_new_edge_each_time_it_is_taken() {
     s.write(1, &[0]);
     assert_eq!(*line.0.lock().unwrap(), vec![true, false, true, false]);
 }
+
+#[test]
+fn input_past_a_full_fifo_waits_for_the_guest() {
+    let (mut s, _, _) = uart();
+    let line = [b'a'; 100];
+    assert_eq!(s.enqueue_input(&line), 64, "the FIFO's size");
+    assert_eq!(
+        s.enqueue_input(&line[64..]),
+        0,
+        "full: nothing taken, no error"
+    );
+    let mut rbr = [0u8];
+    s.read(0, &mut rbr);
+    assert_eq!(s.enqueue_input(&line[64..]), 1, "one byte read, one taken");
+}

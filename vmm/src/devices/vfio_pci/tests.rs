@@ -342,3 +342,29 @@ fn a_system_reset_turns_msix_off_and_detaches_every_vector() {
     d.write_config(0x50 / 4, 3, &[0x80]);
     assert!(d.irq_enabled && !router.is_attached(25));
 }
+
+/// Counts how often the watch asks.
+#[derive(Default)]
+struct AskedAttachments(std::sync::atomic::AtomicUsize);
+
+impl Attachments for AskedAttachments {
+    fn any_attached(&self) -> bool {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        false
+    }
+}
+
+#[test]
+fn bus_mastering_is_checked_against_the_viommu_once() {
+    let (mut d, fake, _) = device();
+    let asked = Arc::new(AskedAttachments::default());
+    d.watch_bus_master(BusMasterWatch::new("0000:01:00.0".into(), asked.clone()));
+    // Memory Space only: nothing to ask.
+    d.write_config(1, 0, &[0x02, 0x00]);
+    assert_eq!(asked.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+    // Bus mastering on, still passed to the device; asked (and warned) once.
+    d.write_config(1, 0, &[0x06, 0x00]);
+    d.write_config(1, 0, &[0x06, 0x00]);
+    assert_eq!(fake.config.lock().unwrap()[4], 0x06);
+    assert_eq!(asked.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

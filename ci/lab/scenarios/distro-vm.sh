@@ -1,0 +1,259 @@
+# Scenario: a user's VM. The lab host's NVMe holds a Debian 13 root from
+# the start (ci/lab/debian-vm: Debian's 6.12 kernel, its initramfs-tools
+# initramfs with virtio_iommu and nvme in /etc/initramfs-tools/modules,
+# systemd, a getty on ttyS0, fio). Our VMM boots that root's kernel and
+# initramfs (/lab/distro: the files of its /boot) with root= on the NVMe
+# behind our virtio-iommu and, when the lab host has an igb (lab.nic=igb),
+# one of its VFs as a second endpoint. The scenario then does what a user
+# at the console does, through the VMM's stdin (the serial console's
+# input): logs in as root, runs fio with verify on a file of the root
+# filesystem, gives the VF an address, pings the lab host's PF and sends a
+# file each way (checksums compared) while fio runs again, reads both
+# endpoints in the VMM's metrics, and powers the VM off. Last, the same
+# root under a kernel without the virtio-iommu driver (Debian 12's cloud
+# kernel, NVMe built in): the VMM must say so in one line when that guest
+# turns the NVMe's bus mastering on, long before its initramfs would give
+# up waiting for the root. Each step is a check with the seconds since
+# its VMM started; the guests' consoles are printed at the end.
+
+DVM=/lab/distro
+DVM_KERNEL=$DVM/vmlinuz
+DVM_LOG=/tmp/distro-vm.console
+DVM_IN=/tmp/distro-vm.in
+DVM_SOCK=/tmp/distro-vm.sock
+# The lab host's PF is .1, the VM's VF .2.
+DVM_NET=10.77.0
+DVM_CMDLINE="console=ttyS0 root=/dev/nvme0n1p1 rw panic=-1"
+# fio on the root filesystem: random writes of mixed sizes, every block
+# read back and checked (crc32c), through the guest's page cache bypassed.
+DVM_FIO="fio --name=dvm --filename=/root/fio.dat --size=64M --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 --direct=1 --verify=crc32c --verify_fatal=1"
+
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+# plain: a guest console as text (no colours, cursor moves or control
+# characters but tabs and newlines).
+plain() {
+	esc=$(printf '\033')
+	sed "s/$esc\[[0-9;?]*[A-Za-z]//g" "$1" | tr -d '\000-\010\013-\037\177'
+}
+# since: seconds since the VMM started, one decimal.
+since() { awk -v a="$dvm_t0" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# vf_setup: the igb PF up with $DVM_NET.1, one VF made and bound to
+# vfio-pci (no host driver probes it first); VF=its BDF.
+vf_setup() {
+	pf=
+	for d in /sys/bus/pci/devices/*; do
+		[ "$(cat "$d/vendor"):$(cat "$d/device")" = 0x8086:0x10c9 ] && pf=$d && break
+	done
+	[ -n "$pf" ] || { vf_why="no igb PF (8086:10c9) on the lab host's PCI bus"; return 1; }
+	pf_if=$(ls "$pf/net" 2>/dev/null | head -n 1)
+	[ -n "$pf_if" ] || { vf_why="the igb PF ${pf##*/} has no network interface (igb driver)"; return 1; }
+	ip link set "$pf_if" up && ip addr add "$DVM_NET.1/24" dev "$pf_if" || { vf_why="cannot bring $pf_if up"; return 1; }
+	wait_for "[ \"\$(cat /sys/class/net/$pf_if/carrier 2>/dev/null)\" = 1 ]" 100 || { vf_why="$pf_if has no carrier"; return 1; }
+	echo 0 >"$pf/sriov_drivers_autoprobe"
+	echo 1 >"$pf/sriov_numvfs" || { vf_why="sriov_numvfs=1 refused on ${pf##*/}"; return 1; }
+	VF=$(basename "$(readlink "$pf/virtfn0")")
+	vd=/sys/bus/pci/devices/$VF
+	echo vfio-pci >"$vd/driver_override"
+	echo "$VF" >/sys/bus/pci/drivers_probe
+	vf_group=$(basename "$(readlink "$vd/iommu_group")")
+	wait_for "[ -c /dev/vfio/$vf_group ]" 100 || { vf_why="no /dev/vfio/$vf_group after binding $VF to vfio-pci"; return 1; }
+	vf_why="PF ${pf##*/} ($pf_if, $DVM_NET.1) VF $VF $(cat "$vd/vendor"):$(cat "$vd/device") in IOMMU group $vf_group: $(ls "/sys/kernel/iommu_groups/$vf_group/devices" | tr '\n' ' ')"
+}
+
+dvm_start() {
+	rm -f "$DVM_IN" "$DVM_SOCK" && mkfifo "$DVM_IN"
+	vmm --kernel "$DVM_KERNEL" --initrd "$DVM/initrd.img" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 \
+		--vfio "/sys/bus/pci/devices/$BDF" ${VF:+--vfio "/sys/bus/pci/devices/$VF"} --viommu \
+		--api-socket "$DVM_SOCK" <"$DVM_IN" >"$DVM_LOG" 2>&1 &
+	pid=$!
+	dvm_t0=$(uptime_s)
+	# The console's input stays open (the VMM's stdin thread ends at EOF).
+	exec 3>"$DVM_IN"
+}
+
+# dvm_wait PATTERN SECONDS: wait until the guest's console shows PATTERN
+# (grep -E), at most SECONDS, while the VMM runs; a progress line a
+# minute (the lab takes a lab host silent for 5 min for wedged).
+dvm_wait() {
+	i=0
+	while ! grep -aqE "$1" "$DVM_LOG"; do
+		kill -0 "$pid" 2>/dev/null || { dvm_why="the VMM exited before '$1'"; return 1; }
+		[ "$i" -ge $(($2 * 10)) ] && { dvm_why="no '$1' within $2 s"; return 1; }
+		[ $((i % 600)) = 599 ] && echo "@@LAB-PROGRESS@@ distro-vm: waiting for '$1', $(since) s, console $(stat -c %s "$DVM_LOG") bytes"
+		sleep 0.1
+		i=$((i + 1))
+	done
+}
+
+# dvm_type TEXT: type TEXT and Enter on the guest's console.
+dvm_type() { printf '%s\r' "$1" >&3; }
+
+# dvm_cmd NAME SECONDS COMMAND: type COMMAND at the guest's shell and wait
+# for the line it ends with, "@@DVM-NAME@@ rc=N" (the typed text echoed
+# back never matches: its quotes split the marker); dvm_rc=N.
+dvm_cmd() {
+	dvm_type "$3; echo \"@@DVM-$1\"\"@@ rc=\$?\""
+	dvm_wait "@@DVM-$1@@ rc=[0-9]+" "$2" || return 1
+	dvm_rc=$(grep -aoE "@@DVM-$1@@ rc=[0-9]+" "$DVM_LOG" | tail -n 1 | sed 's/.*rc=//')
+	[ "$dvm_rc" = 0 ] || dvm_why="exit status $dvm_rc"
+	[ "$dvm_rc" = 0 ]
+}
+
+# dvm_line KEY: the rest of the guest's last console line "@@DVM-KEY@@ ...".
+dvm_line() { last "@@DVM-$1@@ .*" | cut -d' ' -f2-; }
+
+# last REGEX: the last match of REGEX (grep -E) in the guest's console.
+last() { plain "$DVM_LOG" | grep -oE "$1" | tail -n 1; }
+
+# fio_said: the last fio run's error status and its write and read lines.
+fio_said() { echo "$(last 'dvm: \(groupid=[^)]*\): err= *[0-9]+'); $(last 'WRITE: bw=[^,]*, [^,]*, io=[^,]*'); $(last 'READ: bw=[^,]*, [^,]*, io=[^,]*')"; }
+
+# step NAME: run dvm_NAME, report its check with the time; false on failure.
+step() {
+	dvm_why=
+	"dvm_$1"
+	r=$?
+	ok=false
+	[ $r = 0 ] && ok=true
+	lab_check "distro-vm-$1" "$ok" "at $(since) s${dvm_why:+: $dvm_why}${dvm_detail:+; $dvm_detail}"
+	dvm_detail=
+	return $r
+}
+
+dvm_boot() { dvm_wait "distro-vm login:" 1200; }
+
+dvm_login() {
+	dvm_type root
+	dvm_wait "Password:" 120 || return 1
+	dvm_type lab
+	dvm_wait "root@distro-vm:~#" 120 || return 1
+	dvm_shell=1
+	# Kernel messages off the console: what follows is the commands' output.
+	dvm_cmd quiet 60 "dmesg -n 1"
+}
+
+# The root filesystem is the NVMe's partition, the NVMe behind the
+# virtio-iommu (its iommu link, its domain type).
+dvm_root() {
+	dvm_cmd root 120 'p=$(basename $(readlink -f /sys/block/nvme0n1/device/device)); echo "@@DVM-ROOT@@ $(uname -r) nvme $p iommu $(basename $(readlink /sys/bus/pci/devices/$p/iommu)) domain $(cat /sys/bus/pci/devices/$p/iommu_group/type) root $(grep " / " /proc/mounts | cut -d" " -f1-3) $(systemctl is-system-running)"; [ -e /sys/bus/pci/devices/$p/iommu ] && grep -q "^/dev/nvme0n1p1 / " /proc/mounts'
+	r=$?
+	dvm_detail=$(dvm_line ROOT)
+	return $r
+}
+
+dvm_fio() {
+	dvm_cmd fio 1200 "$DVM_FIO --output=/root/fio.out; r=\$?; cat /root/fio.out; grep -q 'err= 0' /root/fio.out && (exit \$r)"
+	r=$?
+	dvm_detail=$(fio_said)
+	return $r
+}
+
+# The VF in the guest (igbvf): its address, its carrier, ping to the PF.
+dvm_vf() {
+	dvm_cmd vf 180 'vf=; for n in /sys/class/net/*; do [ "$(basename "$(readlink $n/device/driver)")" = igbvf ] && vf=${n##*/}; done; p=$(basename $(readlink -f /sys/class/net/$vf/device)); echo "@@DVM-VF@@ $vf $p iommu $(basename $(readlink /sys/bus/pci/devices/$p/iommu)) domain $(cat /sys/bus/pci/devices/$p/iommu_group/type)"; ip addr add '"$DVM_NET"'.2/24 dev $vf && ip link set $vf up && for i in $(seq 60); do [ "$(cat /sys/class/net/$vf/carrier)" = 1 ] && break; sleep 1; done && ping -c 3 -W 10 '"$DVM_NET"'.1'
+	r=$?
+	dvm_detail="$(dvm_line VF); $(last '[0-9]+ packets transmitted, [0-9]+ received.*')"
+	return $r
+}
+
+# A file each way over the VF while fio writes and verifies on the NVMe:
+# the lab host listens (busybox nc), the guest connects (bash's /dev/tcp).
+dvm_xfer() {
+	head -c 8M /dev/urandom >/tmp/h2g.bin
+	h2g=$(sha256sum </tmp/h2g.bin | cut -c1-64)
+	rm -f /tmp/g2h.bin
+	nc -l -p 5001 </dev/null >/tmp/g2h.bin &
+	nc_in=$!
+	nc -l -p 5002 </tmp/h2g.bin &
+	nc_out=$!
+	dvm_cmd xfer 1800 "$DVM_FIO --size=128M --output=/root/fio2.out & f=\$!; sleep 2; head -c 8M /dev/urandom >/root/g2h.bin; cat /root/g2h.bin >/dev/tcp/$DVM_NET.1/5001 && cat </dev/tcp/$DVM_NET.1/5002 >/root/h2g.bin; t=\$?; kill -0 \$f 2>/dev/null && o=yes || o=no; echo \"@@DVM-SUMS@@ \$(sha256sum </root/g2h.bin | cut -c1-64) \$(sha256sum </root/h2g.bin | cut -c1-64) fio-running-after=\$o\"; wait \$f; r=\$?; cat /root/fio2.out; [ \$t = 0 ] && [ \$o = yes ] && grep -q 'err= 0' /root/fio2.out && (exit \$r)"
+	r=$?
+	kill "$nc_in" "$nc_out" 2>/dev/null
+	wait "$nc_in" "$nc_out" 2>/dev/null
+	set -- $(dvm_line SUMS)
+	g2h=$(sha256sum </tmp/g2h.bin | cut -c1-64)
+	dvm_detail="8 MiB guest to lab host: $([ "$1" = "$g2h" ] && echo same || echo "DIFFERENT ($1 sent, $g2h received)"), 8 MiB lab host to guest: $([ "$2" = "$h2g" ] && echo same || echo "DIFFERENT ($h2g sent, $2 received)"), $3; $(fio_said)"
+	[ $r = 0 ] && [ "$1" = "$g2h" ] && [ "$2" = "$h2g" ]
+}
+
+# Both endpoints in the VMM's metrics, each with host map calls.
+dvm_metrics() {
+	vmmctl "$DVM_SOCK" metrics >/tmp/distro-vm.metrics || { dvm_why="vmmctl metrics failed"; return 1; }
+	grep -E '^viommu_endpoint_map_calls' /tmp/distro-vm.metrics
+	want=1
+	[ -n "${VF:-}" ] && want=2
+	busy=$(grep -E '^viommu_endpoint_map_calls[a-z_]*\{endpoint="[^"]+"\} [1-9]' /tmp/distro-vm.metrics | wc -l)
+	dvm_detail="$(grep -E '^viommu_endpoint_map_calls' /tmp/distro-vm.metrics | tr '\n' ' ')$(grep -E '^viommu_attach_requests|^viommu_map_requests' /tmp/distro-vm.metrics | tr '\n' ' ')"
+	[ "$busy" -ge "$want" ] || dvm_why="$busy endpoint(s) with host map calls, want $want"
+	[ "$busy" -ge "$want" ]
+}
+
+dvm_poweroff() {
+	dvm_type poweroff
+	i=0
+	while kill -0 "$pid" 2>/dev/null && [ $i -lt 3000 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -0 "$pid" 2>/dev/null && { dvm_why="the VMM still runs 300 s after poweroff"; return 1; }
+	wait "$pid"
+	rc=$?
+	pid=
+	# The VMM's own log lines (tracing: a timestamp ending in Z, the
+	# level); its warning about running as root is this scenario's choice.
+	errs=$(grep -aE 'Z +ERROR' "$DVM_LOG" | head -n 3 | tr '\n' ' ')
+	dvm_detail=$(grep -aE 'Z +WARN' "$DVM_LOG" | grep -v 'without --user' | head -n 3 | tr '\n' ' ')
+	[ "$rc" = 0 ] || dvm_why="VMM exit $rc"
+	[ -z "$errs" ] || dvm_why="${dvm_why:+$dvm_why; }VMM errors: $errs"
+	[ "$rc" = 0 ] && [ -z "$errs" ]
+}
+
+# Debian 12's cloud kernel: no CONFIG_VIRTIO_IOMMU, no CONFIG_ACPI_VIOT.
+dvm_nodriver() {
+	dvm_wait 'before attaching any device to the virtio-iommu' 600 || return 1
+	dvm_detail=$(grep -a 'before attaching any device' "$DVM_LOG" | head -n 1 | cut -c1-240)
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+	pid=
+	[ "$rc" = 143 ] || dvm_why="VMM exit $rc after SIGTERM, want 143"
+	[ "$rc" = 143 ]
+}
+
+status=0
+VF=
+if [ "$(lab_arg nic none)" = igb ]; then
+	vf_setup
+	r=$?
+	lab_check distro-vm-vf-setup "$([ $r = 0 ] && echo true || echo false)" "$vf_why" || { VF= && status=1; }
+fi
+echo "@@LAB-PROGRESS@@ distro-vm: booting $(cat "$DVM/RELEASE") from the NVMe $BDF${VF:+ with the VF $VF} behind our virtio-iommu"
+dvm_start
+for s in boot login root fio; do
+	step "$s" || { status=1 && break; }
+done
+if [ $status = 0 ] && [ -n "$VF" ]; then
+	step vf && step xfer || status=1
+fi
+if kill -0 "$pid" 2>/dev/null; then
+	step metrics || status=1
+	# Powered off from its shell; a VM never logged into is stopped below.
+	[ -z "${dvm_shell:-}" ] || step poweroff || status=1
+fi
+[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null; wait "$pid"; }
+exec 3>&-
+echo "---- guest distro-vm: its serial console and VMM output follow ----"
+plain "$DVM_LOG"
+echo "---- end of guest distro-vm log ----"
+if [ -f "$DVM/debian12-cloud.vmlinuz" ]; then
+	DVM_KERNEL=$DVM/debian12-cloud.vmlinuz DVM_LOG=/tmp/distro-vm-nodriver.console VF=
+	dvm_start
+	step nodriver || status=1
+	[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null; wait "$pid"; }
+	exec 3>&-
+	echo "---- guest distro-vm-nodriver: the end of its serial console and VMM output follow ----"
+	plain "$DVM_LOG" | tail -n 40
+	echo "---- end of guest distro-vm-nodriver log ----"
+fi
+return $status

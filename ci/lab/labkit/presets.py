@@ -110,7 +110,7 @@ POLL_US = 1000
 # setting with its reason (DEMO_WHY, printed by the demo); the flags of the
 # same names override them.
 DEMO = {"bs": "4k,128k", "numjobs": "1,2", "guest_cpus": 2, "runtime": 3, "rounds": 3,
-        "host_iommu": "virtio", "ramp": 2, "vmm_qemu": "11.1", "outer_qemu": "11.1",
+        "host_iommu": "virtio", "ramp": 2, "vmm_qemu": "11.1", "outer_qemu": "10.0-fixed",
         "runs": user_runs() + compare_runs("6.12", DEMO_LAZY_OPTS),
         "lead": "ours+patched-lazy",
         # With the window at 1 s the reuse cache may serve every I/O after
@@ -122,8 +122,10 @@ DEMO = {"bs": "4k,128k", "numjobs": "1,2", "guest_cpus": 2, "runtime": 3, "round
         # kernel strict (docs/distro-kernels.md); behind ours it stays lazy.
         "expect_iommu": {"qemu-vtd+debian": ("dmar", "DMA"), "ours+debian": ("virtio", "DMA-FQ")}}
 DEMO_WHY = [
-    "--outer-qemu 11.1: the lab host runs under Debian 13's QEMU 11.1 (the newest Debian ships), not Debian 12's "
-    "7.2: as few guest faults in the fault census (docs/lab.md)",
+    "--outer-qemu 10.0-fixed: the lab host runs under Debian 13's QEMU 10.0 built from Debian's source with our "
+    "fix of the TCG race that crashed lab hosts (ci/lab/outer-qemu/, built once, about 10 min): stock 11.1 lost 3 "
+    "lab hosts in a row in one demo round on 2026-12-02, the fixed 10.0 none in three one-round demos that day (few "
+    "boots, but the race's reproducer agrees: docs/lab.md)",
     "--vmm-qemu 11.1: stock QEMU is the newest Debian ships (11.1, trixie-backports), untraced in timed phases, "
     "not the build machine's 7.2",
     "--host-kernel 6.12: the lab host runs our 6.12 build (iommufd and VFIO cdevs built in, as Fedora's, RHEL's "

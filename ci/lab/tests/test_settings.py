@@ -44,7 +44,7 @@ class SettingsTest(unittest.TestCase):
         # Issue 32: the demo's defaults are the headline's configuration.
         k = knobs_of(self.args("demo"), scenarios.SCENARIOS["compare"])
         self.assertEqual((k["host_iommu"], k["ramp"], k["lead"]), ("virtio", "2", "ours+patched-lazy"))
-        self.assertEqual((k["vmm_qemu"], k["host_kernel"], k["outer_qemu"]), ("11.1", "6.12", "11.1"))
+        self.assertEqual((k["vmm_qemu"], k["host_kernel"], k["outer_qemu"]), ("11.1", "6.12", "10.0-fixed"))
         lazy = [r for r in presets.DEMO["runs"] if r.startswith(("ours+patched-lazy:", "qemu+patched:"))]
         self.assertEqual(len(lazy), 2)
         self.assertTrue(all(r.endswith("iommu.reuse_window_ms=1000") for r in lazy), lazy)

@@ -22,7 +22,8 @@
 #
 # --distro puts the kernel and initramfs of a Debian 13 VM's drive
 # (ci/lab/debian-vm's directory: vmlinuz, initrd.img and RELEASE, the files
-# of its root's /boot) into the lab host's /lab/distro, for our VMM to boot
+# of its root's /boot, and initrd-stock.img, Debian's own initramfs without
+# virtio_iommu) into the lab host's /lab/distro, for our VMM to boot
 # with the root on the NVMe (scenarios/distro-vm.sh): the lab host cannot
 # read them from the NVMe, which is bound to vfio-pci. Beside them, Debian
 # 12's cloud kernel (the lab host's own behind VT-d) as
@@ -242,8 +243,8 @@ for v in $(echo "$guest_kernels" | tr ',' ' '); do
 done
 if [ -n "${distro:-}" ]; then
 	mkdir -p "$run/host-overlay/lab/distro"
-	cp "$distro/vmlinuz" "$distro/initrd.img" "$distro/RELEASE" "$run/host-overlay/lab/distro/" ||
-		die "--distro $distro: no vmlinuz, initrd.img and RELEASE there (expected ci/lab/debian-vm's directory)"
+	cp "$distro/vmlinuz" "$distro/initrd.img" "$distro/initrd-stock.img" "$distro/RELEASE" "$run/host-overlay/lab/distro/" ||
+		die "--distro $distro: no vmlinuz, initrd.img, initrd-stock.img and RELEASE there (expected ci/lab/debian-vm's directory)"
 	cp "$(ls "$hostk"/root/boot/vmlinuz-*)" "$run/host-overlay/lab/distro/debian12-cloud.vmlinuz"
 fi
 install -m 755 "$LAB_DIR/host-init" "$run/host-overlay/init"

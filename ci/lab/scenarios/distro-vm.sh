@@ -9,15 +9,18 @@
 # input): logs in as root, runs fio with verify on a file of the root
 # filesystem, gives the VF an address, pings the lab host's PF and sends a
 # file each way (checksums compared) while fio runs again, reads both
-# endpoints in the VMM's metrics, and powers the VM off. Last, the same
-# root under a kernel without the virtio-iommu driver (Debian 12's cloud
-# kernel, NVMe built in): the VMM must say so in one line when that guest
-# turns the NVMe's bus mastering on, long before its initramfs would give
-# up waiting for the root. Each step is a check with the seconds since
-# its VMM started; the guests' consoles are printed at the end.
+# endpoints in the VMM's metrics, and powers the VM off. Then what a user
+# without the initramfs line or with a kernel without the driver meets:
+# the same root under Debian 12's cloud kernel (no virtio-iommu driver,
+# NVMe built in), where the VMM must say so in one line when the guest
+# turns the NVMe's bus mastering on, and under Debian's own initramfs (no
+# virtio_iommu), which gives up waiting for the root with nothing
+# attached. Each step is a check with the seconds since its VMM started;
+# the guests' consoles are printed.
 
 DVM=/lab/distro
 DVM_KERNEL=$DVM/vmlinuz
+DVM_INITRD=$DVM/initrd.img
 DVM_LOG=/tmp/distro-vm.console
 DVM_IN=/tmp/distro-vm.in
 DVM_SOCK=/tmp/distro-vm.sock
@@ -63,7 +66,7 @@ vf_setup() {
 
 dvm_start() {
 	rm -f "$DVM_IN" "$DVM_SOCK" && mkfifo "$DVM_IN"
-	vmm --kernel "$DVM_KERNEL" --initrd "$DVM/initrd.img" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 \
+	vmm --kernel "$DVM_KERNEL" --initrd "$DVM_INITRD" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 \
 		--vfio "/sys/bus/pci/devices/$BDF" ${VF:+--vfio "/sys/bus/pci/devices/$VF"} --viommu \
 		--api-socket "$DVM_SOCK" <"$DVM_IN" >"$DVM_LOG" 2>&1 &
 	pid=$!
@@ -76,14 +79,29 @@ dvm_start() {
 # (grep -E), at most SECONDS, while the VMM runs; a progress line a
 # minute (the lab takes a lab host silent for 5 min for wedged).
 dvm_wait() {
-	i=0
+	i=0 size=0 quiet=0
 	while ! grep -aqE "$1" "$DVM_LOG"; do
 		kill -0 "$pid" 2>/dev/null || { dvm_why="the VMM exited before '$1'"; return 1; }
 		[ "$i" -ge $(($2 * 10)) ] && { dvm_why="no '$1' within $2 s"; return 1; }
 		[ $((i % 600)) = 599 ] && echo "@@LAB-PROGRESS@@ distro-vm: waiting for '$1', $(since) s, console $(stat -c %s "$DVM_LOG") bytes"
+		now=$(stat -c %s "$DVM_LOG")
+		if [ "$now" = "$size" ]; then quiet=$((quiet + 1)); else size=$now quiet=0; fi
+		# A console silent for 2 min: where the guest is, once.
+		[ $quiet = 1200 ] && dvm_liveness
 		sleep 0.1
 		i=$((i + 1))
 	done
+}
+
+# dvm_liveness: the guest's vCPUs and the VMM's liveness gauges now (a
+# guest whose console stopped: halted or spinning, the virtio-iommu's
+# queue, the UART), and the console's last lines.
+dvm_liveness() {
+	echo "[distro-vm] the console has been silent for 120 s at $(since) s; its last lines:"
+	plain "$DVM_LOG" | tail -n 5
+	vmmctl "$DVM_SOCK" vcpus | head -c 1500
+	echo
+	vmmctl "$DVM_SOCK" metrics | grep -E '^(viommu_requestq_|viommu_thread_|vmm_serial|vmm_vcpu_cpu_ms|viommu_requests_total|viommu_endpoint_map_calls)'
 }
 
 # dvm_type TEXT: type TEXT and Enter on the guest's console.
@@ -93,6 +111,7 @@ dvm_type() { printf '%s\r' "$1" >&3; }
 # for the line it ends with, "@@DVM-NAME@@ rc=N" (the typed text echoed
 # back never matches: its quotes split the marker); dvm_rc=N.
 dvm_cmd() {
+	dvm_rc="none (no end marker)"
 	dvm_type "$3; echo \"@@DVM-$1\"\"@@ rc=\$?\""
 	dvm_wait "@@DVM-$1@@ rc=[0-9]+" "$2" || return 1
 	dvm_rc=$(grep -aoE "@@DVM-$1@@ rc=[0-9]+" "$DVM_LOG" | tail -n 1 | sed 's/.*rc=//')
@@ -158,23 +177,40 @@ dvm_vf() {
 }
 
 # A file each way over the VF while fio writes and verifies on the NVMe:
-# the lab host listens (busybox nc), the guest connects (bash's /dev/tcp).
+# the lab host listens (busybox nc), the guest connects (bash's /dev/tcp);
+# each side's size and SHA-256 of what it received against the sender's.
+DVM_XFER=$((8 << 20))
 dvm_xfer() {
-	head -c 8M /dev/urandom >/tmp/h2g.bin
+	head -c $DVM_XFER /dev/urandom >/tmp/h2g.bin
 	h2g=$(sha256sum </tmp/h2g.bin | cut -c1-64)
 	rm -f /tmp/g2h.bin
 	nc -l -p 5001 </dev/null >/tmp/g2h.bin &
 	nc_in=$!
 	nc -l -p 5002 </tmp/h2g.bin &
 	nc_out=$!
-	dvm_cmd xfer 1800 "$DVM_FIO --size=128M --output=/root/fio2.out & f=\$!; sleep 2; head -c 8M /dev/urandom >/root/g2h.bin; cat /root/g2h.bin >/dev/tcp/$DVM_NET.1/5001 && cat </dev/tcp/$DVM_NET.1/5002 >/root/h2g.bin; t=\$?; kill -0 \$f 2>/dev/null && o=yes || o=no; echo \"@@DVM-SUMS@@ \$(sha256sum </root/g2h.bin | cut -c1-64) \$(sha256sum </root/h2g.bin | cut -c1-64) fio-running-after=\$o\"; wait \$f; r=\$?; cat /root/fio2.out; [ \$t = 0 ] && [ \$o = yes ] && grep -q 'err= 0' /root/fio2.out && (exit \$r)"
-	r=$?
+	# fio in the background, its exit status in a file when it ends.
+	dvm_cmd fio2 60 "rm -f /root/fio2.rc; ($DVM_FIO --size=128M --output=/root/fio2.out; echo \$? >/root/fio2.rc) & sleep 2"
+	dvm_cmd g2h 300 "head -c $DVM_XFER /dev/urandom >/root/g2h.bin && timeout 240 bash -c 'cat /root/g2h.bin >/dev/tcp/$DVM_NET.1/5001'"
+	t1=$dvm_rc
+	dvm_cmd h2g 300 "timeout 240 bash -c 'cat </dev/tcp/$DVM_NET.1/5002 >/root/h2g.bin'"
+	t2=$dvm_rc
+	dvm_cmd sums 60 "[ -e /root/fio2.rc ] && o=no || o=yes; echo \"@@DVM-SUMS@@ \$(sha256sum </root/g2h.bin | cut -c1-64) \$(sha256sum </root/h2g.bin | cut -c1-64) \$(wc -c </root/h2g.bin) fio-running-after=\$o\""
 	kill "$nc_in" "$nc_out" 2>/dev/null
 	wait "$nc_in" "$nc_out" 2>/dev/null
+	if [ "$t1" != 0 ] || [ "$t2" != 0 ]; then
+		# What each side's interface counted, and the guest's kernel on it.
+		grep -E "$pf_if" /proc/net/dev
+		dvm_cmd netdiag 60 "ip -s link show dev \$vf; dmesg | grep -iE 'igbvf|\$vf|iommu|fault|timeout' | tail -n 20"
+	fi
+	dvm_cmd fio2wait 1200 "while [ ! -e /root/fio2.rc ]; do sleep 1; done; cat /root/fio2.out; grep -q 'err= 0' /root/fio2.out && [ \$(cat /root/fio2.rc) = 0 ]"
+	r=$?
 	set -- $(dvm_line SUMS)
 	g2h=$(sha256sum </tmp/g2h.bin | cut -c1-64)
-	dvm_detail="8 MiB guest to lab host: $([ "$1" = "$g2h" ] && echo same || echo "DIFFERENT ($1 sent, $g2h received)"), 8 MiB lab host to guest: $([ "$2" = "$h2g" ] && echo same || echo "DIFFERENT ($h2g sent, $2 received)"), $3; $(fio_said)"
-	[ $r = 0 ] && [ "$1" = "$g2h" ] && [ "$2" = "$h2g" ]
+	got=$(wc -c </tmp/g2h.bin)
+	dvm_detail="guest to lab host: $got bytes, $([ "$1" = "$g2h" ] && echo "SHA-256 $g2h as sent" || echo "SHA-256 $g2h, $1 sent") (exit $t1); lab host to guest: $3 bytes, $([ "$2" = "$h2g" ] && echo "SHA-256 $2 as sent" || echo "SHA-256 $2, $h2g sent") (exit $t2); $4; $(fio_said)"
+	dvm_why=
+	[ $r = 0 ] || dvm_why="fio during the transfer failed"
+	[ $r = 0 ] && [ "$got" = $DVM_XFER ] && [ "$3" = $DVM_XFER ] && [ "$1" = "$g2h" ] && [ "$2" = "$h2g" ] && [ "$4" = fio-running-after=yes ]
 }
 
 # Both endpoints in the VMM's metrics, each with host map calls.
@@ -184,19 +220,44 @@ dvm_metrics() {
 	want=1
 	[ -n "${VF:-}" ] && want=2
 	busy=$(grep -E '^viommu_endpoint_map_calls[a-z_]*\{endpoint="[^"]+"\} [1-9]' /tmp/distro-vm.metrics | wc -l)
-	dvm_detail="$(grep -E '^viommu_endpoint_map_calls' /tmp/distro-vm.metrics | tr '\n' ' ')$(grep -E '^viommu_attach_requests|^viommu_map_requests' /tmp/distro-vm.metrics | tr '\n' ' ')"
+	dvm_detail="$(grep -E '^viommu_endpoint_map_calls' /tmp/distro-vm.metrics | tr '\n' ' ')$(grep -E '^viommu_requests_total\{type="(attach|map)"\}' /tmp/distro-vm.metrics | tr '\n' ' ')"
 	[ "$busy" -ge "$want" ] || dvm_why="$busy endpoint(s) with host map calls, want $want"
 	[ "$busy" -ge "$want" ]
 }
 
+# dvm_stuck: where a VMM that does not exit is: its threads (state,
+# innermost kernel frames) and its vCPUs (vmmctl vcpus).
+dvm_stuck() {
+	for t in /proc/"$pid"/task/*; do
+		echo "[distro-vm] thread $(cat "$t/comm") state $(cut -d' ' -f3 "$t/stat") $(head -n 4 "$t/stack" 2>/dev/null | tr '\n' ' ')"
+	done
+	vmmctl "$DVM_SOCK" vcpus | head -c 2000
+	echo
+}
+
+# The VF's interface goes down first. Debian's 6.12 shuts the virtio bus
+# down before the PCI devices behind the virtio-iommu (virtio_dev_shutdown
+# breaks and resets it: device_shutdown runs in reverse order of
+# registration), so every DMA unmap igbvf's shutdown makes after that
+# fails in the guest and warns (seen: 405 WARNINGs at dma-iommu.c:841,
+# igbvf_suspend -> igbvf_clean_rx_ring -> dma_unmap_page, printed on the
+# serial console for over 5 minutes); with the interface down its buffers
+# are unmapped while the virtio-iommu still works.
 dvm_poweroff() {
-	dvm_type poweroff
+	[ -z "${VF:-}" ] || dvm_cmd vfdown 120 'ip link set dev $vf down' || return 1
+	# Kernel messages back on the console: the shutdown's are the record.
+	dvm_type "dmesg -n 7; poweroff"
 	i=0
 	while kill -0 "$pid" 2>/dev/null && [ $i -lt 3000 ]; do
+		[ $((i % 600)) = 599 ] && echo "@@LAB-PROGRESS@@ distro-vm: powering off, $(since) s, the console's last line: $(plain "$DVM_LOG" | tail -n 1 | cut -c1-160)"
 		sleep 0.1
 		i=$((i + 1))
 	done
-	kill -0 "$pid" 2>/dev/null && { dvm_why="the VMM still runs 300 s after poweroff"; return 1; }
+	if kill -0 "$pid" 2>/dev/null; then
+		dvm_why="the VMM still runs 300 s after poweroff"
+		dvm_stuck
+		return 1
+	fi
 	wait "$pid"
 	rc=$?
 	pid=
@@ -204,21 +265,64 @@ dvm_poweroff() {
 	# level); its warning about running as root is this scenario's choice.
 	errs=$(grep -aE 'Z +ERROR' "$DVM_LOG" | head -n 3 | tr '\n' ' ')
 	dvm_detail=$(grep -aE 'Z +WARN' "$DVM_LOG" | grep -v 'without --user' | head -n 3 | tr '\n' ' ')
+	warns=$(plain "$DVM_LOG" | grep -c 'WARNING: CPU.*dma-iommu')
+	dvm_detail="VMM exit $rc; guest WARNINGs from dma-iommu: $warns${dvm_detail:+; VMM warnings: $dvm_detail}"
 	[ "$rc" = 0 ] || dvm_why="VMM exit $rc"
 	[ -z "$errs" ] || dvm_why="${dvm_why:+$dvm_why; }VMM errors: $errs"
 	[ "$rc" = 0 ] && [ -z "$errs" ]
 }
 
-# Debian 12's cloud kernel: no CONFIG_VIRTIO_IOMMU, no CONFIG_ACPI_VIOT.
-dvm_nodriver() {
-	dvm_wait 'before attaching any device to the virtio-iommu' 600 || return 1
-	dvm_detail=$(grep -a 'before attaching any device' "$DVM_LOG" | head -n 1 | cut -c1-240)
+# dvm_term: SIGTERM to the VMM, which must exit with 143.
+dvm_term() {
 	kill -TERM "$pid"
 	wait "$pid"
 	rc=$?
 	pid=
-	[ "$rc" = 143 ] || dvm_why="VMM exit $rc after SIGTERM, want 143"
+	[ "$rc" = 143 ] || dvm_why="${dvm_why:+$dvm_why; }VMM exit $rc after SIGTERM, want 143"
 	[ "$rc" = 143 ]
+}
+
+# Debian 12's cloud kernel (no CONFIG_VIRTIO_IOMMU, no CONFIG_ACPI_VIOT,
+# NVMe built in): the VMM's one line when the guest turns the NVMe's bus
+# mastering on; then what the guest's NVMe driver meets (its first command
+# times out: its DMA reaches nothing), for the record.
+dvm_nodriver() {
+	dvm_wait 'before attaching any device to the virtio-iommu' 600 || return 1
+	warned=$(since)
+	dvm_detail="at $warned s: $(last 'the guest turned on DMA.*' | cut -c1-200)"
+	if dvm_wait 'nvme nvme0: .*([Tt]imeout|[Dd]isabl|failed|not ready)' 180; then
+		dvm_detail="$dvm_detail; then at $(since) s the guest: $(last 'nvme nvme0: .*([Tt]imeout|[Dd]isabl|failed|not ready).*' | cut -c1-160)"
+	else
+		dvm_detail="$dvm_detail; no NVMe error from the guest within 180 s"
+	fi
+	dvm_why=
+	dvm_term
+}
+
+# Debian's own initramfs (no virtio_iommu: MODULES=most leaves it out):
+# the NVMe's probe waits for the driver, nothing is ever attached, and
+# the initramfs gives up waiting for the root (after rootdelay=30 here;
+# Debian's default is 180 s); the VMM has nothing to say.
+dvm_stockinitrd() {
+	dvm_wait 'Gave up waiting for root' 600 || return 1
+	attach=$(vmmctl "$DVM_SOCK" metrics | sed -n 's/^viommu_requests_total{type="attach"} //p')
+	dvm_detail="$(last '(Gave up waiting for root|ALERT!).*'); ATTACH requests: ${attach:-none}"
+	[ "$attach" = 0 ] || dvm_why="ATTACH requests: ${attach:-unread}, want 0"
+	dvm_term && [ "$attach" = 0 ]
+}
+
+# other_boot NAME KERNEL INITRD CMDLINE: the same root with another
+# kernel or initramfs, the NVMe alone behind the virtio-iommu; check
+# dvm_NAME, print the end of its console.
+other_boot() {
+	DVM_KERNEL=$2 DVM_INITRD=$3 DVM_CMDLINE=$4 DVM_LOG=/tmp/distro-vm-$1.console VF=
+	dvm_start
+	step "$1" || status=1
+	[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null; wait "$pid"; }
+	exec 3>&-
+	echo "---- guest distro-vm-$1: the end of its serial console and VMM output follow ----"
+	plain "$DVM_LOG" | tail -n 40
+	echo "---- end of guest distro-vm-$1 log ----"
 }
 
 status=0
@@ -246,14 +350,6 @@ exec 3>&-
 echo "---- guest distro-vm: its serial console and VMM output follow ----"
 plain "$DVM_LOG"
 echo "---- end of guest distro-vm log ----"
-if [ -f "$DVM/debian12-cloud.vmlinuz" ]; then
-	DVM_KERNEL=$DVM/debian12-cloud.vmlinuz DVM_LOG=/tmp/distro-vm-nodriver.console VF=
-	dvm_start
-	step nodriver || status=1
-	[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null; wait "$pid"; }
-	exec 3>&-
-	echo "---- guest distro-vm-nodriver: the end of its serial console and VMM output follow ----"
-	plain "$DVM_LOG" | tail -n 40
-	echo "---- end of guest distro-vm-nodriver log ----"
-fi
+other_boot nodriver "$DVM/debian12-cloud.vmlinuz" "$DVM/initrd.img" "$DVM_CMDLINE"
+other_boot stockinitrd "$DVM/vmlinuz" "$DVM/initrd-stock.img" "$DVM_CMDLINE rootdelay=30"
 return $status

@@ -78,8 +78,7 @@ pub fn run(cfg: cli::VmConfig) -> Result<ExitReason, VmmError> {
         boot.entry,
         devices,
         &exit,
-        (&stop, &machine.start_gate()),
-        &gate,
+        (&stop, &machine.start_gate(), &gate),
     )?;
     let probes = vcpus.iter().map(|v| v.probe.clone()).collect();
     let known = Known {
@@ -193,16 +192,19 @@ fn warn_if_root_without_user(euid: u32, user: Option<crate::privileges::Ids>) {
 }
 
 /// The vCPUs of `cfg`, configured for the 64-bit entry (the boot vCPU at
-/// `entry`), on the manager's buses; each checks `stop` and waits at
-/// `start` before it enters the guest.
+/// `entry`), on the manager's buses; each checks `stop`, waits at `start`
+/// before it enters the guest and parks at `gate` for a reboot.
 fn create_vcpus(
     vm: &vm::Vm,
     cfg: &cli::VmConfig,
     entry: vm_memory::GuestAddress,
     devices: &DeviceManager,
     exit: &Arc<VmExit>,
-    (stop, start): (&Arc<AtomicBool>, &Arc<vcpu::StartGate>),
-    gate: &Arc<vcpu::ParkGate>,
+    (stop, start, gate): (
+        &Arc<AtomicBool>,
+        &Arc<vcpu::StartGate>,
+        &Arc<vcpu::ParkGate>,
+    ),
 ) -> Result<Vec<vcpu::Vcpu>, VmmError> {
     let mut base_cpuid = vm
         .kvm()

@@ -199,14 +199,8 @@ fn the_guest_starts_only_after_the_main_thread_is_filtered() {
         &[0x66, 0xba, 0xf8, 0x03, 0xb0, b'X', 0xee],
     );
     let sock = d.join("api.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vmm"))
-        .arg("--kernel")
-        .arg(&k)
-        .args(["--memory", "64M", "--viommu", "--api-socket"])
-        .arg(&sock)
-        .stdin(Stdio::null())
+    let mut child = command(&k, &sock, &[])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("run vmm");
     let pid = child.id();

@@ -124,7 +124,7 @@ DEMO = {"bs": "4k,128k", "numjobs": "1,2", "guest_cpus": 2, "runtime": 3, "round
 DEMO_WHY = [
     "--outer-qemu 10.0-fixed: the lab host runs under Debian 13's QEMU 10.0 built from Debian's source with our "
     "fix of the TCG race that crashed lab hosts (ci/lab/outer-qemu/, built once, about 10 min): stock 11.1 lost 3 "
-    "lab hosts in a row in one demo round on 2026-12-02, the fixed 10.0 none in three one-round demos that day (few "
+    "lab hosts in a row in one demo round, the fixed 10.0 none in three one-round demos of the same tree (few "
     "boots, but the race's reproducer agrees: docs/lab.md)",
     "--vmm-qemu 11.1: stock QEMU is the newest Debian ships (11.1, trixie-backports), untraced in timed phases, "
     "not the build machine's 7.2",

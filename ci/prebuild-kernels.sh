@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, ahead and one after another, every kernel the given lab scenarios
 # will boot (guest kernels and the lab host's own), in the order they first
-# need them (`ci/lab/lab kernels`):
+# need them (`ci/lab/lab kernels`), then the fixed outer QEMU their lab
+# hosts run under (`ci/lab/lab outer-qemus`, ci/lab/outer-qemu/build):
 #
 #   ci/prebuild-kernels.sh SCENARIO...
 #
@@ -48,4 +49,16 @@ while read -r version variant; do
 		status=1
 	fi
 done <<<"$list"
+qemus=$(ci/lab/lab outer-qemus "$@") || exit 1
+for version in $qemus; do
+	start=$SECONDS
+	log=$logs/prebuild-outer-qemu-$version.log
+	if ci/lab/outer-qemu/build --qemu "$version" >/dev/null 2>"$log"; then
+		echo "[prebuild] outer QEMU $version-fixed: ready ($((SECONDS - start)) s)" >&2
+	else
+		echo "[prebuild] outer QEMU $version-fixed: build FAILED after $((SECONDS - start)) s (log $log):" >&2
+		tail -n 5 "$log" >&2
+		status=1
+	fi
+done
 exit $status

@@ -34,10 +34,10 @@ from pathlib import Path
 
 from .base import CACHE, REPO, LabError
 from .boot import stop_lab_hosts
-from .host import (FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HUGEPAGES_MARGIN, NICS, OUTER_QEMUS,
+from .host import (DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HUGEPAGES_MARGIN, NICS, OUTER_QEMUS,
                    OUTER_TCG, hugepages_at_boot)
 from .images import build_image
-from .kernels import kernels_to_build
+from .kernels import kernels_to_build, outer_qemus_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
 from .results import bench_report, save
 from .run import run_scenario
@@ -61,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--guest-kernels", default="baseline")
     p.add_argument("--bin", action="append")
     p = sub.add_parser("kernels", help="the kernels these scenarios need, built by guest-patches/linux-VERSION/build.sh VARIANT: one 'VERSION VARIANT' line each, in the order the scenarios first need them (nothing is built)")
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO")
+    p = sub.add_parser("outer-qemus", help="the fixed outer QEMUs these scenarios run their lab hosts under, built by ci/lab/outer-qemu/build --qemu VERSION: one VERSION line each (nothing is built)")
     p.add_argument("scenarios", nargs="+", metavar="SCENARIO")
     p = sub.add_parser("table", help="print the table of a saved lab results JSON (lab.json)")
     p.add_argument("results")
@@ -87,7 +89,7 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--host-iommu", choices=sorted(HOST_IOMMUS), help="the lab host's emulated IOMMU: vtd (QEMU's VT-d, Debian's kernel; its 1024-entry IOTLB thrashes behind a vIOMMU beyond 1024 pages in flight) or virtio (QEMU's virtio-iommu, no IOTLB; the lab's own host kernel, built once) (default vtd)")
     p.add_argument("--host-kernel", choices=HOST_KERNELS, help="the lab host's own kernel behind --host-iommu virtio: 6.12 (iommufd and VFIO cdevs built in) or 6.1; with vtd the lab host runs Debian 12's 6.1 cloud kernel" + d("host_kernel", " (default 6.12)"))
     p.add_argument("--vmm-qemu", choices=OUTER_QEMUS, help="stock QEMU as the VMM under test in the lab host: 7.2 (Debian 12's, in the lab image) or 10.0/11.1 (Debian 13's, from the root ci/lab/debian-root makes), untraced in timed phases either way; debian13-userland: the QEMU of its Debian 13 root, 11.1 or 10.0" + d("vmm_qemu", " (default 7.2)"))
-    p.add_argument("--outer-qemu", choices=OUTER_QEMUS + FIXED_OUTER_QEMUS, help="the outer emulator that runs the lab host: 7.2 (Debian 12's, this machine's) or 10.0/11.1 (Debian 13's, from a root ci/lab/debian-root makes once and caches, about 30 s and 250 MB); 10.0-fixed/11.1-fixed: that QEMU built from Debian's source with ci/lab/outer-qemu/patches (the TCG race behind the lab host crashes), once, about 10 min" + d("outer_qemu", " (default 7.2)"))
+    p.add_argument("--outer-qemu", choices=OUTER_QEMUS + FIXED_OUTER_QEMUS, help="the outer emulator that runs the lab host: 7.2 (Debian 12's, this machine's) or 10.0/11.1 (Debian 13's, from a root ci/lab/debian-root makes once and caches, about 30 s and 250 MB); 10.0-fixed/11.1-fixed: that QEMU built from Debian's source with ci/lab/outer-qemu/patches (the TCG race behind the lab host crashes), once, about 10 min" + d("outer_qemu", f" (default {DEFAULT_OUTER_QEMU})"))
     p.add_argument("--outer-tcg", choices=OUTER_TCG, help="the outer emulator's TCG threading: multi (a host thread per lab host vCPU) or single (all lab host vCPUs on one host thread in turn: slower, never two at once; for telling lab faults apart: 2-vCPU guests then hang in boot)" + d("outer_tcg", " (default multi)"))
     p.add_argument("--nvme-ioqpairs", type=int, help="I/O queue pairs of the lab host's emulated NVMe (QEMU's max_ioqpairs; 1: every guest vCPU shares one queue and its interrupt)" + d("nvme_ioqpairs", " (default: QEMU's, 64)"))
     p.add_argument("--nvme-mdts", type=int, help="the emulated NVMe's maximum transfer as a power of two of 4 KiB pages (QEMU's mdts; 3 = 32 KiB: large I/O is split)" + d("nvme_mdts", " (default: QEMU's, 7 = 512 KiB)"))
@@ -123,6 +125,10 @@ def main() -> int:
         if args.cmd == "kernels":
             for version, variant in kernels_to_build(args.scenarios):
                 print(version, variant)
+            return 0
+        if args.cmd == "outer-qemus":
+            for version in outer_qemus_to_build(args.scenarios):
+                print(version)
             return 0
         if args.cmd == "table":
             doc = json.loads(Path(args.results).read_text())

@@ -100,9 +100,12 @@ SUITE_QEMUS = ["10.0", "11.1"]
 # VERSION built from Debian's source package with the patches in
 # ci/lab/outer-qemu/patches (the TCG race that crashes lab hosts; docs/lab.md,
 # "Lab host crashes"), run with that root's libraries and firmware. Built
-# once and cached (about 10 minutes): never the default, CI does not build it.
-# 11.1-fixed needs Debian's mirror to serve trixie-backports' qemu source.
+# once and cached (about 10 minutes; ci/prebuild-kernels.sh builds it
+# ahead in CI). 11.1-fixed needs Debian's mirror to serve trixie-backports'
+# qemu source.
 FIXED_OUTER_QEMUS = [f"{v}-fixed" for v in SUITE_QEMUS]
+# The lab host's emulator unless a scenario or --outer-qemu says otherwise.
+DEFAULT_OUTER_QEMU = "10.0-fixed"
 
 
 @functools.lru_cache(maxsize=None)

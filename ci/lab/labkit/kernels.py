@@ -1,11 +1,11 @@
 """The kernels a scenario boots: the lab's guest kernels (VARIANT or
 VARIANT-VERSION) and its lab host's own, what CI builds ahead
-(`ci/lab/lab kernels`), and how the bench tool is told which is which."""
+(`ci/lab/lab kernels`, with the fixed outer QEMUs: `ci/lab/lab outer-qemus`), and how the bench tool is told which is which."""
 
 from __future__ import annotations
 
 from .base import LabError
-from .host import HOST_IOMMUS
+from .host import DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, HOST_IOMMUS
 from .scenarios import SCENARIOS
 
 # Guest kernels the lab fetches as packages instead of building
@@ -40,6 +40,20 @@ def kernels_to_build(names: list[str]) -> list[tuple[str, str]]:
             variant, _, version = k.partition("-")
             if (version or "6.1", variant) not in out:
                 out.append((version or "6.1", variant))
+    return out
+
+
+def outer_qemus_to_build(names: list[str]) -> list[str]:
+    """The versions of the fixed outer QEMUs (ci/lab/outer-qemu/build
+    --qemu VERSION) these scenarios run their lab hosts under with their
+    own settings, each once: what CI builds ahead beside the kernels."""
+    out: list[str] = []
+    for name in names:
+        if name not in SCENARIOS:
+            raise LabError(f"no scenario {name!r} (ci/lab/lab run --help lists them)")
+        outer = SCENARIOS[name].get("outer_qemu", DEFAULT_OUTER_QEMU)
+        if outer in FIXED_OUTER_QEMUS and outer.removesuffix("-fixed") not in out:
+            out.append(outer.removesuffix("-fixed"))
     return out
 
 

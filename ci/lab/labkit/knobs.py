@@ -5,6 +5,7 @@ over the lab's (knobs_of), the lab host's lab.NAME=VALUE knobs
 from __future__ import annotations
 
 from .base import tag_of
+from .host import DEFAULT_OUTER_QEMU
 from .presets import BLOCK_SIZES, DEMO
 
 def knobs_of(args, sc: dict) -> dict:
@@ -26,7 +27,9 @@ def knobs_of(args, sc: dict) -> dict:
         "iodepth": str(pick("iodepth", 64)),
         "rw": pick("rw", "randread"),
         "host_iommu": pick("host_iommu", "vtd"),
-        "outer_qemu": pick("outer_qemu", "7.2"),
+        # The outer QEMU with our fix of the TCG race that crashed lab hosts
+        # (docs/lab.md, "Lab host crashes"), built once and cached.
+        "outer_qemu": pick("outer_qemu", DEFAULT_OUTER_QEMU),
         "outer_tcg": pick("outer_tcg", "multi"),
         "host_kernel": pick("host_kernel", "6.12"),
         "vmm_qemu": pick("vmm_qemu", "7.2"),

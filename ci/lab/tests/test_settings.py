@@ -6,7 +6,7 @@ import types
 import unittest
 from pathlib import Path
 
-from labkit import base, host, images, judge, presets, run, scenarios
+from labkit import base, host, images, judge, kernels, presets, run, scenarios
 from labkit.kernels import tool_specs
 from labkit.knobs import host_knobs, knobs_of, report_args
 from tests.fixtures import LAB_DIR
@@ -59,8 +59,12 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual((k["host_iommu"], k["ramp"], k["lead"]), ("vtd", "0", None))
 
     def test_outer_qemu_is_the_binary_the_lab_host_runs_under(self):
+        # By default the lab host runs under the outer QEMU with our fix,
+        # and CI builds that QEMU ahead for the scenarios that need it.
         k = knobs_of(self.args("run"), scenarios.SCENARIOS["smoke"])
-        self.assertEqual(k["outer_qemu"], "7.2")
+        self.assertEqual(k["outer_qemu"], "10.0-fixed")
+        self.assertEqual(kernels.outer_qemus_to_build(["smoke", "distro-vm"]), ["10.0"])
+        self.assertEqual(kernels.outer_qemus_to_build(["distro-vm"]), [])
         self.assertEqual(host.outer_qemu("7.2"), "qemu-system-x86_64")
         image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
         cmd = host.host_command(image, Path("/d"), "c", 2, "vtd", "", "/roots/q/bin/qemu-system-x86_64")

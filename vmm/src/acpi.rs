@@ -5,7 +5,8 @@
 //! I/O space, see [`crate::devices::power`]) -> DSDT (PCI host bridge on
 //! ECAM, COM1, the ECAM reservation, `_S5_`), MADT (local APICs, IOAPIC),
 //! MCFG (ECAM of segment 0, bus 0) and, when a virtio-iommu is present,
-//! VIOT naming it and the PCI endpoints behind it.
+//! VIOT naming it and the PCI endpoints behind it. At the end of the area,
+//! the BIOS reset vector's stub ([`write_reset_vector`]).
 
 use acpi_tables::aml::{
     self, AddressSpace, AddressSpaceCacheable, EISAName, Interrupt, Memory32Fixed, Name, Package,
@@ -26,9 +27,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::devices::power::S5_SLEEP_TYPE;
 use crate::layout::{
-    ACPI_END, ACPI_RESET_PORT, ACPI_RESET_VALUE, ACPI_SLEEP_CONTROL_PORT, ACPI_SLEEP_STATUS_PORT,
-    ACPI_START, APIC_START, IOAPIC_START, PCI_CONFIG_IO_PORT, PCI_ECAM_SIZE, PCI_ECAM_START,
-    PCI_MMIO32_SIZE, PCI_MMIO32_START, PCI_MMIO64_SIZE, PCI_MMIO64_START, SERIAL_IRQ, SERIAL_PORT,
+    ACPI_RESET_PORT, ACPI_RESET_VALUE, ACPI_SLEEP_CONTROL_PORT, ACPI_SLEEP_STATUS_PORT, ACPI_START,
+    APIC_START, IOAPIC_START, PCI_CONFIG_IO_PORT, PCI_ECAM_SIZE, PCI_ECAM_START, PCI_MMIO32_SIZE,
+    PCI_MMIO32_START, PCI_MMIO64_SIZE, PCI_MMIO64_START, RESET_VECTOR, SERIAL_IRQ, SERIAL_PORT,
 };
 use crate::pci::Bdf;
 
@@ -162,6 +163,41 @@ pub fn dsdt() -> Vec<u8> {
     sdt.as_slice().to_vec()
 }
 
+/// Real-mode code at the BIOS reset vector: write the reset register
+/// (`mov dx, ACPI_RESET_PORT; mov al, ACPI_RESET_VALUE; out dx, al`),
+/// then `hlt` and, if woken, write it again.
+pub fn reset_vector_stub() -> [u8; 9] {
+    let [port_lo, port_hi] = ACPI_RESET_PORT.to_le_bytes();
+    [
+        0xba,
+        port_lo,
+        port_hi, // mov dx, port
+        0xb0,
+        ACPI_RESET_VALUE, // mov al, value
+        0xee,             // out dx, al  (offset 5)
+        0xf4,             // hlt
+        0xeb,
+        0xfc, // jmp -4: back to the out at offset 5
+    ]
+}
+
+/// Write [`reset_vector_stub`] at [`RESET_VECTOR`].
+///
+/// Linux on a hardware-reduced ACPI platform, built with EFI support (as
+/// distribution kernels are), reboots through EFI (`reboot_init` in
+/// `arch/x86/kernel/reboot.c`: `efi_reboot_required()` is true on such a
+/// platform, whether or not there is EFI), and without EFI runtime
+/// services it falls through to the BIOS: real mode, a far jump to
+/// `F000:FFF0`. Never the reset register, which it tries only when it
+/// starts from ACPI. With nothing there the vCPU ran zeros in real mode
+/// for ever (seen with Debian 13's kernel after sysrq `b`; its `reboot`
+/// takes the same path). The stub makes that jump a reset, as on a
+/// machine with firmware.
+pub fn write_reset_vector(mem: &GuestMemoryMmap) -> Result<(), AcpiError> {
+    mem.write_slice(&reset_vector_stub(), GuestAddress(RESET_VECTOR))
+        .map_err(AcpiError::Memory)
+}
+
 /// The FADT: hardware-reduced ACPI with our sleep and reset registers.
 pub fn fadt(dsdt_addr: u64) -> Vec<u8> {
     let io_byte = |port: u16| {
@@ -246,10 +282,10 @@ pub fn write_tables(mem: &GuestMemoryMmap, cfg: &AcpiConfig) -> Result<GuestAddr
         xsdt.add_entry(e);
     }
     let xsdt_addr = place(bytes(&xsdt));
-    if cursor > ACPI_END {
+    if cursor > RESET_VECTOR {
         return Err(AcpiError::TooBig {
             need: cursor - ACPI_START,
-            have: ACPI_END - ACPI_START,
+            have: RESET_VECTOR - ACPI_START,
         });
     }
     mem.write_slice(

@@ -34,8 +34,14 @@ pub const CMDLINE_MAX_SIZE: usize = 0x1_0000;
 pub const EBDA_START: u64 = 0x9_fc00;
 /// ACPI tables, RSDP first.
 pub const ACPI_START: u64 = 0xe_0000;
-/// End (exclusive) of the ACPI area.
+/// End (exclusive) of the ACPI area (reserved in the e820 map): the
+/// tables, then the reset vector's stub.
 pub const ACPI_END: u64 = 0x10_0000;
+/// Where a real-mode far jump to the BIOS reset vector (`F000:FFF0`)
+/// lands. There is no BIOS: a stub there writes the ACPI reset register
+/// ([`crate::acpi::write_reset_vector`]), so a guest that reboots through
+/// the BIOS is reset too. The ACPI tables end before it.
+pub const RESET_VECTOR: u64 = 0xf_fff0;
 /// Where the kernel is loaded, and where RAM above 1 MiB starts.
 pub const HIGH_RAM_START: u64 = 0x10_0000;
 
@@ -88,6 +94,7 @@ const _: () = assert!(ZERO_PAGE_START + 0x1000 <= BOOT_STACK_POINTER);
 const _: () = assert!(BOOT_STACK_POINTER < PML4_START);
 const _: () = assert!(PML4_START + 6 * 0x1000 <= CMDLINE_START);
 const _: () = assert!(CMDLINE_START + CMDLINE_MAX_SIZE as u64 <= EBDA_START);
+const _: () = assert!(ACPI_START < RESET_VECTOR && RESET_VECTOR + 16 == ACPI_END);
 
 /// Guest RAM regions for `mem_size` bytes of RAM: below the 32-bit hole,
 /// then above 4 GiB.

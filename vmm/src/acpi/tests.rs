@@ -1,4 +1,5 @@
 use super::*;
+use crate::layout::ACPI_END;
 
 fn sum(b: &[u8]) -> u8 {
     b.iter().fold(0u8, |a, x| a.wrapping_add(*x))
@@ -141,4 +142,46 @@ fn many_cpus_still_fit() {
         viot: None,
     });
     assert_eq!(t[1].len(), 44 + 8 * 254 + 12);
+}
+
+/// The BIOS reset vector's stub, decoded: real-mode `mov dx, imm16`,
+/// `mov al, imm8`, `out dx, al`, `hlt`, and a short jump back to the `out`.
+#[test]
+fn the_reset_vector_writes_the_reset_register() {
+    let s = reset_vector_stub();
+    assert_eq!(s[0], 0xba, "mov dx, imm16");
+    assert_eq!(u16::from_le_bytes([s[1], s[2]]), ACPI_RESET_PORT);
+    assert_eq!((s[3], s[4]), (0xb0, ACPI_RESET_VALUE), "mov al, imm8");
+    assert_eq!(
+        (s[5], s[6], s[7]),
+        (0xee, 0xf4, 0xeb),
+        "out dx, al; hlt; jmp rel8"
+    );
+    let after_jmp = 9i32;
+    assert_eq!(
+        after_jmp + i32::from(s[8] as i8),
+        5,
+        "the jump goes back to the out"
+    );
+    // It fits before 1 MiB, in the area the e820 map reserves.
+    assert!(RESET_VECTOR + s.len() as u64 <= ACPI_END);
+    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x20_0000)]).unwrap();
+    write_reset_vector(&mem).unwrap();
+    let mut got = [0u8; 9];
+    mem.read_slice(&mut got, GuestAddress(RESET_VECTOR))
+        .unwrap();
+    assert_eq!(got, s);
+    // The tables, the most there can be, stop short of it.
+    write_tables(
+        &mem,
+        &AcpiConfig {
+            cpus: 254,
+            viot: None,
+        },
+    )
+    .unwrap();
+    let mut after = [0u8; 9];
+    mem.read_slice(&mut after, GuestAddress(RESET_VECTOR))
+        .unwrap();
+    assert_eq!(after, s);
 }

@@ -37,9 +37,11 @@ pub(crate) struct GuestSetup {
 }
 
 impl GuestSetup {
-    /// Write ACPI tables, kernel, initramfs, command line and zero page.
+    /// Write ACPI tables, the reset vector's stub, kernel, initramfs,
+    /// command line and zero page.
     pub fn load(&self, mem: &GuestMemoryMmap) -> Result<boot::BootInfo, VmmError> {
         let rsdp = acpi::write_tables(mem, &self.acpi)?;
+        acpi::write_reset_vector(mem)?;
         Ok(boot::load_image(
             mem,
             self.mem_size,

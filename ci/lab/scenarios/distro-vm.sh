@@ -9,7 +9,11 @@
 # input): logs in as root, runs fio with verify on a file of the root
 # filesystem, gives the VF an address, pings the lab host's PF and sends a
 # file each way (checksums compared) while fio runs again, reads both
-# endpoints in the VMM's metrics, and powers the VM off. Then what a user
+# endpoints in the VMM's metrics, reboots it in place three times while
+# fio writes (through the VMM's API, the guest's reset register and a
+# clean systemctl reboot), each boot verifying fio data again with its
+# host mappings gone at the reset and the VMM's memory apart from guest
+# RAM where the first boot left it, and powers the VM off. Then what a user
 # without the initramfs line or with a kernel without the driver meets:
 # the same root under Debian 12's cloud kernel (no virtio-iommu driver,
 # NVMe built in), where the VMM must say so in one line when the guest
@@ -32,12 +36,15 @@ DVM_CMDLINE="console=ttyS0 root=/dev/nvme0n1p1 rw panic=-1"
 DVM_FIO="fio --name=dvm --filename=/root/fio.dat --size=64M --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 --direct=1 --verify=crc32c --verify_fatal=1"
 
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
-# plain: a guest console as text (no colours, cursor moves or control
-# characters but tabs and newlines).
+# plain [FILE]: a guest console (FILE, else stdin) as text (no colours,
+# cursor moves or control characters but tabs and newlines).
 plain() {
 	esc=$(printf '\033')
-	sed "s/$esc\[[0-9;?]*[A-Za-z]//g" "$1" | tr -d '\000-\010\013-\037\177'
+	sed "s/$esc\[[0-9;?]*[A-Za-z]//g" "$@" | tr -d '\000-\010\013-\037\177'
 }
+# console: the guest's console since its current boot began (dvm_from:
+# the console's size when the reboot was asked for).
+console() { tail -c +$((${dvm_from:-0} + 1)) "$DVM_LOG"; }
 # since: seconds since the VMM started, one decimal.
 since() { awk -v a="$dvm_t0" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -66,11 +73,12 @@ vf_setup() {
 
 dvm_start() {
 	rm -f "$DVM_IN" "$DVM_SOCK" && mkfifo "$DVM_IN"
-	vmm --kernel "$DVM_KERNEL" --initrd "$DVM_INITRD" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 \
+	# Info: the VMM's exits and reboots are in the console log too.
+	RUST_LOG=info vmm --kernel "$DVM_KERNEL" --initrd "$DVM_INITRD" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 \
 		--vfio "/sys/bus/pci/devices/$BDF" ${VF:+--vfio "/sys/bus/pci/devices/$VF"} --viommu \
 		--api-socket "$DVM_SOCK" <"$DVM_IN" >"$DVM_LOG" 2>&1 &
 	pid=$!
-	dvm_t0=$(uptime_s)
+	dvm_t0=$(uptime_s) dvm_from=0 dvm_sfx=
 	# The console's input stays open (the VMM's stdin thread ends at EOF).
 	exec 3>"$DVM_IN"
 }
@@ -79,17 +87,24 @@ dvm_start() {
 # (grep -E), at most SECONDS, while the VMM runs; a progress line a
 # minute (the lab takes a lab host silent for 5 min for wedged).
 dvm_wait() {
-	i=0 size=0 quiet=0
-	while ! grep -aqE "$1" "$DVM_LOG"; do
+	start=$(date +%s) size=0 grew=$(date +%s) told=
+	report=$((start + 60))
+	while ! console | grep -aqE "$1"; do
 		kill -0 "$pid" 2>/dev/null || { dvm_why="the VMM exited before '$1'"; return 1; }
-		[ "$i" -ge $(($2 * 10)) ] && { dvm_why="no '$1' within $2 s"; return 1; }
-		[ $((i % 600)) = 599 ] && echo "@@LAB-PROGRESS@@ distro-vm: waiting for '$1', $(since) s, console $(stat -c %s "$DVM_LOG") bytes"
-		now=$(stat -c %s "$DVM_LOG")
-		if [ "$now" = "$size" ]; then quiet=$((quiet + 1)); else size=$now quiet=0; fi
+		now=$(date +%s)
+		[ $((now - start)) -ge "$2" ] && { dvm_why="no '$1' within $2 s"; return 1; }
+		if [ "$now" -ge "$report" ]; then
+			echo "@@LAB-PROGRESS@@ distro-vm: waiting for '$1', $(since) s, console $(stat -c %s "$DVM_LOG") bytes"
+			report=$((now + 60))
+		fi
+		bytes=$(stat -c %s "$DVM_LOG")
+		[ "$bytes" = "$size" ] || { size=$bytes grew=$now; }
 		# A console silent for 2 min: where the guest is, once.
-		[ $quiet = 1200 ] && dvm_liveness
-		sleep 0.1
-		i=$((i + 1))
+		if [ -z "$told" ] && [ $((now - grew)) -ge 120 ]; then
+			dvm_liveness
+			told=1
+		fi
+		sleep 0.2
 	done
 }
 
@@ -101,7 +116,12 @@ dvm_liveness() {
 	plain "$DVM_LOG" | tail -n 5
 	vmmctl "$DVM_SOCK" vcpus | head -c 1500
 	echo
-	vmmctl "$DVM_SOCK" metrics | grep -E '^(viommu_requestq_|viommu_thread_|vmm_serial|vmm_vcpu_cpu_ms|viommu_requests_total|viommu_endpoint_map_calls)'
+	vmmctl "$DVM_SOCK" metrics | grep -E '^(viommu_requestq_|viommu_thread_|vmm_serial|vmm_vcpu_cpu_ms|vmm_reboots|viommu_requests_total|viommu_endpoint_map_calls)'
+	for t in /proc/"$pid"/task/*; do
+		echo "[distro-vm] VMM thread $(cat "$t/comm"): state $(cut -d' ' -f3 "$t/stat"), in $(cat "$t/wchan" 2>/dev/null)"
+	done
+	echo "[distro-vm] the VMM's log lines so far:"
+	grep -aE 'Z +(INFO|WARN|ERROR)' "$DVM_LOG" | tail -n 12
 }
 
 # dvm_type TEXT: type TEXT and Enter on the guest's console.
@@ -114,7 +134,7 @@ dvm_cmd() {
 	dvm_rc="none (no end marker)"
 	dvm_type "$3; echo \"@@DVM-$1\"\"@@ rc=\$?\""
 	dvm_wait "@@DVM-$1@@ rc=[0-9]+" "$2" || return 1
-	dvm_rc=$(grep -aoE "@@DVM-$1@@ rc=[0-9]+" "$DVM_LOG" | tail -n 1 | sed 's/.*rc=//')
+	dvm_rc=$(console | grep -aoE "@@DVM-$1@@ rc=[0-9]+" | tail -n 1 | sed 's/.*rc=//')
 	[ "$dvm_rc" = 0 ] || dvm_why="exit status $dvm_rc"
 	[ "$dvm_rc" = 0 ]
 }
@@ -123,7 +143,7 @@ dvm_cmd() {
 dvm_line() { last "@@DVM-$1@@ .*" | cut -d' ' -f2-; }
 
 # last REGEX: the last match of REGEX (grep -E) in the guest's console.
-last() { plain "$DVM_LOG" | grep -oE "$1" | tail -n 1; }
+last() { console | plain | grep -oE "$1" | tail -n 1; }
 
 # fio_said: the last fio run's error status and its write and read lines.
 fio_said() { echo "$(last 'dvm: \(groupid=[^)]*\): err= *[0-9]+'); $(last 'WRITE: bw=[^,]*, [^,]*, io=[^,]*'); $(last 'READ: bw=[^,]*, [^,]*, io=[^,]*')"; }
@@ -135,7 +155,7 @@ step() {
 	r=$?
 	ok=false
 	[ $r = 0 ] && ok=true
-	lab_check "distro-vm-$1" "$ok" "at $(since) s${dvm_why:+: $dvm_why}${dvm_detail:+; $dvm_detail}"
+	lab_check "distro-vm-$1${dvm_sfx:-}" "$ok" "at $(since) s${dvm_why:+: $dvm_why}${dvm_detail:+; $dvm_detail}"
 	dvm_detail=
 	return $r
 }
@@ -223,6 +243,62 @@ dvm_metrics() {
 	dvm_detail="$(grep -E '^viommu_endpoint_map_calls' /tmp/distro-vm.metrics | tr '\n' ' ')$(grep -E '^viommu_requests_total\{type="(attach|map)"\}' /tmp/distro-vm.metrics | tr '\n' ' ')"
 	[ "$busy" -ge "$want" ] || dvm_why="$busy endpoint(s) with host map calls, want $want"
 	[ "$busy" -ge "$want" ]
+}
+
+# vmm_rss_kib: the VMM's resident memory apart from guest RAM (its
+# mappings of 256 MiB and more; guest RAM is one of 1 GiB), in KiB.
+vmm_rss_kib() { awk '/^Size:/ { big = $2 >= 262144 } /^Rss:/ && !big { s += $2 } END { print s + 0 }' "/proc/$pid/smaps"; }
+
+# live_mapped: each endpoint's host mappings now, bytes mapped less bytes
+# unmapped, as BDF=BYTES words.
+live_mapped() {
+	vmmctl "$DVM_SOCK" metrics | awk '
+		/^viommu_endpoint_bytes_mapped_total\{/ { split($1, a, "\""); m[a[2]] += $2 }
+		/^viommu_endpoint_bytes_unmapped_total\{/ { split($1, a, "\""); u[a[2]] += $2 }
+		END { for (e in m) printf "%s=%.0f ", e, m[e] - u[e] }'
+}
+
+# dvm_reboot: a reboot in place while fio writes on the root filesystem,
+# the dvm_n-th, asked for as $dvm_how says: api (vmmctl reboot: the VMM
+# resets the machine), sysrq (the guest's emergency restart, through the
+# ACPI reset register, no shutdown) or systemd (systemctl reboot, the
+# VF's interface down first, as for the power-off). At the new kernel's
+# first console line every endpoint's host mappings must be gone (0
+# bytes, as before the first boot) and vmm_reboots_total must count it.
+dvm_reboot() {
+	dvm_cmd bg 60 "fio --name=bg --filename=/root/bg.dat --size=64M --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 --direct=1 --time_based --runtime=900 >/dev/null 2>&1 & sleep 3; kill -0 \$!" || return 1
+	before=$(live_mapped)
+	if [ "$dvm_how" = systemd ] && [ -n "${VF:-}" ]; then
+		dvm_cmd vfdown 120 'ip link set dev $vf down' || return 1
+	fi
+	dvm_from=$(stat -c %s "$DVM_LOG")
+	case $dvm_how in
+	api) vmmctl "$DVM_SOCK" reboot || { dvm_why="vmmctl reboot failed"; return 1; } ;;
+	sysrq) dvm_type 'echo b >/proc/sysrq-trigger' ;;
+	systemd) dvm_type 'systemctl reboot' ;;
+	esac
+	dvm_wait 'Linux version' 300 || return 1
+	after=$(live_mapped)
+	n=$(vmmctl "$DVM_SOCK" metrics | sed -n 's/^vmm_reboots_total //p')
+	dvm_detail="$dvm_how while fio wrote; host mappings before: ${before}at the new kernel's first line: ${after}vmm_reboots_total $n"
+	[ "$n" = "$dvm_n" ] || dvm_why="vmm_reboots_total ${n:-unread}, want $dvm_n"
+	for w in $after; do
+		[ "${w#*=}" = 0 ] || dvm_why="${dvm_why:+$dvm_why; }host mappings left: $w"
+	done
+	[ -n "$after" ] || dvm_why="no endpoint in the metrics"
+	[ -z "$dvm_why" ]
+}
+
+# The VMM's memory apart from guest RAM after each boot's fio, the first
+# boot's against the last: at most DVM_RSS_GROWTH KiB more.
+DVM_RSS_GROWTH=16384
+dvm_memory() {
+	set -- $dvm_rss
+	first=$1 max=$1
+	for v in "$@"; do [ "$v" -le "$max" ] || max=$v; done
+	dvm_detail="VMM RSS without guest RAM after each boot's fio: $dvm_rss KiB; live host mappings then: $dvm_live"
+	[ $((max - first)) -le $DVM_RSS_GROWTH ] || dvm_why="grew $((max - first)) KiB, more than $DVM_RSS_GROWTH"
+	[ $((max - first)) -le $DVM_RSS_GROWTH ]
 }
 
 # dvm_stuck: where a VMM that does not exit is: its threads (state,
@@ -337,11 +413,28 @@ dvm_start
 for s in boot login root fio; do
 	step "$s" || { status=1 && break; }
 done
+dvm_rss=$(vmm_rss_kib) dvm_live="boot 0: $(live_mapped)"
 if [ $status = 0 ] && [ -n "$VF" ]; then
 	step vf && step xfer || status=1
 fi
+kill -0 "$pid" 2>/dev/null && { step metrics || status=1; }
+# Three reboots in place, each while fio writes; each boot logs in again,
+# verifies fio data on the NVMe and pings over the VF.
+if [ $status = 0 ]; then
+	dvm_n=0
+	for dvm_how in sysrq api systemd; do
+		dvm_n=$((dvm_n + 1)) dvm_sfx=-r$((dvm_n))
+		dvm_shell=
+		for s in reboot boot login root fio; do
+			step "$s" || { status=1 && break 2; }
+		done
+		dvm_rss="$dvm_rss $(vmm_rss_kib)" dvm_live="$dvm_live; boot $dvm_n: $(live_mapped)"
+		[ -z "$VF" ] || step vf || { status=1 && break; }
+	done
+	dvm_sfx=
+	step memory || status=1
+fi
 if kill -0 "$pid" 2>/dev/null; then
-	step metrics || status=1
 	# Powered off from its shell; a VM never logged into is stopped below.
 	[ -z "${dvm_shell:-}" ] || step poweroff || status=1
 fi

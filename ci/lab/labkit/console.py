@@ -39,6 +39,8 @@ class Collector:
     def __init__(self, expected_cells: int = 0):
         self.host: dict | None = None
         self.cells: list[dict] = []
+        # The bench tool's provenance line (code and host), as it printed it.
+        self.provenance: str | None = None
         self.checks: list[dict] = []
         self.done_rc: int | None = None
         self.expected_cells = expected_cells
@@ -147,6 +149,9 @@ class Collector:
             self.last_cell = time.monotonic()
         elif kind == "CHECK":
             self.checks.append(doc)
+        elif kind == "PROVENANCE" and (prov := marker_json(rest)) is not None:
+            # Only for the table's header: a line the kernel cut is dropped.
+            self.provenance = json.dumps(prov)
         elif kind == "DONE":
             self.done_rc = int(rest.split("=", 1)[1])
         return True

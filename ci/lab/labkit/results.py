@@ -47,7 +47,10 @@ def bench_report(doc: dict, out: Path) -> tuple[int, str]:
     exit status and the table."""
     out.mkdir(parents=True, exist_ok=True)
     cells = out / "cells.jsonl"
-    cells.write_text("".join(json.dumps(c) + "\n" for c in doc["cells"]))
+    # The bench tool's provenance line first (the code and lab host the
+    # cells ran on, for the table's header), then one cell a line.
+    prov = f"@@LAB-PROVENANCE@@ {doc['provenance']}\n" if doc.get("provenance") else ""
+    cells.write_text(prov + "".join(json.dumps(c) + "\n" for c in doc["cells"]))
     (out / "lab.json").write_text(json.dumps(doc, indent=1) + "\n")
     tool = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "viommu-bench"
     if not tool.is_file():

@@ -51,6 +51,8 @@ def run_round(doc: dict, r: int, specs: list[str], boot: Callable[[list[str], in
         doc["boots"].append(record)
         doc["cells"] = [c for c in doc["cells"] if cell_key(c) not in {cell_key(x) for x in col.cells}] + col.cells
         doc["checks"] += col.checks
+        if col.provenance:
+            doc["provenance"] = col.provenance
         todo = unfinished(record, col, todo, r)
         # A lab host trouble: the guests it did not finish run in a fresh
         # one; a warning, not a failure. A fault of ours that troubles

@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import unittest
 
 from labkit import base, console, host, judge, rounds, scenarios
@@ -306,6 +307,30 @@ class RoundTest(unittest.TestCase):
         doc, calls = self.run_with(0)
         self.assertEqual(len(calls), 1)
         self.assertEqual(len(doc["cells"]), 4)
+
+
+    def test_the_bench_tools_provenance_goes_with_the_cells(self):
+        # Its line, even with console junk after it, is kept for the
+        # table's header; one the kernel cut is dropped, never a failure.
+        col = console.Collector(1)
+        col.feed('@@LAB-PROVENANCE@@ {"tool_revision": "abc", "kernel_cmdline": "x"}\r')
+        self.assertEqual(json.loads(col.provenance)["tool_revision"], "abc")
+        cut = console.Collector(1)
+        cut.feed('@@LAB-PROVENANCE@@ {"tool_revision": "ab')
+        cut.feed("@@LAB-DONE@@ rc=0")
+        self.assertIsNone(cut.provenance)
+        self.assertEqual(cut.checks, [])
+        doc = {"boots": [], "cells": [], "checks": [], "rounds": 1, "first_round": 1}
+
+        def boot(todo, attempt, skip=()):
+            c = console.Collector(len(todo))
+            for raw in [HOST, '@@LAB-PROVENANCE@@ {"tool_revision": "abc"}', line(cell("a")), "@@LAB-DONE@@ rc=0"]:
+                c.feed(raw)
+            c.finish(0)
+            return c
+        with contextlib.redirect_stderr(io.StringIO()):
+            rounds.run_round(doc, 1, ["a:vmm:viommu:baseline"], boot)
+        self.assertEqual(json.loads(doc["provenance"]), {"tool_revision": "abc"})
 
 
 if __name__ == "__main__":

@@ -139,6 +139,12 @@ async fn run(mut cfg: Config) -> u8 {
             None
         }
     };
+    if cfg.args.serial_report {
+        match serde_json::to_string(&p.provenance) {
+            Ok(j) => println!("{} {j}", partial::PROVENANCE_MARK),
+            Err(e) => tracing::warn!("the provenance as JSON: {e}"),
+        }
+    }
     // 4. Every cell, each appended to the partial file as it ends.
     let t0 = Instant::now();
     let ran = cells::run_cells(&cfg, &p, &armed, cancel, &mut partial).await;
@@ -177,6 +183,7 @@ fn partial_header(cfg: &Config, p: &prepare::Prepared) -> partial::Header {
             columns: cfg.columns.iter().map(|c| c.tag.clone()).collect(),
             cells_planned: p.cells.len(),
             settings: conclude::settings(cfg, &p.pre.facts),
+            provenance: Some(p.provenance.clone()),
         },
     }
 }

@@ -343,13 +343,32 @@ fn retries_serial_report_and_report_from() {
         serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
             .unwrap();
     assert_eq!(doc.cells.len(), 3);
+    // The run's provenance came with the cells (its own line), so the
+    // table drawn from them names the code and host they ran on.
+    assert!(stdout.contains("@@LAB-PROVENANCE@@ {"), "{stdout}");
+    assert!(!doc.provenance.tool_revision.is_empty());
+    assert_eq!(doc.provenance.vmm_version, None, "no column ran our VMM");
+    assert!(
+        table.contains(&format!(
+            "code: viommu-bench {},",
+            doc.provenance.tool_revision
+        )),
+        "{table}"
+    );
 
     // Two files pooled: the second file's rounds follow the first's, and
-    // the round-by-round table has two rounds to pair.
+    // the round-by-round table has two rounds to pair. Cells without
+    // their provenance line (as the lab saved them before it had one).
+    let bare: String = stdout
+        .lines()
+        .filter(|l| !l.starts_with("@@LAB-PROVENANCE@@"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(d.join("bare.txt"), bare).unwrap();
     let r = Command::new(env!("CARGO_BIN_EXE_viommu-bench"))
         .args(common)
-        .args(["--rounds", "2", "--report-from", &p("serial.txt")])
-        .args(["--report-from", &p("report/results.json")])
+        .args(["--rounds", "2", "--report-from", &p("bare.txt")])
+        .args(["--report-from", &p("bare.txt")])
         .args(["--out", &p("pooled"), "--hugepages"])
         .output()
         .unwrap();
@@ -360,10 +379,13 @@ fn retries_serial_report_and_report_from() {
     let mut rounds: Vec<u32> = doc.cells.iter().map(|c| c.round).collect();
     rounds.sort();
     assert_eq!(rounds, [2, 2, 2, 5, 5, 5], "{table}");
-    // The run's --hugepages, given again, is the report's provenance
-    // (the lab's way); without it, off.
+    // Cells that carry no provenance: the --hugepages given again is the
+    // report's, and the table says the rest was not recorded.
     assert!(doc.provenance.hugepages, "{table}");
-    assert!(table.contains("guest RAM: 2 MiB huge pages"), "{table}");
+    assert!(
+        table.contains("code and host: not recorded with these cells; guest RAM: 2 MiB huge pages"),
+        "{table}"
+    );
     let single: Results =
         serde_json::from_str(&std::fs::read_to_string(d.join("report/results.json")).unwrap())
             .unwrap();

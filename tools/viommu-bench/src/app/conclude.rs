@@ -171,12 +171,17 @@ fn hand_over(out: &Path, created: Option<&Path>, uid: u32, gid: u32) {
 pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let mut cells: Vec<CellResult> = Vec::new();
     let mut partial = false;
+    let mut provenance = None;
     for given in files {
         let file = partial::resolve(given);
         let parsed = std::fs::read_to_string(&file)
             .map_err(|e| e.to_string())
             .and_then(|t| parse_cells(&t));
-        let (mut more, header) = match parsed {
+        let ParsedCells {
+            cells: mut more,
+            header,
+            provenance: given_provenance,
+        } = match parsed {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("viommu-bench: --report-from {}: {e}", file.display());
@@ -194,6 +199,7 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
                 h.viommu_bench_partial.started
             );
         }
+        provenance = given_provenance.or(provenance);
         let first = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
         for c in &mut more {
             c.round += first;
@@ -208,11 +214,12 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     let out = out_dir(cfg, now);
     let created = crate::setup::host::first_missing(&out);
     let expected = cfg.columns.len() * cfg.args.rounds as usize;
-    // No host was read: of the provenance, only what the flags say.
-    let provenance = Provenance {
+    // No host was read here: the files' own provenance (the last file's
+    // that has one), else only what the flags say.
+    let provenance = provenance.unwrap_or_else(|| Provenance {
         hugepages: cfg.args.hugepages,
         ..Default::default()
-    };
+    });
     let code = conclude(
         cfg,
         &out,
@@ -232,18 +239,44 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     }
 }
 
-/// The cells in a results.json or in cell lines, and a partial file's
-/// header when the lines are one.
-fn parse_cells(text: &str) -> Result<(Vec<CellResult>, Option<partial::Header>), String> {
+/// What a `--report-from` file holds.
+struct ParsedCells {
+    cells: Vec<CellResult>,
+    /// A partial file's header, when the lines are one.
+    header: Option<partial::Header>,
+    /// The run's provenance: results.json's, a partial header's or a
+    /// `@@LAB-PROVENANCE@@` line's.
+    provenance: Option<Provenance>,
+}
+
+/// The cells in a results.json or in cell lines, with what else it says
+/// of the run.
+fn parse_cells(text: &str) -> Result<ParsedCells, String> {
     if let Ok(doc) = serde_json::from_str::<Results>(text) {
-        return Ok((doc.cells, None));
+        return Ok(ParsedCells {
+            cells: doc.cells,
+            header: None,
+            provenance: Some(doc.provenance),
+        });
     }
     // Marked lines among other output (a console), else one cell a line.
     let marked = text.contains("@@LAB-CELL@@");
     let mut cells: Vec<CellResult> = Vec::new();
     let mut header = None;
+    let mut provenance = None;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
+        if let Some((_, j)) = line.split_once(partial::PROVENANCE_MARK) {
+            // Only the table's header: one that does not parse is left out.
+            match serde_json::from_str(j.trim()) {
+                Ok(p) => provenance = Some(p),
+                Err(e) => eprintln!(
+                    "viommu-bench: line {}: not a provenance, left out: {e}",
+                    i + 1
+                ),
+            }
+            continue;
+        }
         let json = match line.split_once("@@LAB-CELL@@") {
             Some((_, j)) => j.trim(),
             None if marked => continue,
@@ -253,6 +286,7 @@ fn parse_cells(text: &str) -> Result<(Vec<CellResult>, Option<partial::Header>),
             continue;
         }
         if let Some(h) = partial::header_of(json) {
+            provenance = h.viommu_bench_partial.provenance.clone().or(provenance);
             header = Some(h);
             continue;
         }
@@ -265,7 +299,11 @@ fn parse_cells(text: &str) -> Result<(Vec<CellResult>, Option<partial::Header>),
         cells.retain(|x| (x.column.as_str(), x.round) != (c.column.as_str(), c.round));
         cells.push(c);
     }
-    Ok((cells, header))
+    Ok(ParsedCells {
+        cells,
+        header,
+        provenance,
+    })
 }
 
 /// results.json, table.md and chart.png in `out`.

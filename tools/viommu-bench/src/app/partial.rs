@@ -12,6 +12,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::run::results::CellResult;
+use crate::setup::provenance::Provenance;
+
+/// The line `--serial-report` prints once before its cells, followed by
+/// the run's provenance as JSON: a table drawn from the console's cell
+/// lines (`--report-from`) gets its header from it.
+pub const PROVENANCE_MARK: &str = "@@LAB-PROVENANCE@@";
 
 /// The partial file's name, next to results.json.
 pub const PARTIAL_NAME: &str = "results.partial.jsonl";
@@ -40,6 +46,10 @@ pub struct RunInfo {
     pub cells_planned: usize,
     /// The settings results.json records.
     pub settings: BTreeMap<String, String>,
+    /// The host and code the run measured on, for a report drawn from
+    /// this file (absent in files from before it was recorded).
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
 }
 
 /// The open partial file.

@@ -110,6 +110,13 @@ impl Provenance {
     /// One or two lines for the report's header.
     pub fn header_lines(&self) -> Vec<String> {
         let o = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        if self.tool_revision.is_empty() {
+            // Drawn with --report-from from cells that carry no provenance.
+            return vec![format!(
+                "code and host: not recorded with these cells; guest RAM: {}",
+                self.guest_ram()
+            )];
+        }
         vec![
             format!(
                 "code: viommu-bench {}, vmm {}; host: THP {}/{} (enabled/defrag), governor {}, turbo {}, SMT {}; guest RAM: {}; cmdline: {}",

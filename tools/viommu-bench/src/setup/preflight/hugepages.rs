@@ -18,6 +18,13 @@ pub struct HugePool {
     pub free: u64,
     /// Free pages already promised to a mapping (`resv_hugepages`).
     pub reserved: u64,
+    /// Pages the kernel may add beyond the pool when a mapping needs them
+    /// (`nr_overcommit_hugepages`; 0 unless set).
+    #[serde(default)]
+    pub overcommit: u64,
+    /// Of those, pages added and in use now (`surplus_hugepages`).
+    #[serde(default)]
+    pub surplus: u64,
 }
 
 impl HugePool {
@@ -31,12 +38,16 @@ impl HugePool {
             total: read("nr_hugepages")?,
             free: read("free_hugepages")?,
             reserved: read("resv_hugepages").unwrap_or(0),
+            overcommit: read("nr_overcommit_hugepages").unwrap_or(0),
+            surplus: read("surplus_hugepages").unwrap_or(0),
         })
     }
 
-    /// Pages a new mapping can still reserve.
+    /// Pages a new mapping can still reserve: the pool's unpromised free
+    /// pages, then what overcommit still allows the kernel to add (if it
+    /// finds the memory then; the VMM says so when it does not).
     pub fn available(&self) -> u64 {
-        self.free.saturating_sub(self.reserved)
+        self.free.saturating_sub(self.reserved) + self.overcommit.saturating_sub(self.surplus)
     }
 }
 
@@ -58,11 +69,13 @@ impl Checks {
         let want = pool.total + (need - have);
         p.push(problem(
             format!(
-                "--hugepages: one {} MiB guest at a time needs {need} free 2 MiB huge pages, the host has {have} (nr_hugepages {}, free {}, reserved {})",
+                "--hugepages: one {} MiB guest at a time needs {need} free 2 MiB huge pages, the host has {have} (nr_hugepages {}, free {}, reserved {}, overcommit {}, surplus {})",
                 self.guest_memory >> 20,
                 pool.total,
                 pool.free,
-                pool.reserved
+                pool.reserved,
+                pool.overcommit,
+                pool.surplus
             ),
             format!(
                 "reserve them as root: echo {want} > /proc/sys/vm/nr_hugepages (HugePages_Total in /proc/meminfo shows what the kernel found; on a fragmented host boot with hugepages={want}), or drop --hugepages"

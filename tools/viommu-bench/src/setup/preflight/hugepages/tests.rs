@@ -36,7 +36,7 @@ fn too_few_pages_are_one_line_with_the_numbers_and_the_command() {
     let line = f.only_problem(&hugepage_checks(&f));
     assert!(
         line.contains("needs 512 free 2 MiB huge pages, the host has 500")
-            && line.contains("nr_hugepages 600, free 520, reserved 20")
+            && line.contains("nr_hugepages 600, free 520, reserved 20, overcommit 0, surplus 0")
             && line.contains("echo 612 > /proc/sys/vm/nr_hugepages"),
         "{line}"
     );
@@ -71,8 +71,32 @@ fn a_kernel_without_hugetlbfs_is_named() {
         Some(HugePool {
             total: 8,
             free: 6,
-            reserved: 2
+            reserved: 2,
+            overcommit: 0,
+            surplus: 0
         })
     );
     assert_eq!(HugePool::read(&Root::new(f.p(""))).unwrap().available(), 4);
+}
+
+#[test]
+fn overcommit_room_counts_as_available() {
+    // 100 usable in the pool, overcommit 500 of which 50 are in use: 550.
+    let f = Fake::healthy();
+    pool(&f, 200, 100, 0);
+    let d = POOL_DIR.trim_start_matches('/');
+    f.file(&format!("{d}/nr_overcommit_hugepages"), "500\n");
+    f.file(&format!("{d}/surplus_hugepages"), "50\n");
+    assert_eq!(
+        HugePool::read(&Root::new(f.p(""))).unwrap().available(),
+        550
+    );
+    assert!(hugepage_checks(&f).run().problems.is_empty());
+    // Overcommit used up: only the pool's 100, one line with both numbers.
+    f.file(&format!("{d}/surplus_hugepages"), "500\n");
+    let line = f.only_problem(&hugepage_checks(&f));
+    assert!(
+        line.contains("the host has 100") && line.contains("overcommit 500, surplus 500"),
+        "{line}"
+    );
 }

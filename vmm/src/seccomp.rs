@@ -6,7 +6,7 @@
 //! the API server, the signal waiter and the serial threads. The main
 //! thread installs its own once the setup is done ([`install_here`]): it
 //! opens /dev/kvm and the VFIO devices and maps memory first, unfiltered;
-//! after that it only waits on the exit eventfd, stops the vCPUs and
+//! after that it only waits for the VM's exit, stops the vCPUs and
 //! releases the devices, and its list allows just that. The vCPU threads
 //! wait at a start gate ([`crate::vcpu::StartGate`]) until then: no guest
 //! instruction runs while the main thread is unfiltered.

@@ -267,17 +267,6 @@ pub(super) fn conditional(
                 kick(),
                 "stopping the vCPUs: the kick, to a thread of this process only",
             ));
-            v.push((
-                libc::SYS_poll,
-                // poll(fds, nfds = 1, timeout): the exit eventfd alone.
-                vec![(1, Qword, Eq, 1)],
-                "waiting on the exit eventfd",
-            ));
-            v.push((
-                libc::SYS_ppoll,
-                vec![(1, Qword, Eq, 1)],
-                "the same, where libc's poll is ppoll",
-            ));
             if let Some(dir) = known.api_dir {
                 v.push((
                     libc::SYS_unlinkat,

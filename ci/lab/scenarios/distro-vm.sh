@@ -11,7 +11,7 @@
 # file each way (checksums compared) while fio runs again, reads both
 # endpoints in the VMM's metrics, reboots it in place three times while
 # fio writes (through the VMM's API, the guest's reset register and a
-# clean systemctl reboot), each boot verifying fio data again with its
+# clean systemctl reboot), each boot verifying what fio wrote before it, then fio data again, with its
 # host mappings gone at the reset and the VMM's memory apart from guest
 # RAM where the first boot left it, and powers the VM off. Then what a user
 # without the initramfs line or with a kernel without the driver meets:
@@ -74,7 +74,7 @@ vf_setup() {
 dvm_start() {
 	rm -f "$DVM_IN" "$DVM_SOCK" && mkfifo "$DVM_IN"
 	# Info: the VMM's exits and reboots are in the console log too.
-	RUST_LOG=info vmm --kernel "$DVM_KERNEL" --initrd "$DVM_INITRD" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 \
+	RUST_LOG=info vmm --kernel "$DVM_KERNEL" --initrd "$DVM_INITRD" --cmdline "$DVM_CMDLINE" --memory 1024M --cpus 1 --on-triple-fault restart \
 		--vfio "/sys/bus/pci/devices/$BDF" ${VF:+--vfio "/sys/bus/pci/devices/$VF"} --viommu \
 		--api-socket "$DVM_SOCK" <"$DVM_IN" >"$DVM_LOG" 2>&1 &
 	pid=$!
@@ -114,8 +114,20 @@ dvm_wait() {
 dvm_liveness() {
 	echo "[distro-vm] the console has been silent for 120 s at $(since) s; its last lines:"
 	plain "$DVM_LOG" | tail -n 5
-	vmmctl "$DVM_SOCK" vcpus | head -c 1500
+	vmmctl "$DVM_SOCK" vcpus >/tmp/distro-vm.vcpus
+	head -c 1500 /tmp/distro-vm.vcpus
 	echo
+	# A vCPU inside virtio_iommu's module: say so, with the offset (both
+	# in the top 2 GiB of the address space: their low 32 bits compared).
+	set -- ${dvm_mod:-}
+	if [ $# = 2 ]; then
+		base=$((0x${1#0xffffffff}))
+		for rip in $(grep -o '"rip":"0xffffffff[0-9a-f]*"' /tmp/distro-vm.vcpus | grep -o '0x[0-9a-f]*'); do
+			off=$((0x${rip#0xffffffff} - base))
+			[ "$off" -ge 0 ] && [ "$off" -lt "$2" ] &&
+				echo "[distro-vm] a vCPU at $rip: virtio_iommu+$(printf 0x%x "$off") (the module at $1, $2 bytes)"
+		done
+	fi
 	vmmctl "$DVM_SOCK" metrics | grep -E '^(viommu_requestq_|viommu_thread_|vmm_serial|vmm_vcpu_cpu_ms|vmm_reboots|viommu_requests_total|viommu_endpoint_map_calls)'
 	for t in /proc/"$pid"/task/*; do
 		echo "[distro-vm] VMM thread $(cat "$t/comm"): state $(cut -d' ' -f3 "$t/stat"), in $(cat "$t/wchan" 2>/dev/null)"
@@ -175,9 +187,12 @@ dvm_login() {
 # The root filesystem is the NVMe's partition, the NVMe behind the
 # virtio-iommu (its iommu link, its domain type).
 dvm_root() {
-	dvm_cmd root 120 'p=$(basename $(readlink -f /sys/block/nvme0n1/device/device)); echo "@@DVM-ROOT@@ $(uname -r) nvme $p iommu $(basename $(readlink /sys/bus/pci/devices/$p/iommu)) domain $(cat /sys/bus/pci/devices/$p/iommu_group/type) root $(grep " / " /proc/mounts | cut -d" " -f1-3) $(systemctl is-system-running)"; [ -e /sys/bus/pci/devices/$p/iommu ] && grep -q "^/dev/nvme0n1p1 / " /proc/mounts'
+	dvm_cmd root 120 'p=$(basename $(readlink -f /sys/block/nvme0n1/device/device)); echo "@@DVM-ROOT@@ $(uname -r) nvme $p iommu $(basename $(readlink /sys/bus/pci/devices/$p/iommu)) domain $(cat /sys/bus/pci/devices/$p/iommu_group/type) root $(grep " / " /proc/mounts | cut -d" " -f1-3) $(systemctl is-system-running)"; echo "@@DVM-MOD@@ $(awk "\$1 == \"virtio_iommu\" { print \$6, \$2 }" /proc/modules)"; [ -e /sys/bus/pci/devices/$p/iommu ] && grep -q "^/dev/nvme0n1p1 / " /proc/mounts'
 	r=$?
 	dvm_detail=$(dvm_line ROOT)
+	# Where the driver's module sits this boot (base, size), for a vCPU
+	# found spinning later (dvm_liveness).
+	dvm_mod=$(dvm_line MOD)
 	return $r
 }
 
@@ -185,6 +200,17 @@ dvm_fio() {
 	dvm_cmd fio 1200 "$DVM_FIO --output=/root/fio.out; r=\$?; cat /root/fio.out; grep -q 'err= 0' /root/fio.out && (exit \$r)"
 	r=$?
 	dvm_detail=$(fio_said)
+	dvm_fio_size=64M
+	return $r
+}
+
+# After a reboot: the file the last boot's fio wrote and verified
+# ($dvm_fio_size of it), read back and verified again (fio --verify_only
+# replays the same job: same seed, offsets and sizes).
+dvm_kept() {
+	dvm_cmd kept 1200 "$DVM_FIO --size=$dvm_fio_size --verify_only --output=/root/kept.out; r=\$?; cat /root/kept.out; grep -q 'err= 0' /root/kept.out && (exit \$r)"
+	r=$?
+	dvm_detail="the $dvm_fio_size the boot before wrote, verified: $(fio_said)"
 	return $r
 }
 
@@ -224,6 +250,7 @@ dvm_xfer() {
 	fi
 	dvm_cmd fio2wait 1200 "while [ ! -e /root/fio2.rc ]; do sleep 1; done; cat /root/fio2.out; grep -q 'err= 0' /root/fio2.out && [ \$(cat /root/fio2.rc) = 0 ]"
 	r=$?
+	dvm_fio_size=128M
 	set -- $(dvm_line SUMS)
 	g2h=$(sha256sum </tmp/g2h.bin | cut -c1-64)
 	got=$(wc -c </tmp/g2h.bin)
@@ -259,23 +286,26 @@ live_mapped() {
 }
 
 # dvm_reboot: a reboot in place while fio writes on the root filesystem,
-# the dvm_n-th, asked for as $dvm_how says: api (vmmctl reboot: the VMM
-# resets the machine), sysrq (the guest's emergency restart, through the
-# ACPI reset register, no shutdown) or systemd (systemctl reboot, the
-# VF's interface down first, as for the power-off). At the new kernel's
+# the dvm_n-th, asked for as $dvm_how says: sysrq (the guest's emergency
+# restart: Debian's kernel goes through EFI and the BIOS, so the VMM's
+# reset vector stub writes the reset register), api (vmmctl reboot: the
+# VMM resets the machine) or triple (the same restart with the kernel's
+# reboot type set to a triple fault, which --on-triple-fault restart
+# serves in place). Not `systemctl reboot`: with I/O shortly before it,
+# Debian's 6.12 virtio-iommu driver can spin for ever in its shutdown
+# (docs/distro-kernels.md, "Booted in the lab"). At the new kernel's
 # first console line every endpoint's host mappings must be gone (0
 # bytes, as before the first boot) and vmm_reboots_total must count it.
 dvm_reboot() {
 	dvm_cmd bg 60 "fio --name=bg --filename=/root/bg.dat --size=64M --rw=randwrite --bsrange=4k-128k --ioengine=libaio --iodepth=16 --direct=1 --time_based --runtime=900 >/dev/null 2>&1 & sleep 3; kill -0 \$!" || return 1
 	before=$(live_mapped)
-	if [ "$dvm_how" = systemd ] && [ -n "${VF:-}" ]; then
-		dvm_cmd vfdown 120 'ip link set dev $vf down' || return 1
+	if [ "$dvm_how" = triple ]; then
+		dvm_cmd rtype 60 'echo triple >/sys/kernel/reboot/type && cat /sys/kernel/reboot/type' || return 1
 	fi
 	dvm_from=$(stat -c %s "$DVM_LOG")
 	case $dvm_how in
 	api) vmmctl "$DVM_SOCK" reboot || { dvm_why="vmmctl reboot failed"; return 1; } ;;
-	sysrq) dvm_type 'echo b >/proc/sysrq-trigger' ;;
-	systemd) dvm_type 'systemctl reboot' ;;
+	sysrq | triple) dvm_type 'echo b >/proc/sysrq-trigger' ;;
 	esac
 	dvm_wait 'Linux version' 300 || return 1
 	after=$(live_mapped)
@@ -419,13 +449,14 @@ if [ $status = 0 ] && [ -n "$VF" ]; then
 fi
 kill -0 "$pid" 2>/dev/null && { step metrics || status=1; }
 # Three reboots in place, each while fio writes; each boot logs in again,
-# verifies fio data on the NVMe and pings over the VF.
+# verifies what the boot before wrote, writes and verifies fio data on
+# the NVMe again and pings over the VF.
 if [ $status = 0 ]; then
 	dvm_n=0
-	for dvm_how in sysrq api systemd; do
+	for dvm_how in sysrq api triple; do
 		dvm_n=$((dvm_n + 1)) dvm_sfx=-r$((dvm_n))
 		dvm_shell=
-		for s in reboot boot login root fio; do
+		for s in reboot boot login root kept fio; do
 			step "$s" || { status=1 && break 2; }
 		done
 		dvm_rss="$dvm_rss $(vmm_rss_kib)" dvm_live="$dvm_live; boot $dvm_n: $(live_mapped)"

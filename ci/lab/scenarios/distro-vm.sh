@@ -234,13 +234,15 @@ dvm_xfer() {
 	nc_in=$!
 	nc -l -p 5002 </tmp/h2g.bin &
 	nc_out=$!
-	# fio in the background, its exit status in a file when it ends.
-	dvm_cmd fio2 60 "rm -f /root/fio2.rc; ($DVM_FIO --size=128M --output=/root/fio2.out; echo \$? >/root/fio2.rc) & sleep 2"
+	# fio in the background, again and again until the transfers are
+	# done (however fast they go), its status and runs in a file when it
+	# ends: 0 RUNS, or 1 RUNS at the first run that failed.
+	dvm_cmd fio2 60 "rm -f /root/fio2.rc /root/xfer.done; (r=0 n=0; while [ ! -e /root/xfer.done ]; do $DVM_FIO --size=128M --output=/root/fio2.out || { r=1; break; }; n=\$((n + 1)); done; echo \$r \$n >/root/fio2.rc) & sleep 2"
 	dvm_cmd g2h 300 "head -c $DVM_XFER /dev/urandom >/root/g2h.bin && timeout 240 bash -c 'cat /root/g2h.bin >/dev/tcp/$DVM_NET.1/5001'"
 	t1=$dvm_rc
 	dvm_cmd h2g 300 "timeout 240 bash -c 'cat </dev/tcp/$DVM_NET.1/5002 >/root/h2g.bin'"
 	t2=$dvm_rc
-	dvm_cmd sums 60 "[ -e /root/fio2.rc ] && o=no || o=yes; echo \"@@DVM-SUMS@@ \$(sha256sum </root/g2h.bin | cut -c1-64) \$(sha256sum </root/h2g.bin | cut -c1-64) \$(wc -c </root/h2g.bin) fio-running-after=\$o\""
+	dvm_cmd sums 60 "[ -e /root/fio2.rc ] && o=no || o=yes; touch /root/xfer.done; echo \"@@DVM-SUMS@@ \$(sha256sum </root/g2h.bin | cut -c1-64) \$(sha256sum </root/h2g.bin | cut -c1-64) \$(wc -c </root/h2g.bin) fio-running-after=\$o\""
 	kill "$nc_in" "$nc_out" 2>/dev/null
 	wait "$nc_in" "$nc_out" 2>/dev/null
 	if [ "$t1" != 0 ] || [ "$t2" != 0 ]; then
@@ -248,13 +250,13 @@ dvm_xfer() {
 		grep -E "$pf_if" /proc/net/dev
 		dvm_cmd netdiag 60 "ip -s link show dev \$vf; dmesg | grep -iE 'igbvf|\$vf|iommu|fault|timeout' | tail -n 20"
 	fi
-	dvm_cmd fio2wait 1200 "while [ ! -e /root/fio2.rc ]; do sleep 1; done; cat /root/fio2.out; grep -q 'err= 0' /root/fio2.out && [ \$(cat /root/fio2.rc) = 0 ]"
+	dvm_cmd fio2wait 1200 "touch /root/xfer.done; while [ ! -e /root/fio2.rc ]; do sleep 1; done; cat /root/fio2.out; echo \"@@DVM-FIO2@@ \$(cat /root/fio2.rc)\"; grep -q 'err= 0' /root/fio2.out && [ \$(cut -d' ' -f1 /root/fio2.rc) = 0 ]"
 	r=$?
 	dvm_fio_size=128M
 	set -- $(dvm_line SUMS)
 	g2h=$(sha256sum </tmp/g2h.bin | cut -c1-64)
 	got=$(wc -c </tmp/g2h.bin)
-	dvm_detail="guest to lab host: $got bytes, $([ "$1" = "$g2h" ] && echo "SHA-256 $g2h as sent" || echo "SHA-256 $g2h, $1 sent") (exit $t1); lab host to guest: $3 bytes, $([ "$2" = "$h2g" ] && echo "SHA-256 $2 as sent" || echo "SHA-256 $2, $h2g sent") (exit $t2); $4; $(fio_said)"
+	dvm_detail="guest to lab host: $got bytes, $([ "$1" = "$g2h" ] && echo "SHA-256 $g2h as sent" || echo "SHA-256 $g2h, $1 sent") (exit $t1); lab host to guest: $3 bytes, $([ "$2" = "$h2g" ] && echo "SHA-256 $2 as sent" || echo "SHA-256 $2, $h2g sent") (exit $t2); $4, fio status and runs $(dvm_line FIO2); $(fio_said)"
 	dvm_why=
 	[ $r = 0 ] || dvm_why="fio during the transfer failed"
 	[ $r = 0 ] && [ "$got" = $DVM_XFER ] && [ "$3" = $DVM_XFER ] && [ "$1" = "$g2h" ] && [ "$2" = "$h2g" ] && [ "$4" = fio-running-after=yes ]

@@ -26,6 +26,7 @@ pub(super) mod ioctl {
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_REGS, KVMIO, 0x81, kvm_bindings::kvm_regs);
     vmm_sys_util::ioctl_ior_nr!(KVM_GET_SREGS, KVMIO, 0x83, kvm_bindings::kvm_sregs);
     vmm_sys_util::ioctl_iowr_nr!(KVM_TRANSLATE, KVMIO, 0x85, kvm_bindings::kvm_translation);
+    vmm_sys_util::ioctl_iowr_nr!(KVM_GET_MSRS, KVMIO, 0x88, kvm_bindings::kvm_msrs);
     vmm_sys_util::ioctl_iow_nr!(KVM_SIGNAL_MSI, KVMIO, 0xa5, kvm_bindings::kvm_msi);
     vmm_sys_util::ioctl_iow_nr!(
         KVM_SET_GSI_ROUTING,
@@ -423,6 +424,10 @@ pub(super) fn ioctls(kind: ThreadKind) -> Vec<(u64, &'static str)> {
                 "the same, MSRs (the guest's kvmclock and the like off)",
             ),
             (KVM_SET_VCPU_EVENTS(), "the same, pending events cleared"),
+            (
+                KVM_GET_MSRS(),
+                "the same, the TSC read to be written back (its offset again)",
+            ),
         ],
         // Its DMA ioctls are in `dma_ioctls`, on known descriptors.
         ThreadKind::Device => vec![],

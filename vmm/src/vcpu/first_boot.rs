@@ -5,8 +5,15 @@
 //! paravirtual MSRs whose values point into guest memory (kvmclock, steal
 //! time, asynchronous page faults, PV EOI) are written back with their
 //! first-boot value, 0, so KVM stops writing there for a guest that no
-//! longer expects it. The TSC is left to run on (a reset that set it back
-//! would need every vCPU's write matched by KVM's TSC synchronisation).
+//! longer expects it. The TSC runs on (a reset that set it back would need
+//! every vCPU's write matched by KVM's TSC synchronisation), but its value
+//! is read and written back: that makes KVM write its TSC offset into the
+//! vCPU's control block again, which KVM on AMD zeroes when it serves a
+//! triple fault (`shutdown_interception` clears the VMCB and INITs the
+//! vCPU; its offset stays in KVM's books only). Without the write-back a
+//! guest restarted after a triple fault read the host's raw TSC while
+//! KVM's kvmclock and TSC-deadline arithmetic used the offset: its timers
+//! fired late, a `ping -c 3` took 20 s by its own clock.
 
 use kvm_bindings::{
     kvm_fpu, kvm_lapic_state, kvm_mp_state, kvm_msr_entry, kvm_regs, kvm_sregs, kvm_vcpu_events,
@@ -79,6 +86,8 @@ pub trait VcpuState {
     fn set_msrs(&self, entries: &[kvm_msr_entry]) -> Result<usize, kvm_ioctls::Error>;
     /// KVM_SET_VCPU_EVENTS.
     fn set_vcpu_events(&self, e: &kvm_vcpu_events) -> Result<(), kvm_ioctls::Error>;
+    /// KVM_GET_MSRS of one MSR: its value.
+    fn get_msr(&self, index: u32) -> Result<u64, kvm_ioctls::Error>;
 }
 
 impl VcpuState for VcpuFd {
@@ -106,6 +115,17 @@ impl VcpuState for VcpuFd {
     }
     fn set_vcpu_events(&self, e: &kvm_vcpu_events) -> Result<(), kvm_ioctls::Error> {
         VcpuFd::set_vcpu_events(self, e)
+    }
+    fn get_msr(&self, index: u32) -> Result<u64, kvm_ioctls::Error> {
+        let mut one = Msrs::from_entries(&[kvm_msr_entry {
+            index,
+            ..Default::default()
+        }])
+        .map_err(|_| kvm_ioctls::Error::new(libc::E2BIG))?;
+        match VcpuFd::get_msrs(self, &mut one)? {
+            1 => Ok(one.as_slice()[0].data),
+            _ => Err(kvm_ioctls::Error::new(libc::EINVAL)),
+        }
     }
 }
 
@@ -141,7 +161,7 @@ impl FirstBoot {
 
     /// Give vCPU `cpu` this state again, in the order KVM needs: the APIC
     /// base (in the segment registers) before the LAPIC, XCR0 before the
-    /// FPU, pending events last.
+    /// FPU, the TSC written back after the MSRs, pending events last.
     pub fn restore(&self, fd: &impl VcpuState, cpu: u8) -> Result<(), VcpuError> {
         let kvm = |what| move |source| VcpuError::Kvm { cpu, what, source };
         fd.set_mp_state(self.mp_state)
@@ -154,6 +174,19 @@ impl FirstBoot {
         fd.set_fpu(&self.fpu).map_err(kvm("KVM_SET_FPU"))?;
         fd.set_lapic(&self.lapic).map_err(kvm("KVM_SET_LAPIC"))?;
         set_msrs_skipping(fd, &self.msrs, cpu).map_err(kvm("KVM_SET_MSRS"))?;
+        // The TSC as KVM counts it, written back: its offset into the
+        // control block again (see the module doc).
+        let tsc = fd.get_msr(MSR_IA32_TSC).map_err(kvm("KVM_GET_MSRS"))?;
+        let n = fd
+            .set_msrs(&[kvm_msr_entry {
+                index: MSR_IA32_TSC,
+                data: tsc,
+                ..Default::default()
+            }])
+            .map_err(kvm("KVM_SET_MSRS"))?;
+        if n != 1 {
+            tracing::warn!(cpu, "KVM refused the TSC's write-back on reboot");
+        }
         fd.set_vcpu_events(&self.events)
             .map_err(kvm("KVM_SET_VCPU_EVENTS"))
     }

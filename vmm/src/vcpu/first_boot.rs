@@ -136,14 +136,13 @@ impl FirstBoot {
         let kvm = |what| move |source| VcpuError::Kvm { cpu, what, source };
         let mut msrs = Vec::new();
         for index in saved_msr_indices() {
-            let mut one = Msrs::from_entries(&[kvm_msr_entry {
-                index,
-                ..Default::default()
-            }])
-            .expect("one MSR fits a FamStructWrapper");
-            match fd.get_msrs(&mut one) {
-                Ok(1) => msrs.push(one.as_slice()[0]),
-                _ => tracing::debug!(cpu, index, "MSR not readable; not reset on reboot"),
+            match VcpuState::get_msr(fd, index) {
+                Ok(data) => msrs.push(kvm_msr_entry {
+                    index,
+                    data,
+                    ..Default::default()
+                }),
+                Err(_) => tracing::debug!(cpu, index, "MSR not readable; not reset on reboot"),
             }
         }
         Ok(FirstBoot {

@@ -20,6 +20,14 @@ def guest_kernels_of(sc: dict, specs: list[str]) -> set[str]:
     return {s.split(":")[3] for s in specs} | set(sc.get("guest_kernels", []))
 
 
+def scenarios_named(names: list[str]) -> list[dict]:
+    """The scenarios of these names, in order; an unknown name is an error."""
+    for name in names:
+        if name not in SCENARIOS:
+            raise LabError(f"no scenario {name!r} (ci/lab/lab run --help lists them)")
+    return [SCENARIOS[n] for n in names]
+
+
 def kernels_to_build(names: list[str]) -> list[tuple[str, str]]:
     """(VERSION, VARIANT) of every kernel the lab builds for these
     scenarios run with their own settings, in the order they first need
@@ -27,10 +35,7 @@ def kernels_to_build(names: list[str]) -> list[tuple[str, str]]:
     iommu virtio); each kernel once. What CI builds ahead, in the
     background, while the steps before need none (ci/prebuild-kernels.sh)."""
     out: list[tuple[str, str]] = []
-    for name in names:
-        if name not in SCENARIOS:
-            raise LabError(f"no scenario {name!r} (ci/lab/lab run --help lists them)")
-        sc = SCENARIOS[name]
+    for sc in scenarios_named(names):
         wanted = sorted(guest_kernels_of(sc, sc["runs"]))
         if HOST_IOMMUS[sc.get("host_iommu", "vtd")]["kernel"] == "labhost":
             wanted.append(f"labhost-{sc.get('host_kernel', '6.12')}")
@@ -48,10 +53,8 @@ def outer_qemus_to_build(names: list[str]) -> list[str]:
     --qemu VERSION) these scenarios run their lab hosts under with their
     own settings, each once: what CI builds ahead beside the kernels."""
     out: list[str] = []
-    for name in names:
-        if name not in SCENARIOS:
-            raise LabError(f"no scenario {name!r} (ci/lab/lab run --help lists them)")
-        outer = SCENARIOS[name].get("outer_qemu", DEFAULT_OUTER_QEMU)
+    for sc in scenarios_named(names):
+        outer = sc.get("outer_qemu", DEFAULT_OUTER_QEMU)
         if outer in FIXED_OUTER_QEMUS and outer.removesuffix("-fixed") not in out:
             out.append(outer.removesuffix("-fixed"))
     return out

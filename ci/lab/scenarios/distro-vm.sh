@@ -10,10 +10,10 @@
 # filesystem, gives the VF an address, pings the lab host's PF and sends a
 # file each way (checksums compared) while fio runs again, reads both
 # endpoints in the VMM's metrics, reboots it in place three times while
-# fio writes (through the VMM's API, the guest's reset register and a
-# clean systemctl reboot), each boot verifying what fio wrote before it, then fio data again, with its
-# host mappings gone at the reset and the VMM's memory apart from guest
-# RAM where the first boot left it, and powers the VM off. Then what a user
+# fio writes (the guest's reset register, the VMM's API, a triple fault),
+# each boot verifying what fio wrote before it, then fio data again, with
+# its host mappings gone at the reset and the VMM's memory apart from
+# guest RAM where the first boot left it, and powers the VM off. Then what a user
 # without the initramfs line or with a kernel without the driver meets:
 # the same root under Debian 12's cloud kernel (no virtio-iommu driver,
 # NVMe built in), where the VMM must say so in one line when the guest

@@ -5,6 +5,9 @@
 #
 #   linux-X.Y/build.sh [--src SRC] [--dry-run] [baseline|patched]
 #                                          prints the path of the cached bzImage
+#   linux-X.Y/build.sh --base-config FILE [baseline|patched]
+#                                          the same on a distribution's own
+#                                          config (FILE: its /boot/config-*)
 #   linux-X.Y/build.sh checkpatch          scripts/checkpatch.pl --strict on the
 #                                          cover letter and every patch
 #   linux-X.Y/build.sh each                apply the patches one by one and build
@@ -32,6 +35,11 @@
 # not apply says which version was found and which one the series wants.
 #
 # baseline: tinyconfig + config-fragment, no patches (stock X.Y).
+# With --base-config FILE, baseline and patched start from FILE (a
+# distribution's config, e.g. Debian's /boot/config-RELEASE) instead of
+# tinyconfig, with config-fragment-distro in place of config-fragment: the
+# kernel differs from the distribution's own by the series and that
+# fragment's few lines (no modules; the lab guest's drivers built in).
 # patched:  the same plus config-fragment-patched, with patches/series applied.
 # labhost:  baseline plus ci/lab/host-config-fragment (KVM, VFIO, virtio-iommu
 #           as a lab host under the outer QEMU's virtio-iommu), no patches:
@@ -87,9 +95,11 @@ die() {
 
 usage() {
 	cat <<EOF
-usage: guest-patches/linux-$ver/build.sh [--src SRC] [--dry-run] [VARIANT]
+usage: guest-patches/linux-$ver/build.sh [--src SRC] [--base-config FILE] [--dry-run] [VARIANT]
 
 VARIANT: baseline (default), patched, checkpatch, each, labhost.
+--base-config FILE: baseline or patched on a distribution's config (FILE,
+e.g. /boot/config-\$(uname -r)) instead of tinyconfig.
 SRC (--src, else \$LINUX_SRC_${ver//./_}, else \$LINUX_SRC): 'debian' (the
 default: Debian's $pkg package), a kernel tree (directory) or a
 kernel.org tarball (linux-$ver.N.tar.xz). Prints the bzImage's path.
@@ -97,7 +107,7 @@ See guest-patches/README.md.
 EOF
 }
 
-src='' src_from=''
+src='' src_from='' base_config=''
 src_var=LINUX_SRC_${ver//./_}
 dry_run=0
 while [ $# -gt 0 ]; do
@@ -108,6 +118,12 @@ while [ $# -gt 0 ]; do
 		shift 2
 		;;
 	--src=*) src=${1#--src=} src_from="--src " && shift ;;
+	--base-config)
+		[ $# -ge 2 ] || die "--base-config needs a value: a distribution's kernel config, e.g. /boot/config-\$(uname -r)"
+		base_config=$2
+		shift 2
+		;;
+	--base-config=*) base_config=${1#--base-config=} && shift ;;
 	--dry-run) dry_run=1 && shift ;;
 	-h | --help) usage && exit 0 ;;
 	-*) die "unknown option '$1' (expected --src SRC, --dry-run or --help)" ;;
@@ -124,6 +140,12 @@ baseline | patched | checkpatch | each | labhost) ;;
 *) die "unknown variant '$variant' (expected baseline, patched, checkpatch, each or labhost)" ;;
 esac
 [ -d "$here" ] || die "no series directory $here"
+if [ -n "$base_config" ]; then
+	case "$variant" in baseline | patched) ;; *) die "--base-config builds baseline or patched, not $variant" ;; esac
+	[ -f "$base_config" ] && grep -q '^CONFIG_' "$base_config" ||
+		die "--base-config $base_config: not a kernel config (expected a file of CONFIG_ lines, e.g. /boot/config-\$(uname -r))"
+	base_config=$(realpath "$base_config")
+fi
 if [ -z "$src_from" ]; then
 	if [ -n "${!src_var:-}" ]; then
 		src=${!src_var} src_from="$src_var="
@@ -367,8 +389,12 @@ base_line=${base_line:-v$ver.y}
 made_against=$(echo "$base_line" | sed -n 's/.*made against \(v\?[0-9][0-9.]*[0-9]\).*/\1/p')
 made_against=${made_against#v}
 
-fragments=("$top/config-fragment")
-[ -f "$here/config-fragment" ] && fragments+=("$here/config-fragment")
+if [ -n "$base_config" ]; then
+	fragments=("$top/config-fragment-distro")
+else
+	fragments=("$top/config-fragment")
+	[ -f "$here/config-fragment" ] && fragments+=("$here/config-fragment")
+fi
 patches=()
 if [ "$variant" = labhost ]; then
 	fragments+=("$top/../ci/lab/host-config-fragment")
@@ -472,7 +498,7 @@ fi
 key=$({
 	echo "$src_id"
 	echo "linux $kver"
-	for f in "$top/build-kernel.sh" "$here/build.sh" "${fragments[@]}" "${patches[@]}"; do
+	for f in "$top/build-kernel.sh" "$here/build.sh" ${base_config:+"$base_config"} "${fragments[@]}" "${patches[@]}"; do
 		echo "== ${f#"$top"/}"
 		cat "$f"
 	done
@@ -481,6 +507,8 @@ key=$({
 # object directory (the patched build after it is then incremental).
 kind=$variant
 [ "$variant" = each ] && kind=patched
+# On a distribution's config: an object directory and cache name of its own.
+[ -z "$base_config" ] || kind=$variant-distro
 out="$cache/kernels/linux-$ver-$kind-$key"
 if [ $dry_run = 1 ]; then
 	echo "source: $src_desc"
@@ -546,8 +574,13 @@ merge_fragments() {
 }
 
 configure() {
-	log "configuring (tinyconfig + ${#fragments[@]} fragment(s))"
-	kmake tinyconfig >/dev/null
+	if [ -n "$base_config" ]; then
+		log "configuring ($base_config + ${#fragments[@]} fragment(s))"
+		cp "$base_config" "$obj/.config"
+	else
+		log "configuring (tinyconfig + ${#fragments[@]} fragment(s))"
+		kmake tinyconfig >/dev/null
+	fi
 	merge_fragments
 	local missing
 	# An =y line lost (a dependency is off), or a "# ... is not set" line

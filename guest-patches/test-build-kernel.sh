@@ -195,6 +195,21 @@ succeeds "LINUX_SRC_6_12 not for 6.1" "source: LINUX_SRC=$t61" -- \
 succeeds "a tree's version from its Makefile" "version: linux 6.12.5" "not built: $VIOMMU_LAB_CACHE/kernels/linux-6.12-patched-" -- \
 	6.12 --src "$t612" patched --dry-run
 succeeds "each series names its base" "series: v6.12.y, made against 6.12." -- 6.12 --src "$t612" patched --dry-run
+
+# ---- on a distribution's config (--base-config)
+
+printf 'CONFIG_MODULES=y\nCONFIG_VIRTIO_IOMMU=m\n' >"$tmp/config-distro"
+fails "--base-config that is not a config" "--base-config $tmp/notes.txt: not a kernel config" -- \
+	6.12 --src "$t612" --base-config "$tmp/notes.txt" patched
+fails "--base-config for the lab host" "--base-config builds baseline or patched, not labhost" -- \
+	6.12 --src "$t612" --base-config "$tmp/config-distro" labhost
+fails "--base-config without a value" "--base-config needs a value" -- 6.12 patched --base-config
+succeeds "--base-config builds apart" "not built: $VIOMMU_LAB_CACHE/kernels/linux-6.12-patched-distro-" -- \
+	6.12 --src "$t612" --base-config "$tmp/config-distro" patched --dry-run
+k1=$(key 6.12 --src "$t612" --base-config "$tmp/config-distro" patched)
+printf 'CONFIG_MODULES=y\nCONFIG_VIRTIO_IOMMU=y\n' >"$tmp/config-distro"
+k2=$(key 6.12 --src "$t612" --base-config "$tmp/config-distro" patched)
+[ -n "$k1" ] && [ "$k1" != "$k2" ] && ok "the base config is in the key" || bad "the base config is not in the key: $k1 $k2"
 succeeds "each series names its base (6.1)" "series: v6.1.y, made against 6.1." -- 6.1 --src "$t61" patched --dry-run
 t72=$tmp/src/linux-7.2.3
 fake_tree "$t72" 7 2 3

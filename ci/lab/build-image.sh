@@ -208,7 +208,8 @@ gcc -static -O2 -Wall -Wextra -Werror -o "$run/guest-overlay/bin/viommu-hostile"
 	die "building the guest's viommu-hostile (gcc -static; libc6-dev) failed"
 make_cpio "$run/guest-overlay" "$run/guest-overlay.cpio"
 cat "$guest_base" "$run/guest-overlay.cpio" >"$run/host-overlay/lab/guest/initramfs.cpio"
-# Guest kernels are VARIANT or VARIANT-VERSION (baseline, patched-6.12...);
+# Guest kernels are VARIANT or VARIANT-VERSION (baseline, patched-6.12,
+# debpatched-6.12: the series on Debian's own config...);
 # without a version, 6.1.
 for v in $(echo "$guest_kernels" | tr ',' ' '); do
 	# Debian 13's kernel package (ci/lab/debian-kernel): its vmlinuz and
@@ -236,7 +237,15 @@ for v in $(echo "$guest_kernels" | tr ',' ' '); do
 	*) variant=$v version=6.1 ;;
 	esac
 	[ -x "$REPO_DIR/guest-patches/linux-$version/build.sh" ] || { log "no guest kernel series for '$v' (guest-patches/linux-$version)"; exit 1; }
-	k=$("$REPO_DIR/guest-patches/linux-$version/build.sh" "$variant")
+	base=()
+	if [ "$variant" = debpatched ]; then
+		# The series on Debian's own config (build.sh --base-config): the
+		# config of the package ci/lab/debian-kernel fetches, as above.
+		droot=$("$LAB_DIR/debian-kernel" "$version") || die "fetching Debian's $version kernel package (for its config) failed"
+		base=(--base-config "$(ls "$droot"/boot/config-* | head -n 1)")
+		variant=patched
+	fi
+	k=$("$REPO_DIR/guest-patches/linux-$version/build.sh" "${base[@]}" "$variant")
 	cp "$k" "$run/host-overlay/lab/guest/$v.bzImage"
 	# The bench tool names a hung guest's addresses with it.
 	[ ! -f "$(dirname "$k")/System.map" ] || cp "$(dirname "$k")/System.map" "$run/host-overlay/lab/guest/$v.System.map"

@@ -11,6 +11,11 @@ from .scenarios import SCENARIOS
 # Guest kernels the lab fetches as packages instead of building
 # (build-image.sh: ci/lab/debian-kernel), by the name runs give them.
 FETCHED_KERNELS = ("debian-6.12",)
+# The patched variants a run may name: the series on tinyconfig (patched)
+# and on the config of the Debian package above (debpatched: build.sh
+# --base-config, which build-image.sh gives it; no scenario CI runs boots
+# it, so CI does not build it ahead).
+PATCHED_VARIANTS = ("patched", "debpatched")
 
 
 def guest_kernels_of(sc: dict, specs: list[str]) -> set[str]:
@@ -40,7 +45,7 @@ def kernels_to_build(names: list[str]) -> list[tuple[str, str]]:
         if HOST_IOMMUS[sc.get("host_iommu", "vtd")]["kernel"] == "labhost":
             wanted.append(f"labhost-{sc.get('host_kernel', '6.12')}")
         for k in wanted:
-            if k in FETCHED_KERNELS:
+            if k in FETCHED_KERNELS or k.startswith("debpatched-"):
                 continue
             variant, _, version = k.partition("-")
             if (version or "6.1", variant) not in out:
@@ -94,15 +99,17 @@ def tool_specs(specs: list[str]) -> tuple[list[str], dict[str, str]]:
                 named.append(f[3])
             out.append(spec)
             continue
-        if variant not in ("baseline", "patched"):
-            raise LabError(f"--runs {spec!r}: kernel {f[3]!r} is not baseline[-VERSION], patched[-VERSION] or one of {', '.join(FETCHED_KERNELS)}")
+        if variant not in ("baseline", *PATCHED_VARIANTS):
+            raise LabError(f"--runs {spec!r}: kernel {f[3]!r} is not baseline[-VERSION], patched[-VERSION], "
+                           f"debpatched-VERSION or one of {', '.join(FETCHED_KERNELS)}")
         knob = kernel_knob(f[3])
         if names.setdefault(knob, f[3]) != f[3]:
-            # A second version of the variant: by its own name.
+            # A second kernel in the role: by its own name.
             if f[3] not in named:
                 named.append(f[3])
         else:
-            f[3] = variant
+            # The first in its role: by the role (the tool's baseline or patched).
+            f[3] = "baseline" if knob == "kernel_stock" else "patched"
         out.append(":".join(f))
     if named:
         names["kernels"] = ",".join(named)

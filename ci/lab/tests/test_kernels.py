@@ -115,6 +115,16 @@ class KernelsTest(unittest.TestCase):
         self.assertEqual(kernels.kernels_to_build(["distro-smoke"]), [])
         self.assertEqual(kernels.kernels_to_build(["vtd-smoke"]), [("6.12", "baseline"), ("6.12", "patched")])
 
+    def test_the_series_on_debians_config_is_a_patched_kernel(self):
+        # Alone in its role: the tool's patched kernel, the knob naming it.
+        specs, knobs_ = kernels.tool_specs(["d:vmm:viommu:debian-6.12", "p:vmm:viommu:debpatched-6.12:lazy"])
+        self.assertEqual(specs, ["d:vmm:viommu:debian-6.12", "p:vmm:viommu:patched:lazy"])
+        self.assertEqual(knobs_, {"kernel_patched": "debpatched-6.12", "kernels": "debian-6.12"})
+        # Beside the tinyconfig build: by name.
+        specs, knobs_ = kernels.tool_specs(["a:vmm:viommu:patched-6.12", "b:vmm:viommu:debpatched-6.12"])
+        self.assertEqual(specs, ["a:vmm:viommu:patched", "b:vmm:viommu:debpatched-6.12"])
+        self.assertEqual(knobs_, {"kernel_patched": "patched-6.12", "kernels": "debpatched-6.12"})
+
     def test_the_judge_checks_the_iommu_each_guest_reported(self):
         from labkit import judge
         cell = lambda units, dom: {"column": "v", "round": 0, "boot": {"iommus": units, "nvme_domain": dom}}

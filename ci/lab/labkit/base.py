@@ -11,6 +11,9 @@ from pathlib import Path
 LAB_DIR = Path(__file__).resolve().parent.parent
 REPO = LAB_DIR.parent.parent
 CACHE = Path(os.environ.get("VIOMMU_LAB_CACHE", Path.home() / ".cache" / "viommu-lab"))
+# Every lab run's results on this machine (CI's lab steps and the demo
+# too), kept by results.keep_record for `ci/lab/fault-census --records`.
+RECORDS = CACHE / "records"
 
 
 class LabError(Exception):

@@ -7,6 +7,9 @@ the outer emulator (the QEMU that runs the lab host, results'
 test. A last table adds the workloads up per outer emulator and VMM.
 
   ci/lab/fault-census RESULTS.json...      (the lab's --results files)
+  ci/lab/fault-census --records            (every run this machine made:
+                                           $VIOMMU_LAB_CACHE/records, the
+                                           newest 1000, CI's lab steps too)
 
 A hang is classified from the cell's "state at the hang" warning (the
 bench tool's diagnosis, tools/viommu-bench/src/liveness.rs):
@@ -27,6 +30,8 @@ import json
 import re
 import sys
 from collections import Counter, defaultdict
+
+from .base import RECORDS
 
 from .trouble import census_of
 
@@ -59,9 +64,13 @@ def failure_kind(reason: str) -> str:
 
 
 def short_outer(version: str | None) -> str:
-    """'QEMU emulator version 11.1.3 (Debian ...)' -> 'QEMU 11.1.3'."""
+    """'QEMU emulator version 11.1.3 (Debian ...)' -> 'QEMU 11.1.3';
+    one built with the lab's patches (ci/lab/outer-qemu: '... + viommu-lab
+    patches)') -> 'QEMU 10.0.13 fixed'."""
     m = re.search(r"version (\S+)", version or "")
-    return f"QEMU {m.group(1)}" if m else (version or "QEMU 7.2 (not recorded)")
+    if not m:
+        return version or "QEMU 7.2 (not recorded)"
+    return f"QEMU {m.group(1)}" + (" fixed" if "viommu-lab patches" in version else "")
 
 
 def outer_of(d: dict) -> str:
@@ -163,8 +172,14 @@ def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
+    files = sys.argv[1:]
+    if files == ["--records"]:
+        files = [str(p) for p in sorted(RECORDS.glob("*.json"))]
+        if not files:
+            print(f"fault-census: no records in {RECORDS} yet (every ci/lab/lab run adds one)", file=sys.stderr)
+            return 2
     docs = []
-    for f in sys.argv[1:]:
+    for f in files:
         try:
             with open(f) as fh:
                 docs.append(json.load(fh))

@@ -39,7 +39,7 @@ from .host import (DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IO
 from .images import build_image
 from .kernels import kernels_to_build, outer_qemus_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
-from .results import bench_report, save
+from .results import bench_report, keep_record, save
 from .run import run_scenario
 from .scenarios import SCENARIOS
 
@@ -138,6 +138,7 @@ def main() -> int:
             return 0
         doc = run_scenario(args)
         text = json.dumps(doc, indent=1)
+        keep_record(doc, text)
         if args.results:
             Path(args.results).write_text(text + "\n")
         if args.cmd == "demo" or args.save:

@@ -1,6 +1,8 @@
 """What a run leaves: the verdict on stderr (with the serial logs on
 failure), the table, results.json and chart the bench tool draws from the
-cells (bench_report), and --save's copy under benches/results/current/."""
+cells (bench_report), --save's copy under benches/results/current/, and
+the machine's record of every run (keep_record) that the fault census
+counts."""
 
 from __future__ import annotations
 
@@ -12,11 +14,25 @@ import sys
 import time
 from pathlib import Path
 
-from .base import REPO
+from .base import RECORDS, REPO
 from .images import BENCH_BINS, cargo_bins
 
 # Where --save copies a run's table, JSON and chart.
 SAVED = REPO / "benches" / "results" / "current"
+# The machine's records (base.RECORDS): the newest RECORDS_KEPT are kept.
+RECORDS_KEPT = 1000
+
+
+def keep_record(doc: dict, text: str) -> Path:
+    """Keep a run's results (DOC, as TEXT) among the machine's records,
+    named by scenario and time; drop the oldest past RECORDS_KEPT."""
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    path = RECORDS / f"{time.strftime('%Y%m%d-%H%M%S')}-{doc['scenario']}-{os.getpid()}.json"
+    path.write_text(text + "\n")
+    for old in sorted(RECORDS.glob("*.json"))[:-RECORDS_KEPT]:
+        old.unlink(missing_ok=True)
+    return path
+
 
 def report(args, doc: dict) -> None:
     """Prints the verdict (and on failure the serial logs) of a scenario."""

@@ -9,6 +9,7 @@ import json
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 
 from labkit import census
@@ -220,6 +221,22 @@ class FaultCensusTableTest(unittest.TestCase):
         # The demo's workload is a cell of its own, and both add up.
         self.assertIn("| QEMU 11.1.3 | 6.12 virtio | compare | ours | 1 | 0 | 0 | 0 | 0.00 | - |", text)
         self.assertIn("| QEMU 11.1.3 | ours | 4 | 1 | 1 | 0 | 0.50 | - |", text)
+
+    def test_the_fixed_outer_qemu_is_an_emulator_of_its_own(self):
+        self.assertEqual(fault_census.short_outer("QEMU emulator version 10.0.13 (Debian 1:10.0.13+ds-0+deb13u1 + viommu-lab patches)"),
+                         "QEMU 10.0.13 fixed")
+        self.assertEqual(fault_census.short_outer("QEMU emulator version 10.0.13 (Debian 1:10.0.13+ds-0+deb13u1)"), "QEMU 10.0.13")
+
+    def test_records_keep_every_run_and_drop_the_oldest(self):
+        from labkit import results
+        with tempfile.TemporaryDirectory() as tmp, \
+                unittest.mock.patch.object(results, "RECORDS", Path(tmp)), \
+                unittest.mock.patch.object(results, "RECORDS_KEPT", 2):
+            for name in ("a", "b", "c"):
+                (Path(tmp) / f"2026010{ord(name) - 96}-000000-{name}-1.json").write_text("{}")
+            kept = results.keep_record({"scenario": "smoke"}, '{"scenario": "smoke"}')
+            self.assertEqual(json.loads(kept.read_text()), {"scenario": "smoke"})
+            self.assertEqual(sorted(p.name for p in Path(tmp).iterdir()), ["20260103-000000-c-1.json", kept.name])
 
     def test_single_threaded_tcg_is_an_outer_emulator_of_its_own(self):
         doc = {"outer_qemu": "QEMU emulator version 11.1.3", "outer_tcg": "single", "scenario": "fault-census", "host_iommu": "virtio",

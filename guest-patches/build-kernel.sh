@@ -573,10 +573,20 @@ merge_fragments() {
 	kmake olddefconfig >/dev/null
 }
 
+# distro_builtin_config FILE: FILE with every module ("=m") turned off.
+# With CONFIG_MODULES off, Kconfig reads each tristate as a bool and turns
+# a left "=m" into "=y": Debian 13's 4052 modules would all be compiled
+# into the bzImage, a kernel far from the package and a build many times
+# longer. Off, the kernel keeps what the distribution builds in, and the
+# fragments add back the few drivers a lab guest needs.
+distro_builtin_config() {
+	sed -E 's/^(CONFIG_[A-Za-z0-9_]+)=m$/# \1 is not set/' "$1"
+}
+
 configure() {
 	if [ -n "$base_config" ]; then
-		log "configuring ($base_config + ${#fragments[@]} fragment(s))"
-		cp "$base_config" "$obj/.config"
+		log "configuring ($base_config without its modules + ${#fragments[@]} fragment(s))"
+		distro_builtin_config "$base_config" >"$obj/.config"
 	else
 		log "configuring (tinyconfig + ${#fragments[@]} fragment(s))"
 		kmake tinyconfig >/dev/null

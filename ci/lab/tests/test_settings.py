@@ -248,13 +248,16 @@ class SettingsTest(unittest.TestCase):
 
     def test_the_debian13_userland_has_no_qemu_7_2(self):
         with tempfile.TemporaryDirectory() as d:
-            orig = run.CACHE, run.outer_version
+            # The outer QEMU is named, not built: on a fresh machine the
+            # real lookup builds the fixed one (minutes) inside this test.
+            orig = run.CACHE, run.outer_version, run.outer_qemu
             run.CACHE, run.outer_version = Path(d), lambda b: "QEMU emulator version 7.2"
+            run.outer_qemu = lambda v: "qemu-system-x86_64"
             try:
                 with self.assertRaises(base.LabError) as e:
                     run.run_scenario(self.args("run", scenario="debian13-userland", runs=None, vmm_qemu="7.2", log=None, bin=None))
             finally:
-                run.CACHE, run.outer_version = orig
+                run.CACHE, run.outer_version, run.outer_qemu = orig
             self.assertIn("has QEMU 10.0 or 11.1, not 7.2", str(e.exception))
             self.assertEqual(list((Path(d) / "runs").iterdir()), [], "its run directory is gone")
 

@@ -199,9 +199,10 @@ pub struct Args {
     /// (results.json: the phase's `device.bytes_unmapped` and `fio.after`).
     #[arg(long, default_value_t = 0, value_name = "MS")]
     pub idle_ms: u64,
-    /// Count the host's KVM exits by reason in every measured phase (ftrace
-    /// hist triggers on the kvm events: needs root, tracefs and
-    /// CONFIG_HIST_TRIGGERS); the table gains "KVM exits per I/O".
+    /// Count the host's KVM exits by reason in every measured phase, and
+    /// the host IOMMU's map and unmap calls (ftrace hist triggers on the
+    /// kvm and iommu events: needs root, tracefs and CONFIG_HIST_TRIGGERS);
+    /// the table gains "KVM exits per I/O".
     #[arg(long)]
     pub kvm_exits: bool,
     /// Where a virtio-iommu request's time goes in the VMM, for every

@@ -92,4 +92,4 @@ pub(crate) fn exit_tables(s: &Summary) -> Vec<(String, Vec<String>, Vec<Vec<Stri
     out
 }
 
-pub(crate) const EXITS_NOTE: &str = "KVM exits per I/O (host tracepoints kvm_exit by reason, kvm_msr by MSR, kvm_mmio by address, kvm_pio by port, kvm_userspace_exit by reason, counted over the phase; medians over rounds)";
+pub(crate) const EXITS_NOTE: &str = "KVM exits per I/O (host tracepoints kvm_exit by reason, kvm_msr by MSR, kvm_mmio by address, kvm_pio by port, kvm_userspace_exit by reason, counted over the phase; medians over rounds); iommu.map and iommu.unmap: the host IOMMU driver's calls per I/O (tracepoints iommu:map and iommu:unmap, each call one physically contiguous run; under an emulated host IOMMU each is a trip to the emulator), iommu.map_kib and iommu.unmap_kib: the KiB they covered per I/O";

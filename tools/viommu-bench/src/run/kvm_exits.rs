@@ -2,8 +2,13 @@
 //! host kernel's tracepoints: a `hist` trigger on `kvm:kvm_exit` (keyed by
 //! the exit reason) and on the events that say what an exit was for
 //! (`kvm_msr` by MSR, `kvm_mmio` by guest-physical address, `kvm_pio` by
-//! port, `kvm_userspace_exit` by reason). The triggers are cleared when a
-//! phase begins and read when it ends; the counts are host-wide, so they
+//! port, `kvm_userspace_exit` by reason), and the host IOMMU's own map and
+//! unmap calls (`iommu:map`, `iommu:unmap` by size: on a host whose IOMMU
+//! is emulated, as in the lab, each call is a trip to the emulator; one
+//! call covers one physically contiguous run, so the count says how
+//! fragmented the guest RAM under the DMA buffers was). The triggers are
+//! cleared when a phase begins and read when it ends; the counts are
+//! host-wide, so they
 //! mean one VM only because the tool runs one VM at a time. Needs root,
 //! tracefs and a kernel with `CONFIG_HIST_TRIGGERS` (Debian's has it).
 //!
@@ -30,13 +35,16 @@ pub enum KvmExitsError {
     },
 }
 
-/// The events traced and the hist keys of each.
-const EVENTS: [(&str, &str); 5] = [
-    ("kvm_exit", "exit_reason"),
-    ("kvm_msr", "ecx,write"),
-    ("kvm_mmio", "type,gpa"),
-    ("kvm_pio", "port,rw"),
-    ("kvm_userspace_exit", "reason"),
+/// The events traced (`SYSTEM/EVENT` under tracefs's `events/`) and the
+/// hist keys of each.
+const EVENTS: [(&str, &str); 7] = [
+    ("kvm/kvm_exit", "exit_reason"),
+    ("kvm/kvm_msr", "ecx,write"),
+    ("kvm/kvm_mmio", "type,gpa"),
+    ("kvm/kvm_pio", "port,rw"),
+    ("kvm/kvm_userspace_exit", "reason"),
+    ("iommu/map", "size"),
+    ("iommu/unmap", "size"),
 ];
 
 /// The hist triggers, installed for the tool's lifetime.
@@ -51,14 +59,14 @@ impl KvmExits {
     /// `/sys/kernel/tracing`, mounted if it is not).
     pub fn install(tracefs: Option<&Path>) -> Result<Self, KvmExitsError> {
         let root = tracefs.map_or_else(|| PathBuf::from("/sys/kernel/tracing"), Path::to_path_buf);
-        let events = root.join("events/kvm");
+        let events = root.join("events");
         if !events.is_dir() && tracefs.is_none() {
             let _ = std::process::Command::new("mount")
                 .args(["-t", "tracefs", "tracefs"])
                 .arg(&root)
                 .status();
         }
-        if !events.join("kvm_exit").is_dir() {
+        if !events.join("kvm/kvm_exit").is_dir() {
             return Err(KvmExitsError::NoEvents(root));
         }
         let svm = Path::new("/sys/module/kvm_amd").exists();
@@ -93,13 +101,19 @@ impl KvmExits {
     }
 
     /// The counts since the last [`KvmExits::clear`], named
-    /// `exit.REASON`, `msr.HEX.r|w`, `mmio.HEX`, `pio.HEX`, `userspace.N`.
+    /// `exit.REASON`, `msr.HEX.r|w`, `mmio.HEX`, `pio.HEX`, `userspace.N`,
+    /// `iommu.map` and `iommu.unmap` (calls, all sizes), and
+    /// `iommu.map_kib` and `iommu.unmap_kib` (KiB those calls covered).
     pub fn read(&self) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         for (ev, _) in EVENTS {
             if let Ok(text) = std::fs::read_to_string(self.events.join(ev).join("hist")) {
                 for (k, n) in parse_hist(&text) {
                     *out.entry(self.name(ev, &k)).or_insert(0) += n;
+                    if let Some(op) = ev.strip_prefix("iommu/") {
+                        let kib = k.get("size").copied().unwrap_or(0) / 1024;
+                        *out.entry(format!("iommu.{op}_kib")).or_insert(0) += n * kib;
+                    }
                 }
             }
         }
@@ -109,14 +123,16 @@ impl KvmExits {
     fn name(&self, ev: &str, k: &BTreeMap<String, u64>) -> String {
         let g = |f: &str| k.get(f).copied().unwrap_or(0);
         match ev {
-            "kvm_exit" => format!("exit.{}", exit_reason_name(g("exit_reason"), self.svm)),
-            "kvm_msr" => format!(
+            "kvm/kvm_exit" => format!("exit.{}", exit_reason_name(g("exit_reason"), self.svm)),
+            "kvm/kvm_msr" => format!(
                 "msr.{:x}.{}",
                 g("ecx"),
                 if g("write") == 1 { "w" } else { "r" }
             ),
-            "kvm_mmio" => format!("mmio.{:x}", g("gpa")),
-            "kvm_pio" => format!("pio.{:x}", g("port")),
+            "kvm/kvm_mmio" => format!("mmio.{:x}", g("gpa")),
+            "kvm/kvm_pio" => format!("pio.{:x}", g("port")),
+            "iommu/map" => "iommu.map".to_string(),
+            "iommu/unmap" => "iommu.unmap".to_string(),
             _ => format!("userspace.{}", g("reason")),
         }
     }

@@ -23,7 +23,7 @@ fn reasons_are_named_per_vendor() {
 fn triggers_are_written_cleared_and_read_in_a_fake_tracefs() {
     let dir = tempfile::tempdir().unwrap();
     for (ev, _) in EVENTS {
-        let d = dir.path().join("events/kvm").join(ev);
+        let d = dir.path().join("events").join(ev);
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("trigger"), "").unwrap();
     }
@@ -32,12 +32,21 @@ fn triggers_are_written_cleared_and_read_in_a_fake_tracefs() {
         "{ ecx:       1760, write:          1 } hitcount:          7\n",
     )
     .unwrap();
+    std::fs::write(
+        dir.path().join("events/iommu/map/hist"),
+        "{ size:       4096 } hitcount:         32\n{ size:     131072 } hitcount:          3\n",
+    )
+    .unwrap();
     let k = KvmExits::install(Some(dir.path())).unwrap();
     k.clear().unwrap();
     let trig = std::fs::read_to_string(dir.path().join("events/kvm/kvm_exit/trigger")).unwrap();
     assert!(trig.starts_with("hist:keys=exit_reason:size=256"), "{trig}");
     assert!(trig.ends_with(":clear"), "{trig}");
-    assert_eq!(k.read().get("msr.6e0.w"), Some(&7));
+    let counts = k.read();
+    assert_eq!(counts.get("msr.6e0.w"), Some(&7));
+    assert_eq!(counts.get("iommu.map"), Some(&35));
+    assert_eq!(counts.get("iommu.map_kib"), Some(&(32 * 4 + 3 * 128)));
+    assert_eq!(counts.get("iommu.unmap"), None);
     drop(k);
     let trig = std::fs::read_to_string(dir.path().join("events/kvm/kvm_exit/trigger")).unwrap();
     assert!(trig.ends_with("!hist:keys=exit_reason:size=256"), "{trig}");

@@ -247,3 +247,35 @@ class FaultCensusTableTest(unittest.TestCase):
         self.assertEqual(guests[("QEMU 11.1.3 (TCG single)", "6.12 virtio", "fault-census", "vmm")]["guest boots"], 1)
         self.assertEqual(guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "vmm")]["guest boots"], 1)
 
+
+
+class MapTripsTest(unittest.TestCase):
+    """ci/lab/map-trips: host IOMMU map calls per I/O grouped by place."""
+
+    @staticmethod
+    def cell(col: str, rnd: int, place: int, maps: int, kib: int, iops: float) -> dict:
+        fio = {"read_kib": 128 * 1000, "read_iops": iops}
+        return {"column": col, "round": rnd, "place": {"boot": "b", "index": place},
+                "phases": {"randread-128k": {"fio": fio, "kvm_exits": {"iommu.map": maps, "iommu.map_kib": kib}},
+                           "verify-128k": {"fio": fio, "kvm_exits": {"iommu.map": 1}},
+                           "randread-4k": {"fio": {"read_kib": 4000}}}}
+
+    def test_calls_per_io_and_run_length_by_place(self):
+        from labkit import map_trips
+        doc = {"cells": [self.cell("qemu", 0, 0, 1000, 128000, 900), self.cell("qemu", 1, 1, 32000, 128000, 300),
+                         self.cell("qemu", 2, 1, 30000, 128000, 320)]}
+        rows = map_trips.samples(doc)
+        self.assertEqual({r["phase"] for r in rows}, {"randread-128k"}, "verify and uncounted phases left out")
+        text = "\n".join(map_trips.table(rows))
+        self.assertIn("| randread-128k | qemu | 1 | 1 | 900 | 1.00 | 128 |", text)
+        self.assertIn("| randread-128k | qemu | 2 | 2 | 310 | 31.00 | 4 |", text)
+
+    def test_no_counts_is_an_error_naming_the_flag(self):
+        from labkit import map_trips
+        with tempfile.TemporaryDirectory() as d:
+            f = Path(d) / "results.json"
+            f.write_text(json.dumps({"cells": [{"column": "c", "place": {"index": 0}, "phases": {"randread-4k": {"fio": {}}}}]}))
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                self.assertEqual(map_trips.main([str(f)]), 1)
+            self.assertIn("--kvm-exits", err.getvalue())

@@ -50,7 +50,7 @@ def samples(doc: dict) -> list[dict]:
             if ios <= 0:
                 continue
             calls = k.get("iommu.map", 0)
-            out.append({"phase": name, "column": cell["column"], "round": cell.get("round"), "place": place + 1,
+            out.append({"phase": name, "column": cell["column"], "place": place + 1,
                         "iops": fio.get("read_iops", 0) + fio.get("write_iops", 0),
                         "maps_per_io": calls / ios,
                         "kib_per_map": k.get("iommu.map_kib", 0) / calls if calls else None})

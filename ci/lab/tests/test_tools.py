@@ -248,7 +248,6 @@ class FaultCensusTableTest(unittest.TestCase):
         self.assertEqual(guests[("QEMU 11.1.3", "6.12 virtio", "fault-census", "vmm")]["guest boots"], 1)
 
 
-
 class MapTripsTest(unittest.TestCase):
     """ci/lab/map-trips: host IOMMU map calls per I/O grouped by place."""
 

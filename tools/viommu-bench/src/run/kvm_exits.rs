@@ -8,9 +8,9 @@
 //! call covers one physically contiguous run, so the count says how
 //! fragmented the guest RAM under the DMA buffers was). The triggers are
 //! cleared when a phase begins and read when it ends; the counts are
-//! host-wide, so they
-//! mean one VM only because the tool runs one VM at a time. Needs root,
-//! tracefs and a kernel with `CONFIG_HIST_TRIGGERS` (Debian's has it).
+//! host-wide, so they mean one VM only because the tool runs one VM at a
+//! time. Needs root, tracefs and a kernel with `CONFIG_HIST_TRIGGERS`
+//! (Debian's has it).
 //!
 //! Written here rather than taken from a crate: no maintained crate drives
 //! ftrace hist triggers, and this is four file writes and one parser.

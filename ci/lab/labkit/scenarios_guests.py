@@ -172,7 +172,7 @@ GUEST_SCENARIOS = {
         "expect_zero": {"ours-stock": ["poll_ns", "polls_found", "polls_busy", "vcpu_handovers"], "ours-stock+tpoll": ["vcpu_kicks", "vcpu_handovers"]},
     },
     "vcpu-kicks": {
-        "help": "who serves our virtio-iommu's request-queue notifications (--viommu-kicks): the device thread woken through an ioeventfd (ours+stock, ours+strict: thread) against the vCPU that made the notification (vcpu, the default), with the guests that still send requests (stock 6.12: every DMA map one; patched 6.12 strict), polling off in every column (--viommu-poll-us 0), beside stock QEMU with the stock guest and the ceiling; the demo's stack (QEMU 11.1 outside and as the stock VMM, 6.12 lab host behind a virtio-iommu), 2-vCPU guests, 1 and 2 fio jobs, 4k and 128k; the vcpu columns must serve kicks on their vCPUs and the thread columns never; a measurement with --rounds N (columns in balanced order)",
+        "help": "who serves our virtio-iommu's request-queue notifications (--viommu-kicks): the device thread woken through an ioeventfd (ours+stock, ours+strict: thread) against the vCPU that made the notification (vcpu, the default), with the guests that still send requests (stock 6.12: every DMA map one; patched 6.12 strict), polling off in every column (--viommu-poll-us 0), beside stock QEMU with the stock guest and the ceiling; the demo's stack (the fixed outer QEMU, QEMU 11.1 as the stock VMM, 6.12 lab host behind a virtio-iommu), 2-vCPU guests, 1 and 2 fio jobs, 4k and 128k; the vcpu columns must serve kicks on their vCPUs and the thread columns never; a measurement with --rounds N (columns in balanced order)",
         "script": "guest-runs",
         "runs": [
             "qemu+stock:qemu:viommu:baseline-6.12",
@@ -189,7 +189,6 @@ GUEST_SCENARIOS = {
         "runtime": 3,
         "ramp": 2,
         "host_iommu": "virtio",
-        "outer_qemu": "11.1",
         "vmm_qemu": "11.1",
         "timeout": 3600,
         "expect": {"ours+stock+vcpu": ["vcpu_kicks"], "ours+strict+vcpu": ["vcpu_kicks"]},
@@ -217,7 +216,6 @@ GUEST_SCENARIOS = {
         "ramp": 2,
         "host_iommu": "virtio",
         "host_kernel": "6.12",
-        "outer_qemu": "11.1",
         "vmm_qemu": "11.1",
         "timeout": 3600,
         "expect": {"ours+stock": ["vcpu_kicks", "vcpu_handovers|polls_busy"], "ours+strict": ["vcpu_kicks"], "ours+stock+tpoll": ["polls_found|polls_busy"]},
@@ -239,7 +237,6 @@ GUEST_SCENARIOS = {
         "runtime": 3,
         "ramp": 2,
         "host_iommu": "virtio",
-        "outer_qemu": "11.1",
         "vmm_qemu": "11.1",
         "timeout": 3600,
         # 7.3: the 128k reads take the IOVA link API (guest patch 17)
@@ -391,7 +388,6 @@ GUEST_SCENARIOS = {
         "host_iommu": "virtio",
         "host_kernel": "6.12",
         "vmm_qemu": "11.1",
-        "outer_qemu": "11.1",
         "breakdown": True,
         "timeout": 3600,
         "expect": {"ours+stock": ["map_requests", "vfio_calls"], "ours+patched-strict": ["map_requests"]},

@@ -4,7 +4,7 @@ use crate::report::exits::{exit_tables, EXITS_NOTE};
 use crate::report::row_text::{
     lazy_cells, notes, row_cells, time_cells, HEADER, LAZY_HEADER, TIME_HEADER, TIME_NOTE,
 };
-use crate::report::sections::{cpu_time, guest_time, headline, latency, order, paired};
+use crate::report::sections::{cpu_time, guest_time, headline, latency, order, paired, places};
 use crate::report::summary::Summary;
 
 pub(crate) fn md_table(head: &[String], rows: &[Vec<String>]) -> String {
@@ -84,6 +84,14 @@ pub fn render_markdown(s: &Summary, title: &str) -> String {
         let oh = order::HEADER.map(String::from).to_vec();
         let or: Vec<Vec<String>> = s.order.iter().map(order::cells).collect();
         out += &format!("\n{}:\n\n{}", order::note(&s.baseline), md_table(&oh, &or));
+    }
+    if !s.places.is_empty() {
+        let ph = places::HEADER.map(String::from).to_vec();
+        let pr: Vec<Vec<String>> = s.places.iter().map(places::cells).collect();
+        out += &format!("\n{}:\n\n{}", places::NOTE, md_table(&ph, &pr));
+    }
+    if let Some(n) = &s.noise {
+        out += &format!("\n{}\n", places::noise_text(n));
     }
     if !s.breakdown.is_empty() {
         let bh = crate::report::sections::breakdown::HEADER

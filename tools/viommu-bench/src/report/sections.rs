@@ -8,3 +8,4 @@ pub mod headline;
 pub mod latency;
 pub mod order;
 pub mod paired;
+pub mod places;

@@ -13,7 +13,7 @@ pub use findings::retry_warning_head;
 use crate::columns::{Column, Iommu};
 use crate::plan::Phase;
 use crate::report::exits::exit_row;
-use crate::report::sections::{breakdown, cpu_time, guest_time, latency, order, paired};
+use crate::report::sections::{breakdown, cpu_time, guest_time, latency, order, paired, places};
 use crate::report::significance;
 use crate::report::stats::RatioTest;
 use crate::report::summary::{Group, Summary};
@@ -74,6 +74,7 @@ pub fn summarize(
                 .filter_map(|r| paired::row(&g.phase, &r.column, r.vs_ceiling, r.vs_baseline))
         })
         .collect();
+    let (places, noise) = places::analyse(phases, cells);
     Summary {
         findings: findings::findings(columns, cells),
         baseline: columns
@@ -92,6 +93,8 @@ pub fn summarize(
         exits,
         breakdown: breakdown::rows(columns, phases, cells),
         order: order::rows(columns, phases, cells, baseline),
+        places,
+        noise,
         paired,
         lead: None,
     }

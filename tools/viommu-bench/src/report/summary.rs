@@ -189,6 +189,12 @@ pub struct Summary {
     /// Each column against the baseline by which ran first on its host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub order: Vec<crate::report::sections::order::OrderRow>,
+    /// Each guest's IOPS over its column's usual, by its place on its host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub places: Vec<crate::report::sections::places::PlaceRow>,
+    /// The run's noise: between hosts, a guest's own, a phase's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<crate::report::sections::places::Noise>,
     /// Each column against the ceiling and the baseline, round by round.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paired: Vec<paired::PairedRow>,

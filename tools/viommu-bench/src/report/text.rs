@@ -4,7 +4,7 @@ use crate::report::exits::exit_tables;
 use crate::report::row_text::{
     aligned, lazy_cells, notes, row_cells, time_cells, HEADER, LAZY_HEADER, TIME_HEADER,
 };
-use crate::report::sections::{cpu_time, guest_time, headline, latency, order, paired};
+use crate::report::sections::{cpu_time, guest_time, headline, latency, order, paired, places};
 use crate::report::summary::Summary;
 
 /// The table for a terminal.
@@ -66,6 +66,14 @@ pub fn render_text(s: &Summary) -> String {
         heads(&order::HEADER),
         s.order.iter().map(order::cells),
     );
+    out += &text_table(
+        "by place on the host (IOPS x the column's usual)",
+        heads(&places::HEADER),
+        s.places.iter().map(places::cells),
+    );
+    if let Some(n) = &s.noise {
+        out += &format!("\n{}\n", places::noise_text(n));
+    }
     for (ph, head, body) in exit_tables(s) {
         out += &text_table(&format!("KVM exits per I/O: {ph}"), head, body);
     }

@@ -45,7 +45,8 @@ fn ratios_split_by_who_ran_first_on_the_same_host() {
             "randread-4k",
             "ours+patched-lazy",
             "1.10 [1.10-1.10] (1)",
-            "0.85 [0.80-0.90] (2)"
+            "0.85 [0.80-0.90] (2)",
+            "-"
         ]
     );
 }
@@ -59,4 +60,42 @@ fn nothing_without_places() {
     ];
     assert!(rows(&cols, &[phase_4k()], &all, 0).is_empty());
     assert!(rows(&cols, &[phase_4k()], &all, 7).is_empty());
+}
+
+#[test]
+fn a_gap_is_an_order_effect_only_beyond_the_noise() {
+    // Three rounds each side, after running 1.5x before with little noise.
+    let g = OrderGap::of(&[1.0, 1.02, 0.98], &[1.5, 1.52, 1.48]).unwrap();
+    assert!((g.ratio - 1.5).abs() < 0.01, "{g:?}");
+    assert!(g.low > 1.4 && g.high < 1.6, "{g:?}");
+    assert!(g.p < 0.001, "{g:?}");
+    // The same gap with the spread the lab's guests have: not shown.
+    let g = OrderGap::of(&[0.7, 1.0, 1.4], &[1.0, 1.5, 2.1]).unwrap();
+    assert!((g.ratio - 1.48).abs() < 0.01, "{g:?}");
+    assert!(g.low < 1.0 && g.p > 0.05, "{g:?}");
+    // One round in a half: no test.
+    assert!(OrderGap::of(&[1.0], &[1.5, 1.6]).is_none());
+}
+
+#[test]
+fn the_table_marks_gaps_after_holm() {
+    let cols = cols(&["qemu+patched", "ours+patched-lazy"]);
+    let mut all = Vec::new();
+    for r in 0..6u32 {
+        let ours_first = r % 2 == 0;
+        // Ours runs 2.0x QEMU second, 1.0x first, +-1%.
+        let ours = if ours_first {
+            100 + r as u64
+        } else {
+            200 + r as u64
+        };
+        let (q, o) = if ours_first { (1, 0) } else { (0, 1) };
+        all.push(placed("qemu+patched", r, 100, &format!("h{r}"), q));
+        all.push(placed("ours+patched-lazy", r, ours, &format!("h{r}"), o));
+    }
+    let rows = rows(&cols, &[phase_4k()], &all, 0);
+    let g = rows[0].gap.unwrap();
+    assert!(g.shown && g.p_holm == g.p, "{g:?}");
+    let text = &cells(&rows[0])[4];
+    assert!(text.starts_with("1.9") && text.ends_with(" *"), "{text}");
 }

@@ -1,0 +1,203 @@
+//! Whether a guest's place in its host's sequence moved its result, and
+//! how much one guest boot varies on its own.
+//!
+//! Every cell (one guest boot) gets a factor: over the timed phases it
+//! measured, the geometric mean of its IOPS over its column's geometric
+//! mean in that phase across all rounds. A factor of 1.2 is a guest that
+//! ran 20% faster than its column usually does, in every phase alike.
+//!
+//! - **By place**: the factors of the guests that ran first, second, ...
+//!   on their host, each place's geometric mean with its 95% t interval.
+//!   An order effect (the host warming up, or earlier guests leaving it
+//!   fragmented) shows as places whose intervals exclude 1 or a trend
+//!   down the table; a flat table with wide intervals is noise.
+//! - **Noise**: the factors split three ways: the host's (a round's mean
+//!   factor: cancels out of every ratio within a round), the guest's own
+//!   (a factor less its round's mean: does not cancel, and moves every
+//!   phase of that guest together), and the phase's (what is left within
+//!   one guest). A ratio of two columns in one round carries the guest
+//!   and phase parts of both.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{is_untimed_phase, Phase};
+use crate::report::cells::cell_iops;
+use crate::report::stats::t_quantile;
+use crate::run::results::CellResult;
+
+/// The guests that ran at one place on their hosts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlaceRow {
+    /// 0 = the first guest its host ran.
+    pub place: u32,
+    /// Guests (cells) at this place with a factor.
+    pub guests: usize,
+    /// The geometric mean of their factors.
+    pub factor: f64,
+    /// The 95% t interval of that mean (None with one guest).
+    pub low: Option<f64>,
+    /// Upper end of it.
+    pub high: Option<f64>,
+}
+
+/// The run's noise, each part as a standard deviation of the natural log
+/// of IOPS (0.10 is about 10%).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Noise {
+    /// Guests with a factor.
+    pub guests: usize,
+    /// Rounds (hosts) they ran in.
+    pub rounds: usize,
+    /// Between hosts: the sd of the rounds' mean log factors.
+    pub host: f64,
+    /// A guest's own: the sd of log factors less their round's mean.
+    pub guest: f64,
+    /// A phase's: the sd of a phase's log ratio less its guest's factor.
+    pub phase: f64,
+}
+
+/// Each cell's per-phase log deviations from its column's mean in that
+/// phase (phases with two or more usable cells of the column).
+fn deviations(phases: &[Phase], cells: &[CellResult]) -> Vec<Vec<f64>> {
+    let mut out = vec![Vec::new(); cells.len()];
+    let timed = phases.iter().filter(|p| !is_untimed_phase(&p.name));
+    for ph in timed {
+        let mut tags: Vec<&str> = cells.iter().map(|c| c.column.as_str()).collect();
+        tags.sort_unstable();
+        tags.dedup();
+        for tag in tags {
+            let logs: Vec<(usize, f64)> = cells
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.column == tag)
+                .filter_map(|(i, c)| cell_iops(c, &ph.name).map(|v| (i, v.ln())))
+                .collect();
+            if logs.len() < 2 {
+                continue;
+            }
+            let mean = logs.iter().map(|l| l.1).sum::<f64>() / logs.len() as f64;
+            for (i, l) in logs {
+                out[i].push(l - mean);
+            }
+        }
+    }
+    out
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// The sample standard deviation of `v` about `center` with `lost`
+/// degrees of freedom spent; None without any left.
+fn sd_about(v: impl Iterator<Item = f64> + Clone, lost: usize) -> Option<f64> {
+    let n = v.clone().count();
+    (n > lost).then(|| (v.map(|x| x * x).sum::<f64>() / (n - lost) as f64).sqrt())
+}
+
+/// The by-place rows (places in order) and the noise split of `cells`
+/// over `phases`; no rows without recorded places, no noise without two
+/// rounds of two guests.
+pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option<Noise>) {
+    let devs = deviations(phases, cells);
+    // (round, place, factor, the cell's deviations)
+    let guests: Vec<(u32, Option<u32>, f64, &Vec<f64>)> = cells
+        .iter()
+        .zip(&devs)
+        .filter(|(_, d)| !d.is_empty())
+        .map(|(c, d)| (c.round, c.place.as_ref().map(|p| p.index), mean(d), d))
+        .collect();
+    let mut places: Vec<u32> = guests.iter().filter_map(|g| g.1).collect();
+    places.sort_unstable();
+    places.dedup();
+    let rows = places
+        .into_iter()
+        .map(|place| {
+            let f: Vec<f64> = guests
+                .iter()
+                .filter(|g| g.1 == Some(place))
+                .map(|g| g.2)
+                .collect();
+            let m = mean(&f);
+            let half = sd_about(f.iter().map(|x| x - m), 1)
+                .map(|sd| t_quantile(0.975, (f.len() - 1) as f64) * sd / (f.len() as f64).sqrt());
+            PlaceRow {
+                place,
+                guests: f.len(),
+                factor: m.exp(),
+                low: half.map(|h| (m - h).exp()),
+                high: half.map(|h| (m + h).exp()),
+            }
+        })
+        .collect();
+    (rows, noise(&guests))
+}
+
+fn noise(guests: &[(u32, Option<u32>, f64, &Vec<f64>)]) -> Option<Noise> {
+    let mut rounds: Vec<u32> = guests.iter().map(|g| g.0).collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    if rounds.len() < 2 || guests.len() < rounds.len() * 2 {
+        return None;
+    }
+    let round_mean = |r: u32| {
+        let f: Vec<f64> = guests.iter().filter(|g| g.0 == r).map(|g| g.2).collect();
+        mean(&f)
+    };
+    let means: Vec<f64> = rounds.iter().map(|r| round_mean(*r)).collect();
+    let grand = mean(&means);
+    let host = sd_about(means.iter().map(|m| m - grand), 1)?;
+    let guest = sd_about(guests.iter().map(|g| g.2 - round_mean(g.0)), rounds.len())?;
+    let phase = sd_about(
+        guests.iter().flat_map(|g| g.3.iter().map(move |d| d - g.2)),
+        guests.len(),
+    )
+    .unwrap_or(0.0);
+    Some(Noise {
+        guests: guests.len(),
+        rounds: rounds.len(),
+        host,
+        guest,
+        phase,
+    })
+}
+
+/// Column heads of the by-place table.
+pub const HEADER: [&str; 3] = [
+    "place on its host",
+    "guests",
+    "IOPS x its column's usual [95%]",
+];
+
+/// The table's cells of one row.
+pub fn cells(r: &PlaceRow) -> Vec<String> {
+    let interval = match (r.low, r.high) {
+        (Some(l), Some(h)) => format!(" [{l:.2}, {h:.2}]"),
+        _ => String::new(),
+    };
+    vec![
+        format!("{}", r.place + 1),
+        r.guests.to_string(),
+        format!("{:.2}{interval}", r.factor),
+    ]
+}
+
+/// What the table is.
+pub const NOTE: &str = "By place on the host (each guest's IOPS over its column's geometric mean in the same phase, averaged over the guest's timed phases: its factor; per place, the factors' geometric mean and its 95% t interval; an order effect shows as places whose interval excludes 1 or a trend down the places)";
+
+/// The noise line under the by-place table.
+pub fn noise_text(n: &Noise) -> String {
+    let pct = |sd: f64| (sd.exp() - 1.0) * 100.0;
+    format!(
+        "Noise ({} guests in {} rounds, standard deviations of log IOPS): between hosts {:.0}% (cancels out of every ratio within a round), a guest's own {:.0}% (moves all of one guest's phases together; does not cancel), a phase's {:.0}% (within one guest). One round's ratio of two columns carries both guests' own and phase parts: about {:.0}%.",
+        n.guests,
+        n.rounds,
+        pct(n.host),
+        pct(n.guest),
+        pct(n.phase),
+        pct((2.0 * (n.guest.powi(2) + n.phase.powi(2))).sqrt()),
+    )
+}
+
+#[cfg(test)]
+mod tests;

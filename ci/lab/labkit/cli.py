@@ -108,7 +108,9 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--hugepages", action="store_true", default=None,
                    help=f"every column's guest RAM in 2 MiB huge pages (viommu-bench --hugepages): the lab host reserves {hugepages_at_boot()} "
                         f"at boot (hugepages=N: one guest's {GUEST_RAM_MIB} MiB and {HUGEPAGES_MARGIN} pages more) and gets "
-                        f"{2 * HUGEPAGES_MARGIN} MiB more RAM for the margin (default: the scenario's, else off)")
+                        f"{2 * HUGEPAGES_MARGIN} MiB more RAM for the margin (default: the scenario's, else off); under the outer "
+                        "QEMU's TCG every column runs 1.2-6x slower with it and no quieter (docs/lab.md, \"How precise the lab is\"): "
+                        "for checking the option, not for measuring")
     p.add_argument("-v", "--verbose", action="store_true", help="echo the whole serial console")
 
 

@@ -41,8 +41,8 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(report_args(k, ["a:vmm:viommu:baseline"], "x")[args.index("--ramp") + 1], "0")
 
     def test_every_measurement_runs_on_the_fixed_outer_qemu(self):
-        # Issue 59: measurements run on the outer QEMU that carries the TCG
-        # fix; only the race's own reproducer pins an unfixed one.
+        # Measurements run on the outer QEMU that carries the TCG fix; only
+        # the race's own reproducer pins an unfixed one.
         for name, sc in scenarios.SCENARIOS.items():
             k = knobs_of(self.args("run"), sc)
             if name == "tcg-race":

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::{is_untimed_phase, Phase};
 use crate::report::cells::cell_iops;
-use crate::report::stats::t_quantile;
+use crate::report::stats::RatioTest;
 use crate::run::results::CellResult;
 
 /// The guests that ran at one place on their hosts.
@@ -116,17 +116,17 @@ pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option
             let f: Vec<f64> = guests
                 .iter()
                 .filter(|g| g.1 == Some(place))
-                .map(|g| g.2)
+                .map(|g| g.2.exp())
                 .collect();
-            let m = mean(&f);
-            let half = sd_about(f.iter().map(|x| x - m), 1)
-                .map(|sd| t_quantile(0.975, (f.len() - 1) as f64) * sd / (f.len() as f64).sqrt());
+            // The geometric mean and t interval of the factors: the
+            // paired table's test, on factors instead of ratios.
+            let t = RatioTest::of(&f);
             PlaceRow {
                 place,
                 guests: f.len(),
-                factor: m.exp(),
-                low: half.map(|h| (m - h).exp()),
-                high: half.map(|h| (m + h).exp()),
+                factor: t.map_or(1.0, |t| t.ratio),
+                low: t.and_then(|t| t.low),
+                high: t.and_then(|t| t.high),
             }
         })
         .collect();
@@ -140,11 +140,14 @@ fn noise(guests: &[(u32, Option<u32>, f64, &Vec<f64>)]) -> Option<Noise> {
     if rounds.len() < 2 || guests.len() < rounds.len() * 2 {
         return None;
     }
-    let round_mean = |r: u32| {
-        let f: Vec<f64> = guests.iter().filter(|g| g.0 == r).map(|g| g.2).collect();
-        mean(&f)
-    };
-    let means: Vec<f64> = rounds.iter().map(|r| round_mean(*r)).collect();
+    let means: Vec<f64> = rounds
+        .iter()
+        .map(|r| {
+            let f: Vec<f64> = guests.iter().filter(|g| g.0 == *r).map(|g| g.2).collect();
+            mean(&f)
+        })
+        .collect();
+    let round_mean = |r: u32| rounds.binary_search(&r).map_or(0.0, |i| means[i]);
     let grand = mean(&means);
     let host = sd_about(means.iter().map(|m| m - grand), 1)?;
     let guest = sd_about(guests.iter().map(|g| g.2 - round_mean(g.0)), rounds.len())?;

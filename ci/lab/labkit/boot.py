@@ -1,7 +1,7 @@
 """One lab host boot: its drive, its kernel command line and outer QEMU,
 and the watch over its console (progress, the wall-clock bound, a wedge,
-a teardown that hangs); the runner's signal handler that kills the lab
-hosts still running."""
+a teardown that hangs), how quiet the machine was meanwhile; the
+runner's signal handler that kills the lab hosts still running."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from .base import LabError
 from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
 from .host import HOST_IOMMUS, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
 from .knobs import host_knobs
+from .machine import Snapshot, quiet_of
 
 
 def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: dict, run_dir: Path, log_path: Path) -> Collector:
@@ -34,6 +35,7 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
     col.log = str(log_path)
     rounds = f" round {round_no}/{k['rounds']}" if k["rounds"] > 1 else ""
     print(f"[lab] {args.scenario}{rounds}: booting a lab host for {len(specs) or 'its'} guest(s) (bound {timeout} s); log {log_path}", file=sys.stderr)
+    before = Snapshot.take()
     with open(log_path, "w") as log, subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as proc:
@@ -48,6 +50,7 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
             proc.wait()
         LIVE_HOSTS.discard(proc)
         col.finish(proc.returncode)
+    col.machine = quiet_of(before, Snapshot.take())
     return col
 
 

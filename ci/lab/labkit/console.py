@@ -56,6 +56,8 @@ class Collector:
         self.teardown_hung = False
         # The lab host's console log this was collected from.
         self.log = ""
+        # How quiet the real machine was meanwhile (machine.quiet_of).
+        self.machine: dict | None = None
         # A marker cut by a kernel message: its kind, its text so far, and
         # the console lines it has spanned.
         self.split_marker: tuple[str, str, int] | None = None

@@ -1,8 +1,9 @@
 """Judging a scenario's results: the problems that fail a run and the
 warnings beside them, from its lab hosts' boot records (their troubles:
-trouble.TROUBLES), its checks, its cells, and what the scenario expects of
-them (counters, the reuse cache's idle phase, a breakdown, the NVMe's
-largest request, a hostile guest's bounds)."""
+trouble.TROUBLES; a machine that was not quiet: machine.loud), its
+checks, its cells, and what the scenario expects of them (counters, the
+reuse cache's idle phase, a breakdown, the NVMe's largest request, a
+hostile guest's bounds)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 
 from .base import cell_key, tag_of, vmm_of
 from .console import TEARDOWN_GRACE
+from .machine import loud
 from .trouble import TROUBLES, Verdict, trouble_of
 
 def counter_total(cells: list[dict], key: str) -> int:
@@ -81,6 +83,8 @@ def boot_problems(b: dict) -> tuple[list[str], list[str]]:
     problems, warnings = [], []
     where = f"lab host of round {b['round']}"
     rerun = b.get("rerun", "its unfinished guests")
+    if why := loud(b.get("machine")):
+        warnings.append(f"{where}: the machine was not quiet: {why}; its guests' timings are noisier than the rest")
     if b.get("spoiled_checks"):
         warnings.append(f"{where}: check(s) {', '.join(b['spoiled_checks'])} failed on a lab host that then crashed or wedged; "
                         "they ran again in a fresh one (judged there)")

@@ -1,0 +1,72 @@
+"""Unit tests of how quiet the machine was while a lab host ran (no VM)."""
+
+import unittest
+
+from labkit import judge, machine
+from labkit.machine import Snapshot
+
+# /proc/stat's head on a 2-CPU VM: user nice system idle iowait irq
+# softirq steal guest guest_nice.
+STAT = "cpu  1000 100 200 5000 50 0 20 30 0 0\ncpu0 500 50 100 2500 25 0 10 15 0 0\nintr 1 2 3\n"
+
+
+def snap(wall, idle_s, steal_s, own_s, cpus=2):
+    hz = machine.HZ
+    return Snapshot(wall=wall, cpus=cpus, idle_ticks=int(idle_s * hz), steal_ticks=int(steal_s * hz), own_cpu_s=own_s)
+
+
+class MachineTest(unittest.TestCase):
+    def test_the_all_cpu_line_is_read(self):
+        # CPUs: the cpuN lines; idle with iowait; steal
+        self.assertEqual(machine.cpu_ticks(STAT), (1, 5050, 30))
+        with self.assertRaises(ValueError):
+            machine.cpu_ticks("intr 1 2 3\n")
+
+    def test_snapshot_from_a_given_text(self):
+        s = Snapshot.take(STAT)
+        self.assertEqual((s.cpus, s.idle_ticks, s.steal_ticks), (1, 5050, 30))
+        self.assertGreaterEqual(s.own_cpu_s, 0.0)
+
+    def test_the_lab_hosts_own_cpu_is_not_others(self):
+        # 100 s on 2 CPUs: 15 s idle, 5 s stolen, so 180 CPU-seconds
+        # busy, of which the outer QEMU (a waited-for child) and the
+        # runner took 170: others 10 s, 10% of a CPU; 5 s stolen out of
+        # 200: 2.5%.
+        before = snap(0.0, 0, 0, 0.0)
+        after = snap(100.0, 15, 5, 170.0)
+        self.assertEqual(machine.quiet_of(before, after), {"seconds": 100.0, "others_cpu_pct": 10.0, "steal_pct": 2.5})
+        self.assertIsNone(machine.loud(machine.quiet_of(before, after)))
+
+    def test_a_build_beside_the_lab_host_is_loud(self):
+        # 100 s on 2 CPUs, 10 s idle: the outer QEMU took 100 s, a build
+        # the other 90
+        q = machine.quiet_of(snap(10.0, 1, 0, 1.0), snap(110.0, 11, 0, 101.0))
+        self.assertEqual(q["others_cpu_pct"], 90.0)
+        self.assertIn("other work used 90% of a CPU", machine.loud(q))
+
+    def test_stolen_time_is_loud(self):
+        q = {"seconds": 60.0, "others_cpu_pct": 1.0, "steal_pct": 25.0}
+        self.assertIn("stole 25%", machine.loud(q))
+        self.assertNotIn("other work", machine.loud(q))
+
+    def test_a_runner_that_counted_more_than_the_machine_is_not_negative(self):
+        # Children's CPU arrives when waited for: a lab host started before
+        # the window can make ours exceed the machine's busy time.
+        q = machine.quiet_of(snap(0.0, 0, 0, 0.0), snap(10.0, 15, 0, 50.0))
+        self.assertEqual(q["others_cpu_pct"], 0.0)
+
+    def test_the_judge_warns_of_a_loud_boot_and_not_of_a_quiet_or_old_one(self):
+        base = {"round": 2, "attempt": 1, "host": {"kernel": "6.12"}, "done_rc": 0, "log": "l"}
+        loud = {**base, "machine": {"seconds": 300.0, "others_cpu_pct": 60.0, "steal_pct": 0.5}}
+        problems, warnings = judge.boot_problems(loud)
+        self.assertEqual(problems, [])
+        self.assertEqual(len(warnings), 1)
+        self.assertTrue(warnings[0].startswith("lab host of round 2: the machine was not quiet: other work used 60% of a CPU"), warnings[0])
+        quiet = {**base, "machine": {"seconds": 300.0, "others_cpu_pct": 3.0, "steal_pct": 1.0}}
+        self.assertEqual(judge.boot_problems(quiet), ([], []))
+        # records from before the field existed
+        self.assertEqual(judge.boot_problems(base), ([], []))
+
+
+if __name__ == "__main__":
+    unittest.main()

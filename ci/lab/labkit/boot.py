@@ -72,13 +72,15 @@ def fresh_drive(run_dir: Path, image: str | None) -> Path:
 
 def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
     """The lab host's kernel command line: its console, its IOMMU's
-    parameters, the huge pages it reserves (--hugepages), and the
-    lab.NAME=VALUE knobs."""
+    parameters, the huge pages it reserves (--hugepages), its transparent
+    huge pages (--host-thp), and the lab.NAME=VALUE knobs."""
     # loglevel=5: warnings and backtraces (a soft lockup's) reach the log.
     host_iommu = HOST_IOMMUS[k["host_iommu"]]
     cmdline = f"console=ttyS0 {host_iommu['cmdline']} loglevel=5 panic=-1 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items())
     if k.get("hugepages") == "1":
         cmdline += f" hugepages={hugepages_at_boot()}"
+    if k.get("host_thp", "madvise") != "madvise":
+        cmdline += f" transparent_hugepage={k['host_thp']}"
     # The lab host's first TSC calibration is KVM's guest TSC rate (KVM is
     # built into our lab host kernels): give it the right one (host-init's
     # tsc_check() says why and checks it).

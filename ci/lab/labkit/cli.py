@@ -34,8 +34,8 @@ from pathlib import Path
 
 from .base import CACHE, REPO, LabError
 from .boot import stop_lab_hosts
-from .host import (DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HUGEPAGES_MARGIN, NICS, OUTER_QEMUS,
-                   OUTER_TCG, hugepages_at_boot)
+from .host import (DEFAULT_HOST_THP, DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HOST_THP,
+                   HUGEPAGES_MARGIN, NICS, OUTER_QEMUS, OUTER_TCG, hugepages_at_boot)
 from .images import build_image
 from .kernels import kernels_to_build, outer_qemus_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
@@ -111,6 +111,9 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
                         f"{2 * HUGEPAGES_MARGIN} MiB more RAM for the margin (default: the scenario's, else off); under the outer "
                         "QEMU's TCG every column runs 1.2-6x slower with it and no quieter (docs/lab.md, \"How precise the lab is\"): "
                         "for checking the option, not for measuring")
+    p.add_argument("--host-thp", choices=HOST_THP, help="the lab host's transparent huge pages (its kernel's transparent_hugepage=): "
+                   "madvise (Debian's default: both VMMs ask for them for guest RAM, so a guest gets as many 2 MiB pages as the lab "
+                   "host has free) or never (every guest's RAM in 4 KiB pages, the same for every column)" + d("host_thp", f" (default {DEFAULT_HOST_THP})"))
     p.add_argument("-v", "--verbose", action="store_true", help="echo the whole serial console")
 
 

@@ -84,6 +84,17 @@ OUTER_QEMUS = ["7.2", "10.0", "11.1"]
 # does not help: 2-vCPU guests then hang in boot, spinning in their timer
 # interrupt).
 OUTER_TCG = ["multi", "single"]
+# The lab host's transparent huge pages (--host-thp: its kernel's
+# transparent_hugepage=). Both VMMs madvise their guest RAM for them, so
+# under madvise a guest gets as many 2 MiB pages as the lab host has free
+# when it boots, and that changes what its every memory access costs under
+# the outer QEMU's TCG: a guest-physical page behind a 2 MiB nested page
+# is a "large page" to TCG's software TLB, and invalidating any address
+# in the span its large pages cover flushes that whole TLB (QEMU's
+# accel/tcg/cputlb.c, tlb_flush_page_locked). never: every guest's RAM in
+# 4 KiB pages alike.
+HOST_THP = ["madvise", "never"]
+DEFAULT_HOST_THP = "madvise"
 # The lab host's NIC (--nic, a scenario's "nic"): none, or QEMU's emulated
 # igb (an 82576 with SR-IOV; QEMU 8.0 and later, so not the build
 # machine's 7.2): the lab host drives its PF (igb, built into our 6.12 lab

@@ -234,6 +234,16 @@ class SettingsTest(unittest.TestCase):
         # needs !GENERIC_TRACER): build-kernel.sh would refuse the config.
         self.assertNotIn("CONFIG_ENABLE_DEFAULT_TRACERS=y", frag)
 
+    def test_host_thp_reaches_the_lab_hosts_kernel(self):
+        from labkit import boot
+        sc = scenarios.SCENARIOS["smoke"]
+        k = knobs_of(self.args("run"), sc)
+        self.assertEqual(k["host_thp"], host.DEFAULT_HOST_THP)
+        self.assertNotIn("transparent_hugepage", boot.host_cmdline(k, {}))
+        k = knobs_of(self.args("run", host_thp="never"), sc)
+        self.assertIn("transparent_hugepage=never", boot.host_cmdline(k, {}).split())
+        self.assertEqual(boot.host_cmdline({**k, "host_thp": "madvise"}, {}).count("transparent_hugepage"), 0)
+
     def test_hugepages_are_reserved_at_boot_and_reach_the_bench_tool(self):
         from labkit import boot
         sc = scenarios.SCENARIOS["bench-tool"]

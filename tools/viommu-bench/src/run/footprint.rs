@@ -11,6 +11,11 @@
 //! thread stacks and small mappings). `VmHWM` of `/proc/PID/status`, the
 //! whole process's peak, is kept too, and its `HugetlbPages`: guest RAM
 //! from hugetlbfs (`--hugepages`), which neither of the others counts.
+//! Of guest RAM, its resident part and the part in transparent huge pages
+//! (`AnonHugePages:`) are kept as well: how much of a guest's RAM the
+//! host backed with 2 MiB pages depends on what the host's memory looked
+//! like when the guest booted, and it changes what the guest's DMA and
+//! (under nested emulation) its every memory access cost.
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +48,14 @@ pub struct Footprint {
     /// VMM really took from huge pages. Older results lack it.
     #[serde(default)]
     pub peak_hugetlb_kib: u64,
+    /// Peak resident guest RAM (the mappings the module calls guest
+    /// RAM), KiB. Older results lack it.
+    #[serde(default)]
+    pub peak_guest_rss_kib: u64,
+    /// Peak of that guest RAM in transparent huge pages (their
+    /// `AnonHugePages:`), KiB. Older results lack it.
+    #[serde(default)]
+    pub peak_guest_thp_kib: u64,
     /// Memory samples taken (0: the process was never seen, e.g. it
     /// exited at once, or /proc/PID/smaps is missing).
     pub samples: u32,
@@ -68,19 +81,32 @@ impl Footprint {
             return false;
         };
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        self.add_sample(own_rss_kib(&smaps), status_kib(&status, "VmHWM:"));
+        self.add_sample(&smaps_kib(&smaps), status_kib(&status, "VmHWM:"));
         let huge = status_kib(&status, "HugetlbPages:").unwrap_or(0);
         self.peak_hugetlb_kib = self.peak_hugetlb_kib.max(huge);
         true
     }
 
-    fn add_sample(&mut self, own_kib: u64, hwm_kib: Option<u64>) {
+    fn add_sample(&mut self, m: &SmapsKib, hwm_kib: Option<u64>) {
         self.samples += 1;
-        self.peak_own_rss_kib = self.peak_own_rss_kib.max(own_kib);
+        self.peak_own_rss_kib = self.peak_own_rss_kib.max(m.own_rss);
+        self.peak_guest_rss_kib = self.peak_guest_rss_kib.max(m.guest_rss);
+        self.peak_guest_thp_kib = self.peak_guest_thp_kib.max(m.guest_thp);
         if let Some(h) = hwm_kib {
             self.peak_rss_kib = self.peak_rss_kib.max(h);
         }
     }
+}
+
+/// One `/proc/PID/smaps` read, summed, in KiB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SmapsKib {
+    /// `Rss:` of the VMM's own mappings (not guest RAM).
+    pub own_rss: u64,
+    /// `Rss:` of guest RAM.
+    pub guest_rss: u64,
+    /// `AnonHugePages:` of guest RAM.
+    pub guest_thp: u64,
 }
 
 /// The value in KiB of `key` (e.g. `VmHWM:`) in a `/proc/PID/status` text.
@@ -95,22 +121,37 @@ pub fn status_kib(status: &str, key: &str) -> Option<u64> {
 /// The `Rss:` of every mapping of a `/proc/PID/smaps` text, in KiB, but
 /// those of [`GUEST_RAM_MIN_BYTES`] or more that are not `[heap]`.
 pub fn own_rss_kib(smaps: &str) -> u64 {
-    let mut total = 0u64;
-    let mut counted = false;
+    smaps_kib(smaps).own_rss
+}
+
+/// A `/proc/PID/smaps` text summed: the VMM's own `Rss:`, and guest RAM's
+/// (mappings of [`GUEST_RAM_MIN_BYTES`] or more that are not `[heap]`)
+/// `Rss:` and `AnonHugePages:`.
+pub fn smaps_kib(smaps: &str) -> SmapsKib {
+    let mut m = SmapsKib::default();
+    let mut guest = false;
+    let kib = |v: &str| {
+        v.split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     for line in smaps.lines() {
         if let Some(size) = mapping_size(line) {
-            counted = size < GUEST_RAM_MIN_BYTES || line.trim_end().ends_with("[heap]");
+            guest = size >= GUEST_RAM_MIN_BYTES && !line.trim_end().ends_with("[heap]");
         } else if let Some(v) = line.strip_prefix("Rss:") {
-            if counted {
-                total += v
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0);
+            if guest {
+                m.guest_rss += kib(v);
+            } else {
+                m.own_rss += kib(v);
+            }
+        } else if let Some(v) = line.strip_prefix("AnonHugePages:") {
+            if guest {
+                m.guest_thp += kib(v);
             }
         }
     }
-    total
+    m
 }
 
 /// The size of the mapping a smaps header line (`START-END perms ...`)

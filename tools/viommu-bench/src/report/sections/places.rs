@@ -17,6 +17,10 @@
 //!   phase of that guest together), and the phase's (what is left within
 //!   one guest). A ratio of two columns in one round carries the guest
 //!   and phase parts of both.
+//! - **Huge pages**: where the cells recorded how much of each guest's RAM
+//!   the host backed with transparent huge pages, that share's spread and
+//!   its correlation with the guest's own part: a host whose huge pages
+//!   change what a guest's memory costs shows as a correlation far from 0.
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +58,56 @@ pub struct Noise {
     pub guest: f64,
     /// A phase's: the sd of a phase's log ratio less its guest's factor.
     pub phase: f64,
+    /// The guests' RAM in transparent huge pages, where recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thp: Option<ThpLink>,
+}
+
+/// How much of each guest's RAM was in transparent huge pages, and how
+/// that went with the guest's own part of the noise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThpLink {
+    /// Guests whose share was recorded.
+    pub guests: usize,
+    /// The shares' median, smallest and largest (0-1: peak huge-page
+    /// guest RAM over peak resident guest RAM).
+    pub median: f64,
+    /// Smallest share.
+    pub min: f64,
+    /// Largest share.
+    pub max: f64,
+    /// Pearson's r between a guest's share and its log factor less its
+    /// round's mean (None when either does not vary).
+    pub r: Option<f64>,
+}
+
+/// A guest's factor's parts: (round, place, mean log deviation, its
+/// per-phase deviations, its RAM's huge-page share).
+type Guest<'a> = (u32, Option<u32>, f64, &'a Vec<f64>, Option<f64>);
+
+/// The share of a cell's resident guest RAM in transparent huge pages,
+/// None when the cell did not record it.
+fn thp_share(c: &CellResult) -> Option<f64> {
+    let f = c.footprint.as_ref()?;
+    (f.peak_guest_rss_kib > 0)
+        .then(|| (f.peak_guest_thp_kib as f64 / f.peak_guest_rss_kib as f64).min(1.0))
+}
+
+/// Pearson's correlation of the pairs; None with fewer than 3 or no
+/// variation in either.
+fn pearson(xy: &[(f64, f64)]) -> Option<f64> {
+    if xy.len() < 3 {
+        return None;
+    }
+    let n = xy.len() as f64;
+    let (mx, my) = (
+        xy.iter().map(|p| p.0).sum::<f64>() / n,
+        xy.iter().map(|p| p.1).sum::<f64>() / n,
+    );
+    let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let syy: f64 = xy.iter().map(|p| (p.1 - my).powi(2)).sum();
+    (sxx > 1e-12 && syy > 1e-12).then(|| sxy / (sxx * syy).sqrt())
 }
 
 /// Each cell's per-phase log deviations from its column's mean in that
@@ -100,12 +154,19 @@ fn sd_about(v: impl Iterator<Item = f64> + Clone, lost: usize) -> Option<f64> {
 /// rounds of two guests.
 pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option<Noise>) {
     let devs = deviations(phases, cells);
-    // (round, place, factor, the cell's deviations)
-    let guests: Vec<(u32, Option<u32>, f64, &Vec<f64>)> = cells
+    let guests: Vec<Guest> = cells
         .iter()
         .zip(&devs)
         .filter(|(_, d)| !d.is_empty())
-        .map(|(c, d)| (c.round, c.place.as_ref().map(|p| p.index), mean(d), d))
+        .map(|(c, d)| {
+            (
+                c.round,
+                c.place.as_ref().map(|p| p.index),
+                mean(d),
+                d,
+                thp_share(c),
+            )
+        })
         .collect();
     let mut places: Vec<u32> = guests.iter().filter_map(|g| g.1).collect();
     places.sort_unstable();
@@ -133,7 +194,7 @@ pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option
     (rows, noise(&guests))
 }
 
-fn noise(guests: &[(u32, Option<u32>, f64, &Vec<f64>)]) -> Option<Noise> {
+fn noise(guests: &[Guest]) -> Option<Noise> {
     let mut rounds: Vec<u32> = guests.iter().map(|g| g.0).collect();
     rounds.sort_unstable();
     rounds.dedup();
@@ -156,12 +217,28 @@ fn noise(guests: &[(u32, Option<u32>, f64, &Vec<f64>)]) -> Option<Noise> {
         guests.len(),
     )
     .unwrap_or(0.0);
+    let own: Vec<(f64, f64)> = guests
+        .iter()
+        .filter_map(|g| g.4.map(|share| (share, g.2 - round_mean(g.0))))
+        .collect();
+    let thp = (!own.is_empty()).then(|| {
+        let mut shares: Vec<f64> = own.iter().map(|p| p.0).collect();
+        shares.sort_by(f64::total_cmp);
+        ThpLink {
+            guests: shares.len(),
+            median: shares[shares.len() / 2],
+            min: shares[0],
+            max: shares[shares.len() - 1],
+            r: pearson(&own),
+        }
+    });
     Some(Noise {
         guests: guests.len(),
         rounds: rounds.len(),
         host,
         guest,
         phase,
+        thp,
     })
 }
 
@@ -199,6 +276,20 @@ pub fn noise_text(n: &Noise) -> String {
         pct(n.guest),
         pct(n.phase),
         pct((2.0 * (n.guest.powi(2) + n.phase.powi(2))).sqrt()),
+    ) + &n.thp.map(|t| thp_text(&t)).unwrap_or_default()
+}
+
+/// The huge-page sentence of the noise line.
+fn thp_text(t: &ThpLink) -> String {
+    let r = t.r.map_or("r undefined: no spread".to_string(), |r| {
+        format!("r = {r:.2}")
+    });
+    format!(
+        " Guest RAM in transparent huge pages ({} guests): median {:.0}%, {:.0}-{:.0}%; against a guest's own part: {r}.",
+        t.guests,
+        t.median * 100.0,
+        t.min * 100.0,
+        t.max * 100.0,
     )
 }
 

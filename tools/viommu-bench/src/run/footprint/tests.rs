@@ -10,6 +10,7 @@ Rss:               40000 kB
 7f0000000000-7f0040000000 rw-p 00000000 00:00 0 
 Size:            1048576 kB
 Rss:              300000 kB
+AnonHugePages:    204800 kB
 7f0040000000-7f0044000000 rw-p 00000000 00:00 0 
 Size:              65536 kB
 Rss:                1200 kB
@@ -23,6 +24,36 @@ VmFlags: rd wr mr mw me gd ac
 fn guest_ram_is_left_out_and_the_heap_is_not() {
     // 800 + 40000 (heap) + 1200 (an arena) + 16: not the 1 GiB of RAM.
     assert_eq!(own_rss_kib(SMAPS), 42016);
+}
+
+#[test]
+fn guest_rams_resident_and_huge_parts_are_summed_apart() {
+    // The 64 MiB arena's AnonHugePages would not count: it is not RAM.
+    let with_arena_thp = SMAPS.replace(
+        "Rss:                1200 kB\n",
+        "Rss:                1200 kB\nAnonHugePages:      2048 kB\n",
+    );
+    let m = smaps_kib(&with_arena_thp);
+    assert_eq!(
+        m,
+        SmapsKib {
+            own_rss: 42016,
+            guest_rss: 300000,
+            guest_thp: 204800
+        }
+    );
+    let mut f = Footprint::default();
+    f.add_sample(&m, Some(400000));
+    f.add_sample(&SmapsKib { guest_thp: 0, ..m }, None);
+    assert_eq!(
+        (
+            f.peak_guest_rss_kib,
+            f.peak_guest_thp_kib,
+            f.peak_rss_kib,
+            f.samples
+        ),
+        (300000, 204800, 400000, 2)
+    );
 }
 
 #[test]
@@ -63,9 +94,13 @@ fn lines_are_counted_by_kind() {
 #[test]
 fn peaks_are_the_largest_samples() {
     let mut f = Footprint::default();
-    f.add_sample(100, Some(5000));
-    f.add_sample(300, None);
-    f.add_sample(200, Some(4000));
+    let own = |own_rss| SmapsKib {
+        own_rss,
+        ..Default::default()
+    };
+    f.add_sample(&own(100), Some(5000));
+    f.add_sample(&own(300), None);
+    f.add_sample(&own(200), Some(4000));
     assert_eq!(
         (f.peak_own_rss_kib, f.peak_rss_kib, f.samples),
         (300, 5000, 3)

@@ -98,3 +98,54 @@ fn nothing_without_two_rounds_or_places() {
     assert!(rows.is_empty(), "no places recorded: {rows:?}");
     assert!(noise.is_none(), "one guest per round: {noise:?}");
 }
+
+fn with_thp(mut c: CellResult, rss_kib: u64, thp_kib: u64) -> CellResult {
+    c.footprint = Some(crate::run::footprint::Footprint {
+        peak_guest_rss_kib: rss_kib,
+        peak_guest_thp_kib: thp_kib,
+        ..Default::default()
+    });
+    c
+}
+
+#[test]
+fn guests_slowed_by_their_huge_pages_show_a_negative_correlation() {
+    // Two columns, three rounds; within each round the guest with more of
+    // its RAM in huge pages is the slower one.
+    let mut all = Vec::new();
+    for r in 0..3u32 {
+        let a_huge = r % 2 == 0;
+        let (a_iops, b_iops) = if a_huge { (70, 1000) } else { (100, 700) };
+        let (a_thp, b_thp) = if a_huge { (900, 100) } else { (100, 900) };
+        all.push(with_thp(placed("a", r, a_iops, 0), 1000, a_thp));
+        all.push(with_thp(placed("b", r, b_iops, 1), 1000, b_thp));
+    }
+    let (_, noise) = analyse(&[phase_4k()], &all);
+    let t = noise.unwrap().thp.unwrap();
+    assert_eq!(t.guests, 6);
+    assert!(
+        (t.min - 0.1).abs() < 1e-9 && (t.max - 0.9).abs() < 1e-9,
+        "{t:?}"
+    );
+    assert!(t.r.unwrap() < -0.9, "{t:?}");
+    let text = noise_text(&noise.unwrap());
+    assert!(text.contains("Guest RAM in transparent huge pages (6 guests): median 90%, 10-90%; against a guest's own part: r = -"), "{text}");
+}
+
+#[test]
+fn without_the_record_or_its_spread_there_is_no_correlation() {
+    let plain = vec![
+        placed("a", 0, 100, 0),
+        placed("b", 0, 1000, 1),
+        placed("a", 1, 50, 1),
+        placed("b", 1, 700, 0),
+    ];
+    let (_, noise) = analyse(&[phase_4k()], &plain);
+    assert_eq!(noise.unwrap().thp, None);
+    assert!(!noise_text(&noise.unwrap()).contains("huge pages"));
+    // Every guest at 0% (a host with THP off): recorded, no r.
+    let never: Vec<CellResult> = plain.into_iter().map(|c| with_thp(c, 1000, 0)).collect();
+    let t = analyse(&[phase_4k()], &never).1.unwrap().thp.unwrap();
+    assert_eq!((t.guests, t.median, t.r), (4, 0.0, None));
+    assert!(thp_text(&t).contains("r undefined: no spread"));
+}

@@ -17,7 +17,7 @@ from .base import LabError
 from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
 from .host import HOST_IOMMUS, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
 from .knobs import host_knobs
-from .machine import Snapshot, quiet_of
+from .machine import PhaseClock, Snapshot, quiet_of
 
 
 def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: dict, run_dir: Path, log_path: Path) -> Collector:
@@ -41,7 +41,9 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
     ) as proc:
         LIVE_HOSTS.add(proc)
         log.write("# " + shlex.join(cmd) + "\n")
-        watch(proc, col, log, timeout, verbose=args.verbose, demo=args.cmd == "demo")
+        clock = PhaseClock(proc.pid)
+        watch(proc, col, log, timeout, verbose=args.verbose, demo=args.cmd == "demo", clock=clock)
+        clock.annotate(col.cells)
         # The lab host powers itself off after @@LAB-DONE@@; bound that too.
         try:
             proc.wait(timeout=0 if col.teardown_hung or col.stalled or col.timed_out else 30)
@@ -91,12 +93,13 @@ def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
     return cmdline
 
 
-def watch(proc: subprocess.Popen, col: Collector, log, timeout: int, verbose: bool, demo: bool) -> None:
+def watch(proc: subprocess.Popen, col: Collector, log, timeout: int, verbose: bool, demo: bool,
+          clock: PhaseClock | None = None) -> None:
     """Read the lab host's console into COL and LOG until the scenario is
     done, the console ends, or a bound is reached (TIMEOUT seconds in all,
     HOST_STALL without progress, TEARDOWN_GRACE after the last cell);
     echo its markers and the bench tool's lines (VERBOSE: every line; the
-    demo: no cells)."""
+    demo: no cells); CLOCK times each guest phase's window."""
     start = time.monotonic()
     last = start
     buf = b""
@@ -122,8 +125,11 @@ def watch(proc: subprocess.Popen, col: Collector, log, timeout: int, verbose: bo
         for raw in lines:
             line = raw.decode("utf-8", "replace").rstrip("\r")
             log.write(line + "\n")
+            cells = len(col.cells)
             if col.feed(line):
                 last = time.monotonic()
+            if clock is not None:
+                clock.line(line, len(col.cells) > cells)
             echo(line, col, verbose, demo)
         log.flush()
         if col.done_rc is not None:

@@ -72,8 +72,22 @@ def judge(doc: dict, sc: dict, specs: list[str]) -> tuple[list[str], list[str]]:
     p, w = cell_problems(doc, specs)
     problems += p
     warnings += w
+    warnings += machine_warnings(doc["cells"])
     p, w = expectation_problems(doc, sc, specs)
     return problems + p, warnings + w
+
+
+def machine_warnings(cells: list[dict]) -> list[str]:
+    """A timed phase that ran while the machine was not quiet (its
+    `machine` window: boot.PhaseClock), one warning each."""
+    out = []
+    for c in cells:
+        for name, ph in sorted((c.get("phases") or {}).items()):
+            if name.startswith(("verify", "count-", "breakdown")) or not isinstance(ph, dict):
+                continue
+            if why := loud(ph.get("machine")):
+                out.append(f"{c.get('column')} round {c.get('round', 0) + 1} {name}: the machine was not quiet: {why}; that phase's IOPS are low by about as much")
+    return out
 
 
 def boot_problems(b: dict) -> tuple[list[str], list[str]]:

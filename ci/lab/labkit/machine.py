@@ -5,14 +5,17 @@ hypervisor stole from it (the `steal` column of /proc/stat, nonzero when
 the machine is itself a VM). Everything in the lab is emulated on two
 CPUs, so either one slows the lab host's guests by as much as it takes:
 a boot that ran beside it is flagged (judge.py) so its cells are read
-with that in mind."""
+with that in mind, and so is each guest phase (PhaseClock): this
+machine's hypervisor steals in bursts of seconds, which land on single
+phases."""
 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # /proc/stat's clock ticks per second.
 HZ = os.sysconf("SC_CLK_TCK")
@@ -37,16 +40,34 @@ class Snapshot:
     own_cpu_s: float
 
     @staticmethod
-    def take(stat_text: str | None = None) -> "Snapshot":
-        """Now (STAT_TEXT: /proc/stat's text, read if not given)."""
+    def take(stat_text: str | None = None, pid: int | None = None) -> "Snapshot":
+        """Now (STAT_TEXT: /proc/stat's text, read if not given). Ours is
+        this process's CPU and its waited-for children's, or with PID (a
+        child still running: the outer QEMU) this process's and PID's."""
         if stat_text is None:
             with open("/proc/stat") as f:
                 stat_text = f.read()
         cpus, idle, steal = cpu_ticks(stat_text)
         own = resource.getrusage(resource.RUSAGE_SELF)
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return Snapshot(time.monotonic(), cpus, idle, steal,
-                        own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime)
+        if pid is None:
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            theirs = kids.ru_utime + kids.ru_stime
+        else:
+            theirs = process_cpu_s(pid)
+        return Snapshot(time.monotonic(), cpus, idle, steal, own.ru_utime + own.ru_stime + theirs)
+
+
+def process_cpu_s(pid: int) -> float:
+    """Process PID's user and system CPU seconds so far (0 once gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return 0.0
+    # The fields after the command's closing parenthesis: utime and
+    # stime are the 12th and 13th of them.
+    rest = text[text.rfind(")") + 2:].split()
+    return (int(rest[11]) + int(rest[12])) / HZ
 
 
 def cpu_ticks(stat_text: str) -> tuple[int, int, int]:
@@ -91,3 +112,41 @@ def loud(quiet: dict | None) -> str | None:
     if quiet["steal_pct"] > STEAL_WARN_PCT:
         why.append(f"the machine's hypervisor stole {quiet['steal_pct']:.0f}% of its CPU time (over {STEAL_WARN_PCT:.0f}%)")
     return "; ".join(why) or None
+
+
+# The bench tool's progress line as a guest's phase starts:
+# "[viommu-bench] cell 2/5 round 2 ours+strict: randread-4k (ETA 6m23s)".
+PHASE_START = re.compile(r"\[viommu-bench\] cell \d+/\d+ round \S+ (?P<column>[^\s:]+): (?P<phase>[\w.+-]+)")
+
+
+@dataclass
+class PhaseClock:
+    """How quiet the machine was during each guest phase of one lab host:
+    a window from each phase's progress line to the next progress line or
+    the guest's cell, measured as quiet_of() measures a boot, with the
+    outer QEMU (PID) as ours."""
+    pid: int
+    windows: dict[tuple[str, str], dict] = field(default_factory=dict)
+    open_at: tuple[tuple[str, str], Snapshot] | None = None
+
+    def line(self, text: str, new_cell: bool, snap=None) -> None:
+        """One console line TEXT; NEW_CELL when it brought a guest's cell
+        (which closes that guest's last phase). SNAP: the snapshot taker
+        (tests)."""
+        m = PHASE_START.search(text)
+        if not (m or new_cell):
+            return
+        now = (snap or (lambda: Snapshot.take(pid=self.pid)))()
+        if self.open_at is not None:
+            key, before = self.open_at
+            self.windows[key] = quiet_of(before, now)
+            self.open_at = None
+        if m:
+            self.open_at = ((m["column"], m["phase"]), now)
+
+    def annotate(self, cells: list[dict]) -> None:
+        """Give each cell's phases their window (`machine` in the phase)."""
+        for c in cells:
+            for name, ph in (c.get("phases") or {}).items():
+                if isinstance(ph, dict) and (w := self.windows.get((c.get("column"), name))):
+                    ph["machine"] = w

@@ -68,5 +68,41 @@ class MachineTest(unittest.TestCase):
         self.assertEqual(judge.boot_problems(base), ([], []))
 
 
+class PhaseClockTest(unittest.TestCase):
+    def test_each_phase_gets_the_window_to_the_next_line_or_its_cell(self):
+        # (wall, idle s, steal s, ours s) at each line that starts or ends
+        # a window; 2 CPUs
+        snaps = iter([snap(0, 0, 0, 0), snap(10, 1, 0, 19), snap(20, 2, 6, 33), snap(30, 3, 6, 52)])
+        clock = machine.PhaseClock(pid=1)
+        take = lambda: next(snaps)  # noqa: E731
+        clock.line("[viommu-bench] cell 1/2 round 1/1 ours+stock: randread-4k (ETA 3m)", False, take)
+        clock.line("[   12.0] nvme nvme0: something", False, take)  # no window
+        clock.line("[viommu-bench] cell 1/2 round 1/1 ours+stock: randread-4k-j2 (ETA 2m)", False, take)
+        clock.line("@@LAB-CELL@@ {...}", True, take)
+        # a cell with no phase open closes nothing
+        clock.line("@@LAB-CELL@@ {...}", True, take)
+        self.assertEqual(clock.windows[("ours+stock", "randread-4k")], {"seconds": 10.0, "others_cpu_pct": 0.0, "steal_pct": 0.0})
+        # 10 s: 20 CPU-s, 1 idle, 6 stolen, ours 14: others 0, steal 30%
+        self.assertEqual(clock.windows[("ours+stock", "randread-4k-j2")], {"seconds": 10.0, "others_cpu_pct": 0.0, "steal_pct": 30.0})
+        self.assertIsNone(clock.open_at)
+        cells = [{"column": "ours+stock", "round": 1, "phases": {"randread-4k": {"fio": {}}, "randread-4k-j2": {"fio": {}}, "verify-4k": {}}},
+                 {"column": "qemu+stock", "phases": {"randread-4k": {}}}]
+        clock.annotate(cells)
+        self.assertEqual(cells[0]["phases"]["randread-4k-j2"]["machine"]["steal_pct"], 30.0)
+        self.assertNotIn("machine", cells[0]["phases"]["verify-4k"])
+        self.assertNotIn("machine", cells[1]["phases"]["randread-4k"])
+        # the judge names the phase that ran through the burst, and only it
+        w = judge.machine_warnings(cells)
+        self.assertEqual(len(w), 1, w)
+        self.assertTrue(w[0].startswith("ours+stock round 2 randread-4k-j2: the machine was not quiet: the machine's hypervisor stole 30%"), w[0])
+
+    def test_a_running_process_cpu_time_is_read(self):
+        import os
+        self.assertGreaterEqual(machine.process_cpu_s(os.getpid()), 0.0)
+        self.assertEqual(machine.process_cpu_s(2 ** 22 + 12345), 0.0)
+        s = Snapshot.take(STAT, pid=os.getpid())
+        self.assertGreater(s.own_cpu_s, 0.0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -112,8 +112,8 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
                         "QEMU's TCG every column runs 1.2-6x slower with it and no quieter (docs/lab.md, \"How precise the lab is\"): "
                         "for checking the option, not for measuring")
     p.add_argument("--host-thp", choices=HOST_THP, help="the lab host's transparent huge pages (its kernel's transparent_hugepage=): "
-                   "madvise (Debian's default: both VMMs ask for them for guest RAM, so a guest gets as many 2 MiB pages as the lab "
-                   "host has free) or never (every guest's RAM in 4 KiB pages, the same for every column)" + d("host_thp", f" (default {DEFAULT_HOST_THP})"))
+                   "madvise (Debian's default: both VMMs ask for them for guest RAM; in the lab every guest gets them for all of it) "
+                   "or never (every guest's RAM in 4 KiB pages); no difference in the lab's noise or speed found" + d("host_thp", f" (default {DEFAULT_HOST_THP})"))
     p.add_argument("-v", "--verbose", action="store_true", help="echo the whole serial console")
 
 

@@ -85,14 +85,13 @@ OUTER_QEMUS = ["7.2", "10.0", "11.1"]
 # interrupt).
 OUTER_TCG = ["multi", "single"]
 # The lab host's transparent huge pages (--host-thp: its kernel's
-# transparent_hugepage=). Both VMMs madvise their guest RAM for them, so
-# under madvise a guest gets as many 2 MiB pages as the lab host has free
-# when it boots, and that changes what its every memory access costs under
-# the outer QEMU's TCG: a guest-physical page behind a 2 MiB nested page
-# is a "large page" to TCG's software TLB, and invalidating any address
-# in the span its large pages cover flushes that whole TLB (QEMU's
-# accel/tcg/cputlb.c, tlb_flush_page_locked). never: every guest's RAM in
-# 4 KiB pages alike.
+# transparent_hugepage=). Both VMMs madvise their guest RAM for them.
+# Tested as a source of a guest's own noise (a guest page behind a 2 MiB
+# nested page is a large page to TCG's software TLB, whose invalidation
+# flushes it whole): under madvise every guest got 100% of its resident
+# RAM in huge pages, under never 0%, and neither run was quieter or
+# consistently faster (benches/results/current/host-thp-ab-2026-12-03/).
+# madvise stays the default: Debian's, as a user's host has it.
 HOST_THP = ["madvise", "never"]
 DEFAULT_HOST_THP = "madvise"
 # The lab host's NIC (--nic, a scenario's "nic"): none, or QEMU's emulated

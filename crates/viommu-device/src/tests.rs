@@ -23,6 +23,18 @@ fn harness() -> Harness {
     Harness::new(DeviceConfig::default(), &[1, 2, 3], 64)
 }
 
+/// One endpoint, a 64-entry queue, request batching on or off.
+fn batching_harness(batching: bool) -> Harness {
+    Harness::new(
+        DeviceConfig {
+            batching,
+            ..Default::default()
+        },
+        &[1],
+        64,
+    )
+}
+
 fn map(d: u32, iova: u64, pages: u64) -> Vec<u8> {
     req::map(d, iova, iova + pages * PAGE - 1, DATA_BASE + iova, req::RW)
 }

@@ -8,14 +8,7 @@ use super::*;
 #[test]
 fn unmap_bursts_coalesce_only_when_batching() {
     for (batching, calls) in [(true, 1usize), (false, 16)] {
-        let mut h = Harness::new(
-            DeviceConfig {
-                batching,
-                ..Default::default()
-            },
-            &[1],
-            64,
-        );
+        let mut h = batching_harness(batching);
         let mut reqs = vec![req::attach(1, 1, 0)];
         reqs.extend((0..16).map(|i| map(1, 0x100000 - (i + 1) * PAGE, 1)));
         h.send(&reqs);

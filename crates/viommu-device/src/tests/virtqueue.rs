@@ -174,14 +174,7 @@ fn event_idx_and_no_interrupt_are_honoured() {
 #[test]
 fn corrupt_avail_index_does_not_hang() {
     for batching in [true, false] {
-        let mut h = Harness::new(
-            DeviceConfig {
-                batching,
-                ..Default::default()
-            },
-            &[1],
-            64,
-        );
+        let mut h = batching_harness(batching);
         h.send(&[req::attach(1, 1, 0)]);
         // More than a queue size ahead of what the device consumed.
         h.reqq.set_avail_idx(&*h.mem, 1 + 64 + 5);

@@ -81,7 +81,7 @@ def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
     cmdline = f"console=ttyS0 {host_iommu['cmdline']} loglevel=5 panic=-1 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items())
     if k.get("hugepages") == "1":
         cmdline += f" hugepages={hugepages_at_boot()}"
-    if k.get("host_thp", "madvise") != "madvise":
+    if k.get("host_thp"):
         cmdline += f" transparent_hugepage={k['host_thp']}"
     # The lab host's first TSC calibration is KVM's guest TSC rate (KVM is
     # built into our lab host kernels): give it the right one (host-init's

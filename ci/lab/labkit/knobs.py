@@ -5,7 +5,7 @@ over the lab's (knobs_of), the lab host's lab.NAME=VALUE knobs
 from __future__ import annotations
 
 from .base import tag_of
-from .host import DEFAULT_HOST_THP, DEFAULT_OUTER_QEMU
+from .host import DEFAULT_OUTER_QEMU
 from .presets import BLOCK_SIZES, DEMO
 
 def knobs_of(args, sc: dict) -> dict:
@@ -31,7 +31,8 @@ def knobs_of(args, sc: dict) -> dict:
         # (docs/lab.md, "Lab host crashes"), built once and cached.
         "outer_qemu": pick("outer_qemu", DEFAULT_OUTER_QEMU),
         "outer_tcg": pick("outer_tcg", "multi"),
-        "host_thp": pick("host_thp", DEFAULT_HOST_THP),
+        # "": the lab host kernel's own setting.
+        "host_thp": pick("host_thp", ""),
         "host_kernel": pick("host_kernel", "6.12"),
         "vmm_qemu": pick("vmm_qemu", "7.2"),
         "nvme_ioqpairs": int(pick("nvme_ioqpairs", 0)),

@@ -117,7 +117,7 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
     doc["outer_tcg"] = k["outer_tcg"]
-    doc["host_thp"] = k["host_thp"]
+    doc["host_thp"] = k["host_thp"] or "the lab host kernel's own"
     doc["vmm_qemu"] = k["vmm_qemu"]
     if not sc.get("userland"):
         return ("" if k["vmm_qemu"] == "7.2" else outer_qemu(k["vmm_qemu"])), ""

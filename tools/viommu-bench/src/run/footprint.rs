@@ -114,14 +114,12 @@ pub fn status_kib(status: &str, key: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+        .and_then(value_kib)
 }
 
-/// The `Rss:` of every mapping of a `/proc/PID/smaps` text, in KiB, but
-/// those of [`GUEST_RAM_MIN_BYTES`] or more that are not `[heap]`.
-pub fn own_rss_kib(smaps: &str) -> u64 {
-    smaps_kib(smaps).own_rss
+/// The number that opens a `/proc` value such as `   1331200 kB`.
+fn value_kib(v: &str) -> Option<u64> {
+    v.split_whitespace().next()?.parse().ok()
 }
 
 /// A `/proc/PID/smaps` text summed: the VMM's own `Rss:`, and guest RAM's
@@ -130,12 +128,7 @@ pub fn own_rss_kib(smaps: &str) -> u64 {
 pub fn smaps_kib(smaps: &str) -> SmapsKib {
     let mut m = SmapsKib::default();
     let mut guest = false;
-    let kib = |v: &str| {
-        v.split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let kib = |v: &str| value_kib(v).unwrap_or(0);
     for line in smaps.lines() {
         if let Some(size) = mapping_size(line) {
             guest = size >= GUEST_RAM_MIN_BYTES && !line.trim_end().ends_with("[heap]");

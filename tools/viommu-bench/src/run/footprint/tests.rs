@@ -23,7 +23,7 @@ VmFlags: rd wr mr mw me gd ac
 #[test]
 fn guest_ram_is_left_out_and_the_heap_is_not() {
     // 800 + 40000 (heap) + 1200 (an arena) + 16: not the 1 GiB of RAM.
-    assert_eq!(own_rss_kib(SMAPS), 42016);
+    assert_eq!(smaps_kib(SMAPS).own_rss, 42016);
 }
 
 #[test]
@@ -62,8 +62,8 @@ fn a_heap_bigger_than_guest_ram_still_counts() {
 55d0c2000000-55d102000000 rw-p 00000000 00:00 0                          [heap]
 Rss:              900000 kB
 ";
-    assert_eq!(own_rss_kib(big_heap), 900000);
-    assert_eq!(own_rss_kib("garbage\nRss: x kB\n"), 0);
+    assert_eq!(smaps_kib(big_heap).own_rss, 900000);
+    assert_eq!(smaps_kib("garbage\nRss: x kB\n").own_rss, 0);
 }
 
 #[test]

@@ -81,9 +81,18 @@ pub struct ThpLink {
     pub r: Option<f64>,
 }
 
-/// A guest's factor's parts: (round, place, mean log deviation, its
-/// per-phase deviations, its RAM's huge-page share).
-type Guest<'a> = (u32, Option<u32>, f64, &'a Vec<f64>, Option<f64>);
+/// One guest boot (cell) with a factor.
+struct Guest<'a> {
+    round: u32,
+    /// Its place on its host, where recorded.
+    place: Option<u32>,
+    /// Its log factor: the mean of its per-phase log deviations.
+    log_factor: f64,
+    /// Those deviations.
+    devs: &'a [f64],
+    /// Its RAM's huge-page share, where recorded.
+    thp_share: Option<f64>,
+}
 
 /// The share of a cell's resident guest RAM in transparent huge pages,
 /// None when the cell did not record it.
@@ -158,17 +167,15 @@ pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option
         .iter()
         .zip(&devs)
         .filter(|(_, d)| !d.is_empty())
-        .map(|(c, d)| {
-            (
-                c.round,
-                c.place.as_ref().map(|p| p.index),
-                mean(d),
-                d,
-                thp_share(c),
-            )
+        .map(|(c, d)| Guest {
+            round: c.round,
+            place: c.place.as_ref().map(|p| p.index),
+            log_factor: mean(d),
+            devs: d,
+            thp_share: thp_share(c),
         })
         .collect();
-    let mut places: Vec<u32> = guests.iter().filter_map(|g| g.1).collect();
+    let mut places: Vec<u32> = guests.iter().filter_map(|g| g.place).collect();
     places.sort_unstable();
     places.dedup();
     let rows = places
@@ -176,8 +183,8 @@ pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option
         .map(|place| {
             let f: Vec<f64> = guests
                 .iter()
-                .filter(|g| g.1 == Some(place))
-                .map(|g| g.2.exp())
+                .filter(|g| g.place == Some(place))
+                .map(|g| g.log_factor.exp())
                 .collect();
             // The geometric mean and t interval of the factors: the
             // paired table's test, on factors instead of ratios.
@@ -195,7 +202,7 @@ pub fn analyse(phases: &[Phase], cells: &[CellResult]) -> (Vec<PlaceRow>, Option
 }
 
 fn noise(guests: &[Guest]) -> Option<Noise> {
-    let mut rounds: Vec<u32> = guests.iter().map(|g| g.0).collect();
+    let mut rounds: Vec<u32> = guests.iter().map(|g| g.round).collect();
     rounds.sort_unstable();
     rounds.dedup();
     if rounds.len() < 2 || guests.len() < rounds.len() * 2 {
@@ -204,22 +211,34 @@ fn noise(guests: &[Guest]) -> Option<Noise> {
     let means: Vec<f64> = rounds
         .iter()
         .map(|r| {
-            let f: Vec<f64> = guests.iter().filter(|g| g.0 == *r).map(|g| g.2).collect();
+            let f: Vec<f64> = guests
+                .iter()
+                .filter(|g| g.round == *r)
+                .map(|g| g.log_factor)
+                .collect();
             mean(&f)
         })
         .collect();
     let round_mean = |r: u32| rounds.binary_search(&r).map_or(0.0, |i| means[i]);
     let grand = mean(&means);
     let host = sd_about(means.iter().map(|m| m - grand), 1)?;
-    let guest = sd_about(guests.iter().map(|g| g.2 - round_mean(g.0)), rounds.len())?;
+    let guest = sd_about(
+        guests.iter().map(|g| g.log_factor - round_mean(g.round)),
+        rounds.len(),
+    )?;
     let phase = sd_about(
-        guests.iter().flat_map(|g| g.3.iter().map(move |d| d - g.2)),
+        guests
+            .iter()
+            .flat_map(|g| g.devs.iter().map(move |d| d - g.log_factor)),
         guests.len(),
     )
     .unwrap_or(0.0);
     let own: Vec<(f64, f64)> = guests
         .iter()
-        .filter_map(|g| g.4.map(|share| (share, g.2 - round_mean(g.0))))
+        .filter_map(|g| {
+            g.thp_share
+                .map(|share| (share, g.log_factor - round_mean(g.round)))
+        })
         .collect();
     let thp = (!own.is_empty()).then(|| {
         let mut shares: Vec<f64> = own.iter().map(|p| p.0).collect();

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 HZ = os.sysconf("SC_CLK_TCK")
 # Above these a boot's record earns a warning: CPU taken by other work, in
 # % of one CPU over the boot, and stolen time, in % of all CPUs' time.
-# Sampled every 10 s through a quiet 68-minute lab run on 2026-12-03 (a
+# Sampled every 10 s through a quiet 68-minute lab run on our machine (a
 # Firecracker VM with a DAMON pageout thread): others 1.0% on average
 # (kernel threads, the runner's children); steal 1.9% on average, in
 # bursts: 11 of 413 windows over 10%, the worst 25%.

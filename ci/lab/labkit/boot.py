@@ -28,7 +28,7 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
     cmd = host_command(image, disk, cmdline, args.cpus, k["host_iommu"],
                        nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"]),
                        k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"),
-                       k.get("nic", "none"))
+                       k.get("nic", "none"), k.get("outer_mem", "plain"))
     timeout = args.timeout or sc["timeout"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     col = Collector(len(specs))

@@ -35,7 +35,7 @@ from pathlib import Path
 from .base import CACHE, REPO, LabError
 from .boot import stop_lab_hosts
 from .host import (DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HOST_THP,
-                   HUGEPAGES_MARGIN, NICS, OUTER_QEMUS, OUTER_TCG, hugepages_at_boot)
+                   HUGEPAGES_MARGIN, NICS, OUTER_MEMS, OUTER_QEMUS, OUTER_TCG, hugepages_at_boot)
 from .images import build_image
 from .kernels import kernels_to_build, outer_qemus_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
@@ -91,6 +91,7 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--vmm-qemu", choices=OUTER_QEMUS, help="stock QEMU as the VMM under test in the lab host: 7.2 (Debian 12's, in the lab image) or 10.0/11.1 (Debian 13's, from the root ci/lab/debian-root makes), untraced in timed phases either way; debian13-userland: the QEMU of its Debian 13 root, 11.1 or 10.0" + d("vmm_qemu", " (default 7.2)"))
     p.add_argument("--outer-qemu", choices=OUTER_QEMUS + FIXED_OUTER_QEMUS, help="the outer emulator that runs the lab host: 7.2 (Debian 12's, this machine's) or 10.0/11.1 (Debian 13's, from a root ci/lab/debian-root makes once and caches, about 30 s and 250 MB); 10.0-fixed/11.1-fixed: that QEMU built from Debian's source with ci/lab/outer-qemu/patches (the TCG race behind the lab host crashes), once, about 10 min" + d("outer_qemu", f" (default {DEFAULT_OUTER_QEMU})"))
     p.add_argument("--outer-tcg", choices=OUTER_TCG, help="the outer emulator's TCG threading: multi (a host thread per lab host vCPU) or single (all lab host vCPUs on one host thread in turn: slower, never two at once; for telling lab faults apart: 2-vCPU guests then hang in boot)" + d("outer_tcg", " (default multi)"))
+    p.add_argument("--outer-mem", choices=OUTER_MEMS, help="what the machine under the lab may reclaim: plain (the outer QEMU's RAM and the drive's page cache are ordinary memory: a reclaim scheme such as this machine's DAMON pageout splits the lab host's huge pages and evicts the drive's cached blocks) or locked (the outer QEMU locks its memory as it faults it in, -overcommit mem-lock=on-fault, and the run's directory with the drive lives in /dev/shm; about 6 GiB of the machine's RAM held for the run)" + d("outer_mem", " (default plain)"))
     p.add_argument("--nvme-ioqpairs", type=int, help="I/O queue pairs of the lab host's emulated NVMe (QEMU's max_ioqpairs; 1: every guest vCPU shares one queue and its interrupt)" + d("nvme_ioqpairs", " (default: QEMU's, 64)"))
     p.add_argument("--nvme-mdts", type=int, help="the emulated NVMe's maximum transfer as a power of two of 4 KiB pages (QEMU's mdts; 3 = 32 KiB: large I/O is split)" + d("nvme_mdts", " (default: QEMU's, 7 = 512 KiB)"))
     p.add_argument("--nvme-lbs", type=int, choices=[512, 4096], help="the emulated NVMe's logical block size in bytes" + d("nvme_lbs", " (default 512)"))

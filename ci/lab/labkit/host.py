@@ -94,6 +94,22 @@ OUTER_TCG = ["multi", "single"]
 # neither run was quieter or consistently faster
 # (benches/results/current/host-thp-ab-2026-12-03/).
 HOST_THP = ["always", "madvise", "never"]
+# What the machine under the lab may do to the lab's memory (--outer-mem).
+# "plain": the outer QEMU's RAM and the drive's page cache are ordinary
+# memory the machine's kernel may reclaim. This machine runs a DAMON
+# pageout scheme (kdamond, paddr, pageout of what it saw idle for a
+# minute, up to 128 MiB a second): with no swap it cannot take anonymous
+# memory away, but it splits the outer QEMU's transparent huge pages
+# trying to (khugepaged collapses them again later), and it evicts the
+# drive image's page cache, which the next read fetches from disk.
+# "locked": the outer QEMU locks its memory as it faults it in (-overcommit
+# mem-lock=on-fault: huge pages still form on the first fault, and a locked
+# page is never reclaimed or split for reclaim), and the run's directory,
+# the drive image with it, lives in tmpfs (/dev/shm: without swap, never
+# reclaimed).
+OUTER_MEMS = ["plain", "locked"]
+# Where --outer-mem locked keeps its runs' directories.
+TMPFS_RUNS = Path("/dev/shm/viommu-lab-runs")
 # The lab host's NIC (--nic, a scenario's "nic"): none, or QEMU's emulated
 # igb (an 82576 with SR-IOV; QEMU 8.0 and later, so not the build
 # machine's 7.2): the lab host drives its PF (igb, built into our 6.12 lab
@@ -215,11 +231,12 @@ def tsc_khz() -> int | None:
 
 def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, host_iommu: str = "vtd", nvme: list[str] | None = None,
                  qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi", ram_mib: int = HOST_RAM_MIB,
-                 nic: str = "none") -> list[str]:
+                 nic: str = "none", outer_mem: str = "plain") -> list[str]:
     """The QEMU TCG command line of the lab host (L2); NVME the arguments
     of its drive's controller(s) (nvme_args()); QEMU the outer emulator's
     binary (outer_qemu()); TCG_THREAD its TCG threading (OUTER_TCG);
     RAM_MIB its RAM (host_ram_mib()); NIC its network card (NICS);
+    OUTER_MEM what the machine may reclaim of it (OUTER_MEMS);
     $LAB_QEMU_ARGS adds flags (e.g. "-trace dma_map_wait -D
     /tmp/l1.trace" to look inside the emulated NVMe and VT-d)."""
     return [
@@ -228,6 +245,7 @@ def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, hos
         "-smp", str(cpus), "-m", str(ram_mib),
         "-nodefaults", "-display", "none", "-monitor", "none", "-serial", "stdio",
         "-no-reboot", "-net", "none",
+        *(["-overcommit", "mem-lock=on-fault"] if outer_mem == "locked" else []),
         "-device", HOST_IOMMUS[host_iommu]["device"],
         "-drive", f"file={disk},if=none,id=nv0,format=raw,cache=unsafe",
         *(nvme or nvme_args()),

@@ -31,6 +31,7 @@ def knobs_of(args, sc: dict) -> dict:
         # (docs/lab.md, "Lab host crashes"), built once and cached.
         "outer_qemu": pick("outer_qemu", DEFAULT_OUTER_QEMU),
         "outer_tcg": pick("outer_tcg", "multi"),
+        "outer_mem": pick("outer_mem", "plain"),
         # "": the lab host kernel's own setting.
         "host_thp": pick("host_thp", ""),
         "host_kernel": pick("host_kernel", "6.12"),

@@ -151,3 +151,34 @@ class PhaseClock:
             for name, ph in (c.get("phases") or {}).items():
                 if isinstance(ph, dict) and (w := self.windows.get((c.get("column"), name))):
                     ph["machine"] = w
+
+
+DAMON_ADMIN = "/sys/kernel/mm/damon/admin/kdamonds"
+
+
+def reclaim_schemes(admin: str = DAMON_ADMIN) -> list[str]:
+    """The machine's running DAMON schemes, "ACTION on OPS" each (e.g.
+    "pageout on paddr": the kernel reclaims what it sees idle, the lab's
+    memory included; --outer-mem locked keeps the lab out of it). Empty
+    where DAMON is absent, off, or unreadable."""
+    found = []
+    try:
+        kdamonds = sorted(e for e in os.listdir(admin) if e.isdigit())
+    except OSError:
+        return found
+    for kd in kdamonds:
+        base = f"{admin}/{kd}"
+        try:
+            with open(f"{base}/state") as f:
+                if f.read().strip() != "on":
+                    continue
+            for ctx in sorted(e for e in os.listdir(f"{base}/contexts") if e.isdigit()):
+                with open(f"{base}/contexts/{ctx}/operations") as f:
+                    ops = f.read().strip()
+                schemes = f"{base}/contexts/{ctx}/schemes"
+                for sch in sorted(e for e in os.listdir(schemes) if e.isdigit()):
+                    with open(f"{schemes}/{sch}/action") as f:
+                        found.append(f"{f.read().strip()} on {ops}")
+        except OSError:
+            continue
+    return found

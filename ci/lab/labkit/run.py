@@ -13,11 +13,12 @@ from pathlib import Path
 from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
-from .host import IGB_OUTER_QEMUS, SUITE_QEMUS, nvme_args, outer_qemu, outer_version, userland_root
+from .host import IGB_OUTER_QEMUS, SUITE_QEMUS, TMPFS_RUNS, nvme_args, outer_qemu, outer_version, userland_root
 from .images import BENCH_BINS, build_image, c_bins, cargo_bins, distro_drive
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
 from .knobs import knobs_of, report_args, resolve_runs
+from .machine import reclaim_schemes
 from .presets import DEMO, DEMO_LAZY_OPTS, DEMO_WHY, seven_three_runs
 from .results import report
 from .rounds import run_round
@@ -42,8 +43,10 @@ def run_scenario(args) -> dict:
         k.setdefault(knob, name)
     # Each run builds its overlay and drive in a directory of its own, so
     # that runs can go on side by side; it is removed when the run ends.
-    (CACHE / "runs").mkdir(parents=True, exist_ok=True)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{args.scenario}-", dir=CACHE / "runs"))
+    # --outer-mem locked: in tmpfs, out of the machine's reclaim (host.py).
+    runs = TMPFS_RUNS if k["outer_mem"] == "locked" else CACHE / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{args.scenario}-", dir=runs))
     start = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_base = Path(args.log) if args.log else CACHE / "logs" / f"{args.scenario}-{stamp}.log"
@@ -117,6 +120,11 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
     doc["outer_tcg"] = k["outer_tcg"]
+    if k["outer_mem"] == "locked" and k["outer_qemu"] == "7.2":
+        raise LabError("--outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault; run the lab host under "
+                       "--outer-qemu 10.0-fixed (the default) or drop --outer-mem")
+    doc["outer_mem"] = k["outer_mem"]
+    doc["machine_reclaim"] = reclaim_schemes()
     doc["host_thp"] = k["host_thp"] or "the lab host kernel's own"
     doc["vmm_qemu"] = k["vmm_qemu"]
     if not sc.get("userland"):

@@ -103,6 +103,20 @@ class PhaseClockTest(unittest.TestCase):
         s = Snapshot.take(STAT, pid=os.getpid())
         self.assertGreater(s.own_cpu_s, 0.0)
 
+    def test_running_damon_schemes_are_named_and_others_not(self):
+        import os
+        import tempfile
+        with tempfile.TemporaryDirectory() as admin:
+            self.assertEqual(machine.reclaim_schemes(admin + "/absent"), [])
+            for kd, state, action in (("0", "on", "pageout"), ("1", "off", "lru_prio")):
+                ctx = f"{admin}/{kd}/contexts/0"
+                os.makedirs(f"{ctx}/schemes/0")
+                for path, text in ((f"{admin}/{kd}/state", state), (f"{ctx}/operations", "paddr"),
+                                   (f"{ctx}/schemes/0/action", action)):
+                    with open(path, "w") as f:
+                        f.write(text + "\n")
+            self.assertEqual(machine.reclaim_schemes(admin), ["pageout on paddr"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -94,6 +94,15 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("-accel") + 1], "tcg,thread=single")
         self.assertEqual(cmd.count("-accel"), 1)
 
+    def test_outer_memory_is_plain_unless_locked(self):
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        k = knobs_of(self.args("run"), scenarios.SCENARIOS["smoke"])
+        self.assertEqual(k["outer_mem"], "plain")
+        self.assertNotIn("-overcommit", host.host_command(image, Path("/d"), "c", 2, outer_mem=k["outer_mem"]))
+        k = knobs_of(self.args("run", outer_mem="locked"), scenarios.SCENARIOS["smoke"])
+        cmd = host.host_command(image, Path("/d"), "c", 2, outer_mem=k["outer_mem"])
+        self.assertEqual(cmd[cmd.index("-overcommit") + 1], "mem-lock=on-fault")
+
     def test_host_iommu_picks_device_kernel_and_cmdline(self):
         k = knobs_of(self.args("run"), scenarios.SCENARIOS["compare"])
         self.assertEqual(k["host_iommu"], "vtd")

@@ -90,7 +90,19 @@ def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
         cmdline += f" tsc_early_khz={tsc_khz()}"
     if os.environ.get("LAB_HOST_APPEND"):  # e.g. "tsc_early_khz=1800000" to try a lab host kernel parameter
         cmdline += " " + os.environ["LAB_HOST_APPEND"]
+    if os.environ.get("LAB_HOST_APPEND_AB") and ab_round(int(knobs.get("round", "1"))):
+        cmdline += " " + os.environ["LAB_HOST_APPEND_AB"]
     return cmdline
+
+
+def ab_round(round_no: int) -> bool:
+    """Whether round ROUND_NO is a B round of an interleaved A/B of a lab
+    host kernel parameter (LAB_HOST_APPEND_AB: the parameters B rounds
+    add): rounds 3-4, 7-8, ... are B and 1-2, 5-6, ... A, so that each
+    side gets both of the balanced order's directions (a round pair runs
+    the columns forwards, then backwards) and the machine's drift through
+    the run lands on both alike."""
+    return (round_no - 1) // 2 % 2 == 1
 
 
 def watch(proc: subprocess.Popen, col: Collector, log, timeout: int, verbose: bool, demo: bool,

@@ -18,5 +18,18 @@ class StopTest(unittest.TestCase):
             boot.LIVE_HOSTS.discard(p)
 
 
+class AbTest(unittest.TestCase):
+    def test_b_rounds_come_in_pairs_after_a_pair(self):
+        self.assertEqual([r for r in range(1, 9) if boot.ab_round(r)], [3, 4, 7, 8])
+
+    def test_only_b_rounds_get_the_parameters(self):
+        import os
+        from unittest import mock
+        k = {"host_iommu": "vtd"}
+        with mock.patch.dict(os.environ, {"LAB_HOST_APPEND_AB": "kvm.halt_poll_ns=0"}):
+            self.assertNotIn("kvm.halt_poll_ns=0", boot.host_cmdline(k, {"round": "2"}))
+            self.assertIn("kvm.halt_poll_ns=0", boot.host_cmdline(k, {"round": "3"}))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -95,18 +95,18 @@ OUTER_TCG = ["multi", "single"]
 # (benches/results/current/host-thp-ab-2026-12-03/).
 HOST_THP = ["always", "madvise", "never"]
 # What the machine under the lab may do to the lab's memory (--outer-mem).
-# "plain": the outer QEMU's RAM and the drive's page cache are ordinary
-# memory the machine's kernel may reclaim. This machine runs a DAMON
-# pageout scheme (kdamond, paddr, pageout of what it saw idle for a
-# minute, up to 128 MiB a second): with no swap it cannot take anonymous
-# memory away, but it splits the outer QEMU's transparent huge pages
-# trying to (khugepaged collapses them again later), and it evicts the
-# drive image's page cache, which the next read fetches from disk.
-# "locked": the outer QEMU locks its memory as it faults it in (-overcommit
-# mem-lock=on-fault: huge pages still form on the first fault, and a locked
-# page is never reclaimed or split for reclaim), and the run's directory,
-# the drive image with it, lives in tmpfs (/dev/shm: without swap, never
-# reclaimed).
+# "plain" (the default): the outer QEMU's RAM and the drive's page cache
+# are ordinary memory. This machine runs a DAMON pageout scheme (paddr,
+# pageout of what it saw idle for a minute); with no swap it cannot take
+# anonymous memory (no huge page of the outer QEMU was split: thp_split_page
+# 0), but it evicts file pages, the drive image's cached blocks among them,
+# which the next read fetches from disk. "locked": the outer QEMU locks its
+# memory as it faults it in (-overcommit mem-lock=on-fault: huge pages
+# still form on the first fault) and the run's directory, the drive image
+# with it, lives in tmpfs (/dev/shm: without swap, never evicted). Tested
+# as a source of the lab's noise: not quieter (a guest's own 26%, a phase's
+# 22% against the plain run's 13% and 20% the same day), so not the default
+# (benches/results/current/outer-mem-locked-6rounds-2026-12-03/).
 OUTER_MEMS = ["plain", "locked"]
 # Where --outer-mem locked keeps its runs' directories.
 TMPFS_RUNS = Path("/dev/shm/viommu-lab-runs")

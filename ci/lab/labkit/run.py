@@ -4,6 +4,7 @@ lab host boots, then the verdict (judge) and its report."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -125,6 +126,9 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
                        "--outer-qemu 10.0-fixed (the default) or drop --outer-mem")
     doc["outer_mem"] = k["outer_mem"]
     doc["machine_reclaim"] = reclaim_schemes()
+    # An interleaved A/B's B-round parameters (boot.ab_round(); ci/lab/ab-split).
+    if os.environ.get("LAB_HOST_APPEND_AB"):
+        doc["host_append_ab"] = os.environ["LAB_HOST_APPEND_AB"]
     doc["host_thp"] = k["host_thp"] or "the lab host kernel's own"
     doc["vmm_qemu"] = k["vmm_qemu"]
     if not sc.get("userland"):

@@ -52,9 +52,12 @@ def run_scenario(args) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_base = Path(args.log) if args.log else CACHE / "logs" / f"{args.scenario}-{stamp}.log"
     doc = {"scenario": args.scenario, "mode": k["mode"], "runs": specs, "rounds": k["rounds"], "first_round": 1, "host_iommu": k["host_iommu"],
-           "hugepages": k["hugepages"] == "1",
+           "hugepages": k["hugepages"] == "1", "outer_mem": k["outer_mem"], "machine_reclaim": reclaim_schemes(),
            "nvme": " ".join(nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"])[1::2]),
            "boots": [], "cells": [], "checks": [], "ok": False}
+    # An interleaved A/B's B-round parameters (boot.ab_round(); ci/lab/ab-split).
+    if os.environ.get("LAB_HOST_APPEND_AB"):
+        doc["host_append_ab"] = os.environ["LAB_HOST_APPEND_AB"]
     try:
         vmm_qemu, userland = qemus_of(args, sc, k, doc)
         distro = drive_of(sc, k, doc)
@@ -124,11 +127,6 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     if k["outer_mem"] == "locked" and k["outer_qemu"] == "7.2":
         raise LabError("--outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault; run the lab host under "
                        "--outer-qemu 10.0-fixed (the default) or drop --outer-mem")
-    doc["outer_mem"] = k["outer_mem"]
-    doc["machine_reclaim"] = reclaim_schemes()
-    # An interleaved A/B's B-round parameters (boot.ab_round(); ci/lab/ab-split).
-    if os.environ.get("LAB_HOST_APPEND_AB"):
-        doc["host_append_ab"] = os.environ["LAB_HOST_APPEND_AB"]
     doc["host_thp"] = k["host_thp"] or "the lab host kernel's own"
     doc["vmm_qemu"] = k["vmm_qemu"]
     if not sc.get("userland"):

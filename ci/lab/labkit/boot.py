@@ -27,7 +27,7 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
     cmdline = host_cmdline(k, host_knobs(sc, k, specs, round_no))
     cmd = host_command(image, disk, cmdline, args.cpus, k["host_iommu"],
                        nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"]),
-                       k.get("outer_qemu_bin", "qemu-system-x86_64"), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"),
+                       outer_qemu_of(k, round_no), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"),
                        k.get("nic", "none"), k.get("outer_mem", "plain"))
     timeout = args.timeout or sc["timeout"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +93,15 @@ def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
     if os.environ.get("LAB_HOST_APPEND_AB") and ab_round(int(knobs.get("round", "1"))):
         cmdline += " " + os.environ["LAB_HOST_APPEND_AB"]
     return cmdline
+
+
+def outer_qemu_of(k: dict, round_no: int) -> str:
+    """The outer QEMU binary of round ROUND_NO: the run's, or in a B round
+    of an interleaved A/B of outer QEMUs (LAB_OUTER_QEMU_AB, resolved by
+    run.qemus_of() into K's outer_qemu_ab_bin) the other one."""
+    if k.get("outer_qemu_ab_bin") and ab_round(round_no):
+        return k["outer_qemu_ab_bin"]
+    return k.get("outer_qemu_bin", "qemu-system-x86_64")
 
 
 def ab_round(round_no: int) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
-from .host import IGB_OUTER_QEMUS, SUITE_QEMUS, TMPFS_RUNS, nvme_args, outer_qemu, outer_version, userland_root
+from .host import FIXED_OUTER_QEMUS, IGB_OUTER_QEMUS, OUTER_QEMUS, SUITE_QEMUS, TMPFS_RUNS, nvme_args, outer_qemu, outer_version, userland_root
 from .images import BENCH_BINS, build_image, c_bins, cargo_bins, distro_drive
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
@@ -113,7 +113,8 @@ def drive_of(sc: dict, k: dict, doc: dict) -> str:
 
 
 def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
-    """The outer QEMU (into K and DOC; one that has the NIC K asks for)
+    """The outer QEMU (into K and DOC; one that has the NIC K asks for;
+    LAB_OUTER_QEMU_AB's for an A/B's B rounds beside it)
     and what build_image() takes for the stock VMM under test: a Debian 13
     root's QEMU wrapper (none for 7.2, the image's own), or for a userland
     scenario that root's wrapper."""
@@ -124,6 +125,18 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
     doc["outer_tcg"] = k["outer_tcg"]
+    # An interleaved A/B of outer QEMUs: B rounds (boot.ab_round()) run
+    # their lab host under LAB_OUTER_QEMU_AB's version instead.
+    ab = os.environ.get("LAB_OUTER_QEMU_AB")
+    if ab:
+        if ab not in OUTER_QEMUS + FIXED_OUTER_QEMUS:
+            raise LabError(f"LAB_OUTER_QEMU_AB={ab}: not an outer QEMU this lab has; one of {', '.join(OUTER_QEMUS + FIXED_OUTER_QEMUS)}")
+        if k["nic"] != "none" and ab not in IGB_OUTER_QEMUS:
+            raise LabError(f"LAB_OUTER_QEMU_AB={ab} with --nic {k['nic']}: QEMU {ab} has no igb")
+        if k["outer_mem"] == "locked" and ab == "7.2":
+            raise LabError("LAB_OUTER_QEMU_AB=7.2 with --outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault")
+        k["outer_qemu_ab_bin"] = outer_qemu(ab)
+        doc["outer_qemu_ab"] = outer_version(k["outer_qemu_ab_bin"])
     if k["outer_mem"] == "locked" and k["outer_qemu"] == "7.2":
         raise LabError("--outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault; run the lab host under "
                        "--outer-qemu 10.0-fixed (the default) or drop --outer-mem")

@@ -30,6 +30,11 @@ class AbTest(unittest.TestCase):
             self.assertNotIn("kvm.halt_poll_ns=0", boot.host_cmdline(k, {"round": "2"}))
             self.assertIn("kvm.halt_poll_ns=0", boot.host_cmdline(k, {"round": "3"}))
 
+    def test_only_b_rounds_run_under_the_other_outer_qemu(self):
+        k = {"outer_qemu_bin": "/a/qemu", "outer_qemu_ab_bin": "/b/qemu"}
+        self.assertEqual([boot.outer_qemu_of(k, r) for r in (1, 2, 3, 4, 5)], ["/a/qemu", "/a/qemu", "/b/qemu", "/b/qemu", "/a/qemu"])
+        self.assertEqual(boot.outer_qemu_of({"outer_qemu_bin": "/a/qemu"}, 3), "/a/qemu")
+
 
 if __name__ == "__main__":
     unittest.main()

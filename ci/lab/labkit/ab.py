@@ -14,6 +14,7 @@ import statistics as st
 import sys
 from pathlib import Path
 
+from .base import timed_iops
 from .boot import ab_round
 
 # Student's t at 0.975 by degrees of freedom (at most that many); Welch's
@@ -54,9 +55,8 @@ def compare(sides: dict[str, dict]) -> list[dict]:
     logs: dict[tuple[str, str], dict[str, list[float]]] = {}
     for side, doc in sides.items():
         for c in doc["cells"]:
-            for name, ph in (c.get("phases") or {}).items():
-                if name.startswith("randread") and isinstance(ph, dict) and ph.get("fio", {}).get("read_iops"):
-                    logs.setdefault((c["column"], name), {"a": [], "b": []})[side].append(math.log(ph["fio"]["read_iops"]))
+            for name, iops in timed_iops(c).items():
+                logs.setdefault((c["column"], name), {"a": [], "b": []})[side].append(math.log(iops))
     rows = []
     for (col, name), v in sorted(logs.items()):
         a, b = v["a"], v["b"]

@@ -33,3 +33,11 @@ def vmm_of(spec: str) -> str:
 def cell_key(c: dict) -> tuple[str, int]:
     """A cell's column and round (0-based)."""
     return c["column"], c["round"]
+
+
+def timed_iops(cell: dict) -> dict[str, float]:
+    """A cell's timed phases and their IOPS: the randread* phases with a
+    fio result (the bench tool's untimed phases, warm-up and the like,
+    are named otherwise and left out)."""
+    return {name: ph["fio"]["read_iops"] for name, ph in (cell.get("phases") or {}).items()
+            if name.startswith("randread") and isinstance(ph, dict) and ph.get("fio", {}).get("read_iops")}

@@ -24,6 +24,8 @@ import statistics as st
 import sys
 from statistics import NormalDist
 
+from .base import cell_key, timed_iops
+
 # A row "moves" when its halves are more than this far apart (issue 59's bound).
 BOUND = math.log(1.1)
 
@@ -43,17 +45,17 @@ def rows_of(doc: dict, baseline: str | None = None) -> tuple[str, list[tuple[str
         raise SystemExit(f"baseline {baseline!r} is not a column of this run: {', '.join(columns)}")
     by = {(c["column"], c["round"]): c for c in cells}
     rounds = sorted({c["round"] for c in cells})
-    phases = sorted({k for c in cells for k, p in c["phases"].items()
-                     if k.startswith("randread") and isinstance(p, dict) and p.get("fio", {}).get("read_iops")})
+    iops = {cell_key(c): timed_iops(c) for c in cells}
+    phases = sorted({ph for t in iops.values() for ph in t})
     rows = []
     for col in (c for c in columns if c != baseline):
         for ph in phases:
             ratios, first = [], []
             for r in rounds:
                 a, b = by.get((col, r)), by.get((baseline, r))
-                if not a or not b or ph not in a["phases"] or ph not in b["phases"]:
+                if not a or not b or ph not in iops[col, r] or ph not in iops[baseline, r]:
                     continue
-                ratios.append(math.log(a["phases"][ph]["fio"]["read_iops"] / b["phases"][ph]["fio"]["read_iops"]))
+                ratios.append(math.log(iops[col, r][ph] / iops[baseline, r][ph]))
                 first.append(a["place"]["index"] < b["place"]["index"])
             if len(ratios) >= 4 and 0 < sum(first) < len(first):
                 rows.append((col, ph, ratios, first))

@@ -112,15 +112,25 @@ def drive_of(sc: dict, k: dict, doc: dict) -> str:
     return str(d)
 
 
+def outer_qemu_fits(version: str, k: dict, how: str) -> None:
+    """Refuse an outer QEMU VERSION (chosen by HOW: a flag or variable)
+    that lacks what K asks of it: igb for --nic, mem-lock for --outer-mem
+    locked."""
+    if k["nic"] != "none" and version not in IGB_OUTER_QEMUS:
+        raise LabError(f"{how} {version} with --nic {k['nic']}: QEMU {version} has no igb; use "
+                       f"{' or '.join(IGB_OUTER_QEMUS[:2])}")
+    if k["outer_mem"] == "locked" and version == "7.2":
+        raise LabError(f"{how} 7.2 with --outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault; use "
+                       "10.0-fixed (the default) or drop --outer-mem")
+
+
 def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     """The outer QEMU (into K and DOC; one that has the NIC K asks for;
     LAB_OUTER_QEMU_AB's for an A/B's B rounds beside it)
     and what build_image() takes for the stock VMM under test: a Debian 13
     root's QEMU wrapper (none for 7.2, the image's own), or for a userland
     scenario that root's wrapper."""
-    if k["nic"] != "none" and k["outer_qemu"] not in IGB_OUTER_QEMUS:
-        raise LabError(f"--nic {k['nic']}: QEMU {k['outer_qemu']} has no igb; run the lab host under --outer-qemu "
-                       f"{' or '.join(IGB_OUTER_QEMUS[:2])}")
+    outer_qemu_fits(k["outer_qemu"], k, "--outer-qemu")
     doc["nic"] = k["nic"]
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
@@ -131,15 +141,9 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     if ab:
         if ab not in OUTER_QEMUS + FIXED_OUTER_QEMUS:
             raise LabError(f"LAB_OUTER_QEMU_AB={ab}: not an outer QEMU this lab has; one of {', '.join(OUTER_QEMUS + FIXED_OUTER_QEMUS)}")
-        if k["nic"] != "none" and ab not in IGB_OUTER_QEMUS:
-            raise LabError(f"LAB_OUTER_QEMU_AB={ab} with --nic {k['nic']}: QEMU {ab} has no igb")
-        if k["outer_mem"] == "locked" and ab == "7.2":
-            raise LabError("LAB_OUTER_QEMU_AB=7.2 with --outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault")
+        outer_qemu_fits(ab, k, "LAB_OUTER_QEMU_AB")
         k["outer_qemu_ab_bin"] = outer_qemu(ab)
         doc["outer_qemu_ab"] = outer_version(k["outer_qemu_ab_bin"])
-    if k["outer_mem"] == "locked" and k["outer_qemu"] == "7.2":
-        raise LabError("--outer-mem locked: QEMU 7.2 has no -overcommit mem-lock=on-fault; run the lab host under "
-                       "--outer-qemu 10.0-fixed (the default) or drop --outer-mem")
     doc["host_thp"] = k["host_thp"] or "the lab host kernel's own"
     doc["vmm_qemu"] = k["vmm_qemu"]
     if not sc.get("userland"):

@@ -1,5 +1,7 @@
 """Unit tests of the console parsing and the judging of a run (no VM)."""
 
+import contextlib
+import io
 import unittest
 
 from labkit import base, console, judge, kernels, rounds, scenarios
@@ -100,7 +102,10 @@ class CollectorTest(unittest.TestCase):
             return fresh
 
         doc = {"boots": [], "cells": [], "checks": []}
-        rounds.run_round(doc, 1, SPECS, boot)
+        # The warning is the run's, not the test log's: caught and checked.
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            rounds.run_round(doc, 1, SPECS, boot)
+        self.assertIn("running 1 unfinished guest(s) of round 1 in a fresh one", err.getvalue())
         self.assertEqual(boots, [SPECS, [SPECS[1]]])
         self.assertEqual(sorted(c["column"] for c in doc["cells"]), ["ours", "qemu+stock"])
         self.assertTrue(doc["boots"][0].get("host_stall_retried"))

@@ -1,10 +1,12 @@
 """Unit tests of a scenario's settings, the lab host's machine and knobs (no VM)."""
 
 import json
+import os
 import tempfile
 import types
 import unittest
 from pathlib import Path
+from unittest import mock
 
 from labkit import base, host, images, judge, kernels, presets, run, scenarios
 from labkit.kernels import tool_specs
@@ -359,6 +361,20 @@ class SettingsTest(unittest.TestCase):
         with self.assertRaises(base.LabError) as e:
             run.qemus_of(self.args("run", scenario="smoke"), sc, k, {})
         self.assertIn("--nic igb: QEMU 7.2 has no igb", str(e.exception))
+
+    def test_an_ab_outer_qemu_is_checked_like_the_main_one(self):
+        sc = scenarios.SCENARIOS["smoke"]
+        k = knobs_of(self.args("run", nic="igb"), sc)
+        with mock.patch.dict(os.environ, {"LAB_OUTER_QEMU_AB": "7.2"}), \
+                mock.patch.object(run, "outer_qemu", return_value="/q"), \
+                mock.patch.object(run, "outer_version", return_value="x"):
+            with self.assertRaises(base.LabError) as e:
+                run.qemus_of(self.args("run", scenario="smoke"), sc, k, {})
+        self.assertIn("LAB_OUTER_QEMU_AB 7.2 with --nic igb: QEMU 7.2 has no igb", str(e.exception))
+        k = knobs_of(self.args("run", outer_qemu="7.2", outer_mem="locked"), sc)
+        with self.assertRaises(base.LabError) as e:
+            run.qemus_of(self.args("run", scenario="smoke"), sc, k, {})
+        self.assertIn("--outer-qemu 7.2 with --outer-mem locked", str(e.exception))
 
     def test_the_distro_vm_boots_from_its_drive_with_an_igb(self):
         sc = scenarios.SCENARIOS["distro-vm"]

@@ -1,9 +1,9 @@
 """Split an interleaved A/B lab run (LAB_HOST_APPEND_AB or
 LAB_OUTER_QEMU_AB: boot.ab_round() says which rounds are B) into one
 results JSON per side, each a run of its own to the bench tool's report,
-and compare the sides column by
-column and phase by phase: B's IOPS over A's (geometric means) with
-Welch's 95% interval on the log IOPS, and each side's spread."""
+and compare the sides column by column and phase by phase: B's IOPS
+over A's (geometric means) with Welch's 95% interval on the log IOPS,
+and each side's spread."""
 
 from __future__ import annotations
 

@@ -106,9 +106,8 @@ def outer_qemu_of(k: dict, round_no: int) -> str:
 
 def ab_round(round_no: int) -> bool:
     """Whether round ROUND_NO is a B round of an interleaved A/B of a lab
-    host kernel parameter or of the outer QEMU (LAB_OUTER_QEMU_AB, see
-    outer_qemu_of()) (LAB_HOST_APPEND_AB: the parameters B rounds
-    add): rounds 3-4, 7-8, ... are B and 1-2, 5-6, ... A, so that each
+    host kernel parameter (LAB_HOST_APPEND_AB: the parameters B rounds
+    add) or of the outer QEMU (LAB_OUTER_QEMU_AB, outer_qemu_of()): rounds 3-4, 7-8, ... are B and 1-2, 5-6, ... A, so that each
     side gets both of the balanced order's directions (a round pair runs
     the columns forwards, then backwards) and the machine's drift through
     the run lands on both alike."""

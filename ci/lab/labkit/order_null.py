@@ -26,7 +26,8 @@ from statistics import NormalDist
 
 from .base import cell_key, timed_iops
 
-# A row "moves" when its halves are more than this far apart (issue 59's bound).
+# A row "moves" when its halves are more than this far apart (the by-order
+# criterion's bound, docs/lab.md "Against no order at all").
 BOUND = math.log(1.1)
 
 

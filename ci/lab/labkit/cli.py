@@ -112,6 +112,9 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
                         f"{2 * HUGEPAGES_MARGIN} MiB more RAM for the margin (default: the scenario's, else off); under the outer "
                         "QEMU's TCG every column runs 1.2-6x slower with it and no quieter (docs/lab.md, \"How precise the lab is\"): "
                         "for checking the option, not for measuring")
+    p.add_argument("--pin-vcpus", action="store_true", default=None,
+                   help="every guest's vCPU thread on a lab-host CPU of its own, the VMM's other threads and the drive's interrupts on the other "
+                        "(viommu-bench --pin-vcpus; guests of 1 vCPU, the lab host has 2) (default: the scenario's, else off)")
     p.add_argument("--host-thp", choices=HOST_THP, help="the lab host's transparent huge pages (its kernel's transparent_hugepage=): "
                    "always, madvise (both VMMs ask for them for guest RAM; in the lab every guest then gets them for all of it) "
                    "or never (every guest's RAM in 4 KiB pages); madvise against never: no difference in the lab's noise or "

@@ -51,6 +51,8 @@ def knobs_of(args, sc: dict) -> dict:
         "idle_ms": str(sc.get("idle_ms", 0)),
         # viommu-bench --hugepages, the pages reserved at the lab host's boot.
         "hugepages": "1" if pick("hugepages", False) else "0",
+        # viommu-bench --pin-vcpus.
+        "pin_vcpus": "1" if pick("pin_vcpus", False) else "0",
         # A guest that hangs is run again, as a warning, in CI and in the
         # demo: the nested emulation corrupts a vCPU's saved state now and
         # then (the hung vCPU spins with the lab host's own registers, see
@@ -98,7 +100,7 @@ def host_knobs(sc: dict, k: dict, specs: list[str], round_no: int) -> dict[str, 
     knobs = {"scenario": sc["script"], "runs": ",".join(s for s in k["tool_specs"] if tag_of(s) in tags), "round": str(round_no),
              **{n: k[n] for n in ("mode", "bs", "runtime", "ramp", "guest_timeout", "guest_cpus", "numjobs", "iodepth", "stall", "rw",
                                   "kernel_stock", "kernel_patched", "kernels", "kvm_exits", "breakdown", "idle_ms", "retry_hung", "retries", "skip",
-                                  "hugepages") if n in k}}
+                                  "hugepages", "pin_vcpus") if n in k}}
     if k.get("nic", "none") != "none":
         knobs["nic"] = k["nic"]
     if sc.get("userland"):

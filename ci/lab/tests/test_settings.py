@@ -175,13 +175,14 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(cmd[-2:], ["--bin", "/t/vmm"])
         self.assertNotIn("--userland", images.build_image_command({"baseline"}, []))
 
-    def bench_args_of(self, knobs: dict) -> list[str]:
+    def bench_args_of(self, knobs: dict, extra: str = "") -> list[str]:
         """host-lib.sh's bench_args for a lab host booted with KNOBS (as
-        boot_host puts them on its command line), one flag or value a line."""
+        boot_host puts them on its command line, then EXTRA: an A/B's B
+        round's parameters), one flag or value a line."""
         lib = LAB_DIR.joinpath("host-lib.sh")
         with tempfile.TemporaryDirectory() as d:
             cmdline = Path(d) / "cmdline"
-            cmdline.write_text("console=ttyS0 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items()) + "\n")
+            cmdline.write_text("console=ttyS0 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items()) + f" {extra}\n")
             out = __import__("subprocess").run(["busybox", "sh", "-c", f". {lib}; BDF=0000:00:01.0; bench_args"], capture_output=True,
                                                text=True, env={"LAB_CMDLINE": str(cmdline), "PATH": "/usr/bin:/bin"})
         self.assertEqual(out.returncode, 0, out)
@@ -196,6 +197,20 @@ class SettingsTest(unittest.TestCase):
         args = self.bench_args_of(host_knobs(sc, k, runs, 1))
         self.assertEqual(args[args.index("--kernel") + 1], "baseline-7.3=/lab/guest/baseline-7.3.bzImage")
         self.assertEqual(args[args.index("--kernel-stock") + 1], "/lab/guest/baseline-6.12.bzImage")
+
+    def test_pin_vcpus_reaches_the_bench_tool_and_a_b_rounds_win(self):
+        sc = scenarios.SCENARIOS["smoke"]
+        for flag, want in ((None, False), (True, True)):
+            k = knobs_of(self.args("run", pin_vcpus=flag), sc)
+            k["tool_specs"], _ = tool_specs(sc["runs"])
+            knobs = host_knobs(sc, k, sc["runs"], 1)
+            self.assertEqual(knobs["pin_vcpus"], "1" if want else "0")
+            self.assertEqual("--pin-vcpus" in self.bench_args_of(knobs), want)
+        # An A/B's B rounds append lab.pin_vcpus=1 after the knobs: the last wins.
+        k = knobs_of(self.args("run"), sc)
+        k["tool_specs"], _ = tool_specs(sc["runs"])
+        knobs = host_knobs(sc, k, sc["runs"], 1)
+        self.assertIn("--pin-vcpus", self.bench_args_of(knobs, "lab.pin_vcpus=1"))
 
     def test_breakdown_reaches_the_bench_tool(self):
         sc = scenarios.SCENARIOS["breakdown"]

@@ -233,6 +233,14 @@ pub struct Args {
     /// column; recorded in results.json (`host.pinned_cpus`).
     #[arg(long)]
     pub pin: bool,
+    /// Give each guest vCPU thread a CPU of its own and put the VMM's
+    /// other threads and the drive's interrupts on the CPUs left, the
+    /// same for every column (over --pin's CPUs, else the ones the tool
+    /// may use: --guest-cpus + 1 at least). Without it the scheduler
+    /// places each boot's threads afresh. Recorded in results.json
+    /// (`host.vcpu_pinning`).
+    #[arg(long)]
+    pub pin_vcpus: bool,
     /// Back every column's guest RAM with 2 MiB hugetlbfs pages: our VMM
     /// gets --hugepages, stock QEMU (the ceiling too) a private memfd
     /// memory backend with hugetlb=on. The pages must be reserved first

@@ -312,6 +312,9 @@ pub struct LaunchInputs {
     pub breakdown: bool,
     /// `--hugepages`: guest RAM in 2 MiB hugetlbfs pages, every column.
     pub hugepages: bool,
+    /// `--pin-vcpus`: stock QEMU names its threads (`CPU N/KVM`), as our
+    /// VMM always does, so they can be told apart.
+    pub name_threads: bool,
     /// The IOVA width of the host's IOMMU for the drive, where known: an
     /// emulated VT-d in front of it promises its guest no more.
     pub host_iova_bits: Option<u32>,
@@ -463,6 +466,9 @@ fn qemu_launch(
     if inp.hugepages {
         args.push(s("-object"));
         args.push(qemu_hugetlb_backend(inp.memory_mib));
+    }
+    if inp.name_threads {
+        args.extend(["-name", "viommu-bench,debug-threads=on"].map(s));
     }
     args.extend(
         [

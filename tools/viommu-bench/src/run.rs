@@ -4,7 +4,8 @@
 //! [`metrics`] (our VMM) or [`trace`] over [`qmp`] (stock QEMU, untimed
 //! counting phases only), with `--breakdown` recorded by [`host_trace`]
 //! and reduced by [`breakdown`], with `--kvm-exits` by [`kvm_exits`]; the
-//! VMM's own cost ([`footprint`]), CPU time ([`cpu_time`]), what went
+//! VMM's own cost ([`footprint`]), CPU time ([`cpu_time`]), where its
+//! threads run with `--pin-vcpus` ([`placement`]), what went
 //! wrong in a cell ([`faults`]) and, when a guest hangs, why ([`hang`]).
 //! What it produces is [`results`].
 
@@ -21,6 +22,7 @@ pub mod hang;
 pub mod host_trace;
 pub mod kvm_exits;
 pub mod metrics;
+pub mod placement;
 pub mod qmp;
 pub mod results;
 pub mod runner;

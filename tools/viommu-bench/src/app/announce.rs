@@ -79,9 +79,9 @@ fn hugepages(cfg: &Config) -> String {
     )
 }
 
-/// `--pin`'s CPUs, or nothing.
+/// `--pin`'s CPUs and `--pin-vcpus`' layout, or nothing.
 fn pinning(p: &Prepared) -> String {
-    match &p.host.pinned_cpus {
+    let pin = match &p.host.pinned_cpus {
         Some(list) => match p.host.numa_node.filter(|n| *n >= 0) {
             Some(n) => format!("; every VMM pinned to CPUs {list} (NUMA node {n} of the drive)"),
             None => format!(
@@ -89,6 +89,10 @@ fn pinning(p: &Prepared) -> String {
             ),
         },
         None => String::new(),
+    };
+    match &p.host.vcpu_pinning {
+        Some(l) => format!("{pin}; threads placed (--pin-vcpus): {l}"),
+        None => pin,
     }
 }
 

@@ -51,6 +51,7 @@ pub async fn run_cells(
         kvm_exits: armed.kvm_exits.as_ref(),
         breakdown: armed.breakdown.as_ref(),
         stuck: None,
+        placement: p.placement.as_ref(),
     };
     let mut results = Vec::new();
     let mut interrupted = *cancel.borrow();

@@ -12,6 +12,7 @@ use crate::columns::{Iommu, Kernel, LaunchInputs};
 use crate::plan::{self, rotation_from, Cell, Phase};
 use crate::run::host_trace;
 use crate::run::kvm_exits::KvmExits;
+use crate::run::placement::Layout;
 use crate::run::results::utc_timestamp;
 use crate::setup::bind::{self, BindGuard};
 use crate::setup::host::{self, HostInfo};
@@ -34,6 +35,8 @@ pub struct Prepared {
     pub host: HostInfo,
     /// `--pin`: the CPU list and the CPUs.
     pub pin: Option<(String, Vec<usize>)>,
+    /// `--pin-vcpus`: where each VMM's threads go.
+    pub placement: Option<Layout>,
     /// Where the results go.
     pub out: PathBuf,
     /// Where the VMs' sockets and traces go while they run.
@@ -109,6 +112,22 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         None
     };
     host.pinned_cpus = pin.as_ref().map(|(list, _)| list.clone());
+    let placement = if a.pin_vcpus {
+        match vcpu_layout(
+            pin.as_ref().map(|(_, c)| c.as_slice()),
+            a.guest_cpus,
+            &cfg.bdf,
+        ) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("viommu-bench: {e}");
+                return Err(2);
+            }
+        }
+    } else {
+        None
+    };
+    host.vcpu_pinning = placement.as_ref().map(Layout::describe);
     let out = out_dir(cfg, started);
     let initramfs = match guest_image(cfg, &pre, dry) {
         Ok(p) => p,
@@ -147,6 +166,7 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         pre,
         host,
         pin,
+        placement,
         out,
         run_dir,
         inputs,
@@ -162,6 +182,18 @@ fn default_vmm() -> PathBuf {
         .and_then(|e| e.parent().map(|d| d.join("vmm")))
         .filter(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from("vmm"))
+}
+
+/// `--pin-vcpus`' layout over `--pin`'s CPUs, else the ones this
+/// process may use.
+fn vcpu_layout(pinned: Option<&[usize]>, guest_cpus: u32, bdf: &str) -> Result<Layout, String> {
+    let cpus = match pinned {
+        Some(c) => c.to_vec(),
+        None => host::affinity().map_err(|e| {
+            format!("--pin-vcpus: reading the CPUs this process may use: {e}; drop --pin-vcpus")
+        })?,
+    };
+    Layout::new(&cpus, guest_cpus, bdf)
 }
 
 /// The host checks for the columns and flags of `cfg`.
@@ -338,6 +370,7 @@ fn launch_inputs(cfg: &Config, pre: &Outcome, initramfs: PathBuf) -> LaunchInput
         qemu_no_trace: cfg.qemu_no_trace.clone(),
         breakdown: a.breakdown,
         hugepages: a.hugepages,
+        name_threads: a.pin_vcpus,
         host_iova_bits: pre.facts.iova_bits,
     }
 }

@@ -16,8 +16,38 @@ fn inputs() -> LaunchInputs {
         qemu_no_trace: None,
         breakdown: false,
         hugepages: false,
+        name_threads: false,
         host_iova_bits: None,
     }
+}
+
+#[test]
+fn pin_vcpus_names_qemus_threads_and_leaves_ours_alone() {
+    let named = LaunchInputs {
+        name_threads: true,
+        ..inputs()
+    };
+    let has_name = |l: &Launch| {
+        l.args
+            .windows(2)
+            .any(|w| w[0] == "-name" && w[1] == "viommu-bench,debug-threads=on")
+    };
+    for name in ["qemu+stock", "no-viommu"] {
+        let c = builtin(name).unwrap();
+        assert!(
+            has_name(&launch(&c, &named, "c", Path::new("/run"), "x")),
+            "{name}"
+        );
+        assert!(
+            !has_name(&launch(&c, &inputs(), "c", Path::new("/run"), "x")),
+            "{name}"
+        );
+    }
+    let ours = builtin("ours+stock").unwrap();
+    assert_eq!(
+        launch(&ours, &named, "c", Path::new("/run"), "x").args,
+        launch(&ours, &inputs(), "c", Path::new("/run"), "x").args
+    );
 }
 
 #[test]

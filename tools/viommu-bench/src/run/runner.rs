@@ -105,6 +105,8 @@ pub struct CellCtx<'a> {
     /// A VMM of an earlier cell that SIGKILL did not end: the next cell
     /// waits for it (see [`crate::run::hang::unkillable_vmm`]).
     pub stuck: Option<StuckVmm>,
+    /// `--pin-vcpus`: where the VMM's threads go.
+    pub placement: Option<&'a crate::run::placement::Layout>,
 }
 
 /// Sends each line of `r` to `tx`, marked whether it is stderr.
@@ -202,6 +204,7 @@ struct Vm<'a> {
     src: CounterSource,
     st: Cell,
     footprint: Footprint,
+    placer: crate::run::placement::Placer,
     last_progress: Instant,
     done_at: Option<Instant>,
     exit: Option<ExitStatus>,
@@ -271,6 +274,7 @@ impl<'a> Vm<'a> {
             src,
             st,
             footprint: Footprint::default(),
+            placer: Default::default(),
             last_progress: Instant::now(),
             done_at: None,
             exit: None,
@@ -301,6 +305,9 @@ impl<'a> Vm<'a> {
                 _ = sample_tick.tick(), if self.exit.is_none() => {
                     if let Some(pid) = self.pid {
                         self.footprint.sample(pid);
+                        if let Some(layout) = ctx.placement {
+                            self.placer.apply(layout, pid, Path::new("/proc"));
+                        }
                     }
                 },
                 status = self.child.wait(), if self.exit.is_none() => {

@@ -198,6 +198,10 @@ pub struct HostInfo {
     /// absent: not pinned.
     #[serde(default)]
     pub pinned_cpus: Option<String>,
+    /// `--pin-vcpus`: where the vCPU threads, the other threads and the
+    /// drive's interrupts ran; absent: the scheduler's choice.
+    #[serde(default)]
+    pub vcpu_pinning: Option<String>,
 }
 
 impl HostInfo {
@@ -215,6 +219,7 @@ impl HostInfo {
                 .ok()
                 .and_then(|n| n.parse().ok()),
             pinned_cpus: None,
+            vcpu_pinning: None,
         }
     }
 }
@@ -314,6 +319,13 @@ pub fn pin_cpus(root: &Root, bdf: &str) -> Result<(String, Vec<usize>), String> 
 
 /// Pin the calling thread (and so every process it starts from now on) to `cpus`.
 pub fn pin_to(cpus: &[usize]) -> std::io::Result<()> {
+    pin_thread(0, cpus)
+}
+
+/// Pin thread `tid` (0: the calling thread) to `cpus`.
+pub fn pin_thread(tid: u32, cpus: &[usize]) -> std::io::Result<()> {
+    let tid =
+        libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET write inside it
     // (CPU_SET ignores numbers beyond its size) and sched_setaffinity
     // reads size_of::<cpu_set_t>() bytes of it.
@@ -323,25 +335,32 @@ pub fn pin_to(cpus: &[usize]) -> std::io::Result<()> {
         for &c in cpus {
             libc::CPU_SET(c, &mut set);
         }
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+        if libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
 }
 
-/// The CPUs the calling thread may run on.
-pub fn affinity() -> std::io::Result<Vec<usize>> {
-    // SAFETY: as in pin_to; sched_getaffinity fills the set.
+/// The CPUs thread `tid` (0: the calling thread) may run on.
+pub fn thread_affinity(tid: u32) -> std::io::Result<Vec<usize>> {
+    let tid =
+        libc::pid_t::try_from(tid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: as in pin_thread; sched_getaffinity fills the set.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+        if libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok((0..libc::CPU_SETSIZE as usize)
             .filter(|&c| libc::CPU_ISSET(c, &set))
             .collect())
     }
+}
+
+/// The CPUs the calling thread may run on.
+pub fn affinity() -> std::io::Result<Vec<usize>> {
+    thread_affinity(0)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ fn ctx<'a>(dir: &'a Path, rx: watch::Receiver<bool>, stall: u64) -> CellCtx<'a> 
         kvm_exits: None,
         breakdown: None,
         stuck: None,
+        placement: None,
     }
 }
 

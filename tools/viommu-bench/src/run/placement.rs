@@ -123,6 +123,8 @@ pub fn cpulist(cpus: &[usize]) -> String {
 pub struct Placer {
     threads: HashMap<u32, String>,
     irqs: BTreeSet<u32>,
+    /// The vCPUs whose thread is on its own CPU now.
+    vcpus: BTreeSet<usize>,
     warned: bool,
 }
 
@@ -145,7 +147,12 @@ impl Placer {
                     continue;
                 }
                 let cpus = layout.cpus_of(&comm);
-                if let Err(err) = crate::setup::host::pin_thread(tid, cpus) {
+                let vcpu = vcpu_index(&comm).filter(|&i| i < layout.vcpus.len());
+                let pinned = crate::setup::host::pin_thread(tid, cpus);
+                if let (Some(i), Ok(())) = (vcpu, &pinned) {
+                    self.vcpus.insert(i);
+                }
+                if let Err(err) = pinned {
                     // ESRCH: it ended between the listing and now.
                     if err.raw_os_error() != Some(libc::ESRCH) {
                         failed.push(format!(
@@ -167,6 +174,8 @@ impl Placer {
                     .join(irq.to_string())
                     .join("smp_affinity_list");
                 if let Err(err) = std::fs::write(&f, cpulist(&layout.rest)) {
+                    // Tried again on the next call; warned about once.
+                    self.irqs.remove(&irq);
                     failed.push(format!(
                         "interrupt {irq} to CPUs {}: {err}",
                         cpulist(&layout.rest)
@@ -182,6 +191,35 @@ impl Placer {
                 failed.join("; ")
             );
         }
+    }
+
+    /// What the placement missed, for the cell's warnings: vCPUs whose
+    /// thread was never found by name (or never placed), or none of the
+    /// drive's interrupts placed. `None` when everything was placed.
+    pub fn shortfall(&self, layout: &Layout) -> Option<String> {
+        let missing: Vec<String> = (0..layout.vcpus.len())
+            .filter(|i| !self.vcpus.contains(i))
+            .map(|i| i.to_string())
+            .collect();
+        let mut lacks = Vec::new();
+        if !missing.is_empty() {
+            lacks.push(format!(
+                "no thread of vCPU {} (named vcpuN or \"CPU N/KVM\") was placed",
+                missing.join(", ")
+            ));
+        }
+        if self.irqs.is_empty() {
+            lacks.push(format!(
+                "no vfio-msi interrupt of {} was placed",
+                layout.bdf
+            ));
+        }
+        (!lacks.is_empty()).then(|| {
+            format!(
+                "--pin-vcpus: {}; this VM's threads ran where the host's scheduler put them",
+                lacks.join("; ")
+            )
+        })
     }
 }
 

@@ -493,6 +493,15 @@ impl<'a> Vm<'a> {
             warn!("{column} round {}: {why}", round + 1);
             st.warnings.push(why.clone());
         }
+        // A booted guest whose threads were not all placed ran unlike the
+        // others: said, not hidden (a VM that never booted may not have
+        // started its vCPUs).
+        if let (Some(layout), CellStatus::Ok) = (ctx.placement, &status) {
+            if let Some(why) = self.placer.shortfall(layout) {
+                warn!("{column} round {}: {why}", round + 1);
+                st.warnings.push(why);
+            }
+        }
         CellResult {
             column: column.into(),
             round,

@@ -91,7 +91,14 @@ fn apply_pins_real_threads_and_writes_the_interrupts() {
         std::fs::create_dir_all(proc.join("irq").join(irq.to_string())).unwrap();
     }
     let mut placer = Placer::default();
+    let missed = placer.shortfall(&layout).unwrap();
+    assert!(missed.contains("no thread of vCPU 0"), "{missed}");
+    assert!(
+        missed.contains("no vfio-msi interrupt of 0000:00:04.0 was placed"),
+        "{missed}"
+    );
     placer.apply(&layout, 7, proc);
+    assert_eq!(placer.shortfall(&layout), None);
     assert_eq!(
         crate::setup::host::thread_affinity(tid).unwrap(),
         vec![cpus[1]]
@@ -112,4 +119,24 @@ fn apply_pins_real_threads_and_writes_the_interrupts() {
     );
     stop_tx.send(()).unwrap();
     worker.join().unwrap();
+}
+
+/// A VMM whose vCPU threads carry other names (an unknown VMM, or QEMU
+/// without debug-threads) leaves its vCPUs unplaced: the shortfall says so.
+#[test]
+fn a_vcpu_never_found_by_name_is_reported() {
+    let layout = Layout::new(&[0, 1, 2], 2, "0000:00:04.0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("7").join("task");
+    // Thread 999999999 does not exist: vcpu1's placing fails (ESRCH) and
+    // does not count as placed.
+    std::fs::create_dir_all(task.join("999999999")).unwrap();
+    std::fs::write(task.join("999999999").join("comm"), "vcpu1\n").unwrap();
+    std::fs::write(dir.path().join("interrupts"), INTERRUPTS).unwrap();
+    let mut placer = Placer::default();
+    placer.apply(&layout, 7, dir.path());
+    let missed = placer.shortfall(&layout).unwrap();
+    assert!(missed.contains("no thread of vCPU 0, 1 "), "{missed}");
+    // The interrupts' files could not be written here: not placed either.
+    assert!(missed.contains("no vfio-msi interrupt"), "{missed}");
 }

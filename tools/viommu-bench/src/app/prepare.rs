@@ -155,6 +155,7 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         pre.facts.namespaces.first().map(String::as_str),
     );
     provenance.hugepages = a.hugepages;
+    provenance.vcpu_pinning = host.vcpu_pinning.clone();
     Ok(Prepared {
         provenance,
         phases: plan::phases(cfg),

@@ -40,6 +40,10 @@ pub struct Provenance {
     /// hugetlbfs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hugepages_2m: Option<HugePool>,
+    /// Where `--pin-vcpus` put the VMMs' threads (absent: the host's
+    /// scheduler placed them). The run's to set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_pinning: Option<String>,
     /// The drive's model (its NVMe controller's `model`).
     pub drive_model: Option<String>,
     /// Its firmware revision (`firmware_rev`).
@@ -58,7 +62,8 @@ pub struct Provenance {
 impl Provenance {
     /// Reads it under `root` for the drive `bdf`; `vmm`: our VMM, to ask
     /// its version; `host_namespace`: the drive's first namespace on the
-    /// host, when it had one before binding. `hugepages` is the run's to set.
+    /// host, when it had one before binding. `hugepages` and
+    /// `vcpu_pinning` are the run's to set.
     pub fn gather(
         root: &Root,
         bdf: &str,
@@ -92,6 +97,7 @@ impl Provenance {
             smt_active: read("/sys/devices/system/cpu/smt/active").map(|v| v == "1"),
             hugepages: false,
             hugepages_2m: HugePool::read(root),
+            vcpu_pinning: None,
             drive_model: ctrl_file("model"),
             drive_firmware: ctrl_file("firmware_rev"),
             drive_serial_sha256: ctrl_file("serial").map(|s| {
@@ -119,7 +125,7 @@ impl Provenance {
         }
         vec![
             format!(
-                "code: viommu-bench {}, vmm {}; host: THP {}/{} (enabled/defrag), governor {}, turbo {}, SMT {}; guest RAM: {}; cmdline: {}",
+                "code: viommu-bench {}, vmm {}; host: THP {}/{} (enabled/defrag), governor {}, turbo {}, SMT {}; guest RAM: {}{}; cmdline: {}",
                 self.tool_revision,
                 o(&self.vmm_version),
                 o(&self.thp_enabled),
@@ -128,6 +134,9 @@ impl Provenance {
                 o(&self.turbo),
                 self.smt_active.map(|s| if s { "on" } else { "off" }).unwrap_or("?"),
                 self.guest_ram(),
+                self.vcpu_pinning
+                    .as_ref()
+                    .map_or(String::new(), |l| format!("; threads placed (--pin-vcpus): {l}")),
                 o(&self.kernel_cmdline),
             ),
             format!(

@@ -126,4 +126,20 @@ fn read_from_a_fake_tree() {
     old.as_object_mut().unwrap().remove("hugepages_2m");
     let back: Provenance = serde_json::from_value(old).unwrap();
     assert!(!back.hugepages && back.hugepages_2m.is_none());
+    // --pin-vcpus is the run's too: absent unless set, then in the header.
+    assert!(json.get("vcpu_pinning").is_none());
+    assert!(!p.header_lines()[0].contains("--pin-vcpus"));
+    p.vcpu_pinning = Some("vCPU 0 on CPU 1; the VMM's other threads on CPUs 0".into());
+    assert!(
+        p.header_lines()[0].contains(
+            "guest RAM: 2 MiB huge pages, --hugepages (2 MiB pool: 600 pages, 88 free); \
+             threads placed (--pin-vcpus): vCPU 0 on CPU 1;"
+        ),
+        "{}",
+        p.header_lines()[0]
+    );
+    assert_eq!(
+        serde_json::to_value(&p).unwrap()["vcpu_pinning"],
+        "vCPU 0 on CPU 1; the VMM's other threads on CPUs 0"
+    );
 }

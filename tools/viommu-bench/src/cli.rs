@@ -238,7 +238,7 @@ pub struct Args {
     /// same for every column (over --pin's CPUs, else the ones the tool
     /// may use: --guest-cpus + 1 at least). Without it the scheduler
     /// places each boot's threads afresh. Recorded in results.json
-    /// (`host.vcpu_pinning`).
+    /// (`provenance.vcpu_pinning`) and the report's header.
     #[arg(long)]
     pub pin_vcpus: bool,
     /// Back every column's guest RAM with 2 MiB hugetlbfs pages: our VMM

@@ -143,7 +143,6 @@ fn a_whole_run_on_a_fake_host() {
             iommu: Some("intel".into()),
             numa_node: Some(0),
             pinned_cpus: Some("0".into()),
-            vcpu_pinning: None,
         }
     );
     assert!(
@@ -736,5 +735,5 @@ fn pin_vcpus_needs_a_cpu_per_vcpu_and_records_its_layout() {
     let doc: Results =
         serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
             .unwrap();
-    assert_eq!(doc.host.vcpu_pinning.as_deref(), Some(want.as_str()));
+    assert_eq!(doc.provenance.vcpu_pinning.as_deref(), Some(want.as_str()));
 }

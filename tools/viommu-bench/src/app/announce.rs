@@ -90,7 +90,7 @@ fn pinning(p: &Prepared) -> String {
         },
         None => String::new(),
     };
-    match &p.host.vcpu_pinning {
+    match &p.provenance.vcpu_pinning {
         Some(l) => format!("{pin}; threads placed (--pin-vcpus): {l}"),
         None => pin,
     }

@@ -127,7 +127,6 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
     } else {
         None
     };
-    host.vcpu_pinning = placement.as_ref().map(Layout::describe);
     let out = out_dir(cfg, started);
     let initramfs = match guest_image(cfg, &pre, dry) {
         Ok(p) => p,
@@ -155,7 +154,7 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         pre.facts.namespaces.first().map(String::as_str),
     );
     provenance.hugepages = a.hugepages;
-    provenance.vcpu_pinning = host.vcpu_pinning.clone();
+    provenance.vcpu_pinning = placement.as_ref().map(Layout::describe);
     Ok(Prepared {
         provenance,
         phases: plan::phases(cfg),

@@ -198,10 +198,6 @@ pub struct HostInfo {
     /// absent: not pinned.
     #[serde(default)]
     pub pinned_cpus: Option<String>,
-    /// `--pin-vcpus`: where the vCPU threads, the other threads and the
-    /// drive's interrupts ran; absent: the scheduler's choice.
-    #[serde(default)]
-    pub vcpu_pinning: Option<String>,
 }
 
 impl HostInfo {
@@ -219,7 +215,6 @@ impl HostInfo {
                 .ok()
                 .and_then(|n| n.parse().ok()),
             pinned_cpus: None,
-            vcpu_pinning: None,
         }
     }
 }

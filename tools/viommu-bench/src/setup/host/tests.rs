@@ -34,7 +34,6 @@ fn host_info_is_read() {
             iommu: Some("amd".into()),
             numa_node: Some(1),
             pinned_cpus: None,
-            vcpu_pinning: None,
         }
     );
     let (_d, r) = fake(&[("sys/class/iommu/dmar0/intel-iommu/ecap", "0")]);

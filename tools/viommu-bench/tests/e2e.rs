@@ -3,7 +3,8 @@
 //! that speaks the guest protocol, answers QMP (served by the test) and
 //! writes trace lines while its events are on (`support/fake_host.rs`).
 //! Checks the exit code, the table on stdout and the three files in
-//! --out. Stock QEMU's counts without a trace: `e2e_counting.rs`.
+//! --out. Stock QEMU's counts without a trace: `e2e_counting.rs`;
+//! `--pin-vcpus`: `e2e_placement.rs`.
 
 #[path = "support/fake_host.rs"]
 mod fake_host;
@@ -12,7 +13,7 @@ use std::os::unix::fs::{symlink, OpenOptionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use fake_host::{fake_host, file, qmp_broker, Dir, BDF};
+use fake_host::{bench_run, fake_host, file, qmp_broker, Dir, BDF};
 use viommu_bench::columns::Counting;
 use viommu_bench::report::document::Results;
 use viommu_bench::run::results::CellStatus;
@@ -399,23 +400,6 @@ fn retries_serial_report_and_report_from() {
     assert!(q.contains("0.25, 0.25 [0.25, 0.25], 2/2"), "{q}");
 }
 
-/// The tool's command for a run of `rounds` rounds of two columns on the
-/// fake host in `d`, results in `d/out`.
-fn bench_run(d: &Path, root: &Path, qemu: &Path, rounds: u32) -> Command {
-    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_viommu-bench"));
-    c.env("FAKE_QMP_DIR", d.join("qmp"))
-        .args(["--device", BDF, "--destroy-data", BDF, "--root"])
-        .arg(root)
-        .arg("--qemu")
-        .arg(qemu)
-        .args(["--kernel-stock", &p("stock.bzImage"), "--kernel-patched"])
-        .args([&p("patched.bzImage"), "--initramfs", &p("initramfs.cpio")])
-        .args(["--columns", "qemu+stock,no-viommu", "--bs", "4k"])
-        .args(["--rounds", &rounds.to_string(), "--out", &p("out")]);
-    c
-}
-
 /// Waits until `d/out/results.partial.jsonl` holds its header and `n` cells.
 fn wait_for_cells(d: &Path, n: usize) {
     let f = d.join("out/results.partial.jsonl");
@@ -684,56 +668,4 @@ fn a_stuck_unbind_does_not_keep_the_results() {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(&fifo);
-}
-
-/// `--pin-vcpus` over too few CPUs stops before anything changes, naming
-/// the need; over enough it places the VMMs' threads and says where.
-#[test]
-fn pin_vcpus_needs_a_cpu_per_vcpu_and_records_its_layout() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
-    let (root, qemu) = fake_host(d);
-    qmp_broker(&d.join("qmp"));
-    // --pin's CPUs are the fake drive's node's: CPU 0 only.
-    let o = bench_run(d, &root, &qemu, 1)
-        .args(["--no-bind", "--pin", "--pin-vcpus"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("--pin-vcpus: --guest-cpus 1 needs 2 CPUs")
-            && stderr.contains("may use 1 (0)"),
-        "{stderr}"
-    );
-    assert!(!d.join("out/results.json").exists());
-
-    let cpus = viommu_bench::setup::host::affinity().unwrap();
-    if cpus.len() < 2 {
-        eprintln!("the rest skipped: it needs 2 CPUs, this process may use {cpus:?}");
-        return;
-    }
-    let o = bench_run(d, &root, &qemu, 1)
-        .args(["--no-bind", "--pin-vcpus"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let want = format!(
-        "vCPU 0 on CPU {}; the VMM's other threads and the drive's interrupts on CPUs {}",
-        cpus[1],
-        std::iter::once(cpus[0])
-            .chain(cpus[2..].iter().copied())
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    assert!(
-        stderr.contains(&format!("threads placed (--pin-vcpus): {want}")),
-        "{stderr}"
-    );
-    let doc: Results =
-        serde_json::from_str(&std::fs::read_to_string(d.join("out/results.json")).unwrap())
-            .unwrap();
-    assert_eq!(doc.provenance.vcpu_pinning.as_deref(), Some(want.as_str()));
 }

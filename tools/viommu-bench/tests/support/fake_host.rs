@@ -261,3 +261,20 @@ pub fn fake_host(d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     );
     (root, qemu)
 }
+
+/// The tool's command for a run of `rounds` rounds of two columns on the
+/// fake host in `d`, results in `d/out`.
+pub fn bench_run(d: &Path, root: &Path, qemu: &Path, rounds: u32) -> std::process::Command {
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_viommu-bench"));
+    c.env("FAKE_QMP_DIR", d.join("qmp"))
+        .args(["--device", BDF, "--destroy-data", BDF, "--root"])
+        .arg(root)
+        .arg("--qemu")
+        .arg(qemu)
+        .args(["--kernel-stock", &p("stock.bzImage"), "--kernel-patched"])
+        .args([&p("patched.bzImage"), "--initramfs", &p("initramfs.cpio")])
+        .args(["--columns", "qemu+stock,no-viommu", "--bs", "4k"])
+        .args(["--rounds", &rounds.to_string(), "--out", &p("out")]);
+    c
+}

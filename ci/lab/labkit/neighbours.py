@@ -52,21 +52,21 @@ def _run_order(doc: dict):
 def sequences(doc: dict) -> tuple[list[list[float]], list[list[float]]]:
     """The guests' sequences (one per lab host with 3 or more guests) and
     the phases' (one per guest with 3 or more timed phases), centred."""
-    cells = [c for c in doc["cells"] if c.get("place") and timed_iops(c)]
+    # Each placed cell with its timed phases, read once.
+    cells = [(c, t) for c in doc["cells"] if c.get("place") and (t := timed_iops(c))]
     logs: dict[tuple[str, str], list[float]] = {}
-    for c in cells:
-        for ph, v in timed_iops(c).items():
+    for c, t in cells:
+        for ph, v in t.items():
             logs.setdefault((c["column"], ph), []).append(math.log(v))
     usual = {k: st.mean(v) for k, v in logs.items()}
     order = _run_order(doc)
-    hosts: dict[str, list[dict]] = {}
-    for c in cells:
-        hosts.setdefault(c["place"]["boot"], []).append(c)
+    hosts: dict[str, list[tuple[dict, dict]]] = {}
+    for c, t in cells:
+        hosts.setdefault(c["place"]["boot"], []).append((c, t))
     guests, phases = [], []
     for cs in hosts.values():
         factors = []
-        for c in sorted(cs, key=lambda c: c["place"]["index"]):
-            t = timed_iops(c)
+        for c, t in sorted(cs, key=lambda ct: ct[0]["place"]["index"]):
             r = [math.log(t[ph]) - usual[c["column"], ph] for ph in sorted(t, key=order)]
             factors.append(st.mean(r))
             if len(r) >= 3:
@@ -76,27 +76,17 @@ def sequences(doc: dict) -> tuple[list[list[float]], list[list[float]]]:
     return guests, phases
 
 
-def lag1(seqs: list[list[float]], rng: random.Random | None = None) -> float:
-    """The lag-1 correlation over every neighbouring pair of SEQS (with
-    RNG: each sequence shuffled first); NaN without spread."""
+def lag_k(seqs: list[list[float]], k: int, rng: random.Random | None = None) -> float:
+    """The correlation of every pair K apart in SEQS (with RNG: each
+    sequence shuffled first); NaN without two pairs or without spread."""
     pairs = []
     for s in seqs:
         s = rng.sample(s, len(s)) if rng else s
-        pairs += zip(s, s[1:])
+        pairs += zip(s, s[k:])
     if len(pairs) < 2:
         return math.nan
-    xs, ys = zip(*pairs)
     try:
-        return st.correlation(xs, ys)
-    except st.StatisticsError:
-        return math.nan
-
-
-def lag_k(seqs: list[list[float]], k: int) -> float:
-    """The correlation of every pair K apart in SEQS; NaN without pairs."""
-    pairs = [(s[i], s[i + k]) for s in seqs for i in range(len(s) - k)]
-    try:
-        return st.correlation(*zip(*pairs)) if len(pairs) >= 2 else math.nan
+        return st.correlation(*zip(*pairs))
     except st.StatisticsError:
         return math.nan
 
@@ -104,9 +94,9 @@ def lag_k(seqs: list[list[float]], k: int) -> float:
 def summary(seqs: list[list[float]], draws: int = 1000, seed: int = 1) -> dict:
     """The observed lag-1 correlation, the shuffled 95% band, the pairs."""
     rng = random.Random(seed)
-    null = sorted(x for x in (lag1(seqs, rng) for _ in range(draws)) if not math.isnan(x))
+    null = sorted(x for x in (lag_k(seqs, 1, rng) for _ in range(draws)) if not math.isnan(x))
     band = [null[int(0.025 * len(null))], null[int(0.975 * len(null)) - 1]] if null else [math.nan, math.nan]
-    return {"r": lag1(seqs), "shuffled_95": band, "pairs": sum(max(len(s) - 1, 0) for s in seqs)}
+    return {"r": lag_k(seqs, 1), "shuffled_95": band, "pairs": sum(max(len(s) - 1, 0) for s in seqs)}
 
 
 def main(argv: list[str] | None = None) -> int:

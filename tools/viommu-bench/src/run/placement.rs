@@ -68,10 +68,15 @@ impl Layout {
         )
     }
 
+    /// The vCPU of this layout a thread called `comm` runs, if any.
+    fn vcpu_of(&self, comm: &str) -> Option<usize> {
+        vcpu_index(comm).filter(|&i| i < self.vcpus.len())
+    }
+
     /// The CPUs of a thread called `comm`.
     fn cpus_of(&self, comm: &str) -> &[usize] {
-        match vcpu_index(comm).and_then(|i| self.vcpus.get(i)) {
-            Some(c) => std::slice::from_ref(c),
+        match self.vcpu_of(comm) {
+            Some(i) => std::slice::from_ref(&self.vcpus[i]),
             None => &self.rest,
         }
     }
@@ -147,7 +152,7 @@ impl Placer {
                     continue;
                 }
                 let cpus = layout.cpus_of(&comm);
-                let vcpu = vcpu_index(&comm).filter(|&i| i < layout.vcpus.len());
+                let vcpu = layout.vcpu_of(&comm);
                 let pinned = crate::setup::host::pin_thread(tid, cpus);
                 if let (Some(i), Ok(())) = (vcpu, &pinned) {
                     self.vcpus.insert(i);

@@ -18,6 +18,7 @@ from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
 from .host import HOST_IOMMUS, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
 from .knobs import host_knobs
 from .machine import PhaseClock, Snapshot, quiet_of
+from .outer_profile import OuterProfiler
 
 
 def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: dict, run_dir: Path, log_path: Path) -> Collector:
@@ -42,16 +43,25 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
         LIVE_HOSTS.add(proc)
         log.write("# " + shlex.join(cmd) + "\n")
         clock = PhaseClock(proc.pid)
-        watch(proc, col, log, timeout, verbose=args.verbose, demo=args.cmd == "demo", clock=clock)
-        clock.annotate(col.cells)
-        # The lab host powers itself off after @@LAB-DONE@@; bound that too.
+        profiler = OuterProfiler.start(proc.pid, os.environ["LAB_OUTER_PROFILE"], log_path) \
+            if os.environ.get("LAB_OUTER_PROFILE") else None
         try:
-            proc.wait(timeout=0 if col.teardown_hung or col.stalled or col.timed_out else 30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            watch(proc, col, log, timeout, verbose=args.verbose, demo=args.cmd == "demo", clock=clock)
+            clock.annotate(col.cells)
+            # The lab host powers itself off after @@LAB-DONE@@; bound that too.
+            try:
+                proc.wait(timeout=0 if col.teardown_hung or col.stalled or col.timed_out else 30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        finally:
+            # perf outlives an interrupted run otherwise
+            if profiler:
+                col.outer_profile = profiler.stop()
         LIVE_HOSTS.discard(proc)
         col.finish(proc.returncode)
+    for c in col.cells if col.outer_profile else []:
+        c["outer_profile"] = col.outer_profile
     col.machine = quiet_of(before, Snapshot.take())
     return col
 

@@ -125,7 +125,7 @@ class PhaseClock:
     """How quiet the machine was during each guest phase of one lab host:
     a window from each phase's progress line to the next progress line or
     the guest's cell, measured as quiet_of() measures a boot, with the
-    outer QEMU (PID) as ours."""
+    outer QEMU (PID) as ours, and its monotonic start and end (t0, t1)."""
     pid: int
     windows: dict[tuple[str, str], dict] = field(default_factory=dict)
     open_at: tuple[tuple[str, str], Snapshot] | None = None
@@ -140,7 +140,9 @@ class PhaseClock:
         now = (snap or (lambda: Snapshot.take(pid=self.pid)))()
         if self.open_at is not None:
             key, before = self.open_at
-            self.windows[key] = quiet_of(before, now)
+            # t0/t1: the window's monotonic ends, to find its samples in
+            # an outer QEMU profile (outer_profile.py)
+            self.windows[key] = {**quiet_of(before, now), "t0": round(before.wall, 3), "t1": round(now.wall, 3)}
             self.open_at = None
         if m:
             self.open_at = ((m["column"], m["phase"]), now)

@@ -28,7 +28,7 @@ HOST_BOOTS_PER_ROUND = 5
 
 # The Collector's fields a boot record keeps, in the results' order; the
 # troubles the Collector records (TROUBLES) are among them.
-BOOT_FIELDS = ("host", "done_rc", "log", "host_crash", "stalled", "timed_out", "early_exit", "teardown_hung", "unfit", "vmm_stuck", "machine")
+BOOT_FIELDS = ("host", "done_rc", "log", "host_crash", "stalled", "timed_out", "early_exit", "teardown_hung", "unfit", "vmm_stuck", "machine", "outer_profile")
 BOOT_FIELDS += tuple(t.key for t in TROUBLES if t.collected and t.key not in BOOT_FIELDS)
 
 

@@ -81,9 +81,9 @@ class PhaseClockTest(unittest.TestCase):
         clock.line("@@LAB-CELL@@ {...}", True, take)
         # a cell with no phase open closes nothing
         clock.line("@@LAB-CELL@@ {...}", True, take)
-        self.assertEqual(clock.windows[("ours+stock", "randread-4k")], {"seconds": 10.0, "others_cpu_pct": 0.0, "steal_pct": 0.0})
+        self.assertEqual(clock.windows[("ours+stock", "randread-4k")], {"seconds": 10.0, "others_cpu_pct": 0.0, "steal_pct": 0.0, "t0": 0, "t1": 10})
         # 10 s: 20 CPU-s, 1 idle, 6 stolen, ours 14: others 0, steal 30%
-        self.assertEqual(clock.windows[("ours+stock", "randread-4k-j2")], {"seconds": 10.0, "others_cpu_pct": 0.0, "steal_pct": 30.0})
+        self.assertEqual(clock.windows[("ours+stock", "randread-4k-j2")], {"seconds": 10.0, "others_cpu_pct": 0.0, "steal_pct": 30.0, "t0": 10, "t1": 20})
         self.assertIsNone(clock.open_at)
         cells = [{"column": "ours+stock", "round": 1, "phases": {"randread-4k": {"fio": {}}, "randread-4k-j2": {"fio": {}}, "verify-4k": {}}},
                  {"column": "qemu+stock", "phases": {"randread-4k": {}}}]

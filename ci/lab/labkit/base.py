@@ -4,6 +4,8 @@ cache are, the lab's error type, and the fields of a run spec
 
 from __future__ import annotations
 
+import math
+
 import os
 from pathlib import Path
 
@@ -41,3 +43,15 @@ def timed_iops(cell: dict) -> dict[str, float]:
     are named otherwise and left out)."""
     return {name: ph["fio"]["read_iops"] for name, ph in (cell.get("phases") or {}).items()
             if name.startswith("randread") and isinstance(ph, dict) and ph.get("fio", {}).get("read_iops")}
+
+
+
+def usual_log_iops(cells: list[tuple[dict, dict[str, float]]]) -> dict[tuple[str, str], float]:
+    """Each (column, phase)'s usual: the mean log IOPS of its guests over
+    CELLS, (cell, its timed_iops()) pairs. A guest's factor is how far
+    its phases sit from these."""
+    logs: dict[tuple[str, str], list[float]] = {}
+    for c, t in cells:
+        for ph, v in t.items():
+            logs.setdefault((c["column"], ph), []).append(math.log(v))
+    return {k: sum(v) / len(v) for k, v in logs.items()}

@@ -58,7 +58,7 @@ class Collector:
         self.log = ""
         # How quiet the real machine was meanwhile (machine.quiet_of).
         self.machine: dict | None = None
-        self.outer_profile: str | None = None  # LAB_OUTER_PROFILE's perf file (outer_profile.py)
+        self.outer_profile: dict | None = None  # LAB_OUTER_PROFILE: its perf file and the outer PID (outer_profile.py)
         # A marker cut by a kernel message: its kind, its text so far, and
         # the console lines it has spanned.
         self.split_marker: tuple[str, str, int] | None = None

@@ -31,7 +31,7 @@ import random
 import statistics as st
 import sys
 
-from .base import timed_iops
+from .base import timed_iops, usual_log_iops
 
 
 def _run_order(doc: dict):
@@ -54,11 +54,7 @@ def sequences(doc: dict) -> tuple[list[list[float]], list[list[float]]]:
     the phases' (one per guest with 3 or more timed phases), centred."""
     # Each placed cell with its timed phases, read once.
     cells = [(c, t) for c in doc["cells"] if c.get("place") and (t := timed_iops(c))]
-    logs: dict[tuple[str, str], list[float]] = {}
-    for c, t in cells:
-        for ph, v in t.items():
-            logs.setdefault((c["column"], ph), []).append(math.log(v))
-    usual = {k: st.mean(v) for k, v in logs.items()}
+    usual = usual_log_iops(cells)
     order = _run_order(doc)
     hosts: dict[str, list[tuple[dict, dict]]] = {}
     for c, t in cells:

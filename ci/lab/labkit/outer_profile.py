@@ -2,18 +2,23 @@
 developer's aid for the lab's per-boot noise (docs/lab.md, "How precise
 the lab is").
 
-With LAB_OUTER_PROFILE=DIR the runner samples every lab host's outer
-QEMU with `perf record` (cpu-clock, 199 Hz, monotonic timestamps) into
-DIR, one file per lab host boot, and records the file in the boot's
-record (`outer_profile`). Each guest phase's `machine` window carries its
+With LAB_OUTER_PROFILE=DIR the runner samples the machine with `perf
+record` (cpu-clock, 199 Hz on every CPU, monotonic timestamps) while
+each lab host runs, into DIR, one file per lab host boot, and records
+the file and the outer QEMU's PID in the boot's record and its cells'
+(`outer_profile`). LAB_QEMU_ARGS="-name lab,debug-threads=on" names the
+outer QEMU's threads ("CPU 0/TCG", "worker"), so that the samples tell
+them apart. Each guest phase's `machine` window carries its
 monotonic start and end (`t0`, `t1`), so `ci/lab/outer-profile RESULTS`
 can split the samples by phase and set each guest's outer CPU per I/O,
 by function and by thread, against its factor (how much slower than its
 column's usual it ran): which of the outer emulator's work grows in a
 slow boot.
 
-Sampling costs every column the same (it is the whole outer QEMU, at a
-rate well under 1% of a CPU); it is off unless asked for.
+Sampling costs every column the same (the whole machine, all the time);
+perf's own CPU shows in the machine records' `others_cpu_pct` (1-6% of
+a CPU in the committed runs). It is off unless asked for, and needs
+perf (Debian: linux-perf).
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ import signal
 import statistics as st
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
-from .base import timed_iops
+from .base import timed_iops, usual_log_iops
 
 RATE_HZ = 199
 
@@ -155,16 +160,11 @@ def guest_costs(doc: dict) -> list[dict]:
 
 
 def guest_factors(doc: dict) -> dict[int, float]:
-    """Each placed cell's factor (by its index): the mean over its timed
-    phases of its log IOPS less its column's mean in that phase, exp'd."""
-    logs: dict[tuple[str, str], list[float]] = defaultdict(list)
-    timed = {i: timed_iops(c) for i, c in enumerate(doc["cells"])}
-    for i, t in timed.items():
-        for ph, v in t.items():
-            logs[(doc["cells"][i]["column"], ph)].append(math.log(v))
-    usual = {k: st.fmean(v) for k, v in logs.items()}
-    return {i: math.exp(st.fmean(math.log(v) - usual[(doc["cells"][i]["column"], ph)] for ph, v in t.items()))
-            for i, t in timed.items() if t}
+    """Each cell's factor (by its index): the mean over its timed phases
+    of its log IOPS less its column's usual in that phase, exp'd."""
+    cells = [(i, c, t) for i, c in enumerate(doc["cells"]) if (t := timed_iops(c))]
+    usual = usual_log_iops([(c, t) for _, c, t in cells])
+    return {i: math.exp(st.fmean(math.log(v) - usual[(c["column"], ph)] for ph, v in t.items())) for i, c, t in cells}
 
 
 def report(rows: list[dict], top: int) -> str:

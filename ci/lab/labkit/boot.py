@@ -43,8 +43,11 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
         LIVE_HOSTS.add(proc)
         log.write("# " + shlex.join(cmd) + "\n")
         clock = PhaseClock(proc.pid)
-        profiler = OuterProfiler.start(proc.pid, os.environ["LAB_OUTER_PROFILE"], log_path) \
-            if os.environ.get("LAB_OUTER_PROFILE") else None
+        # LAB_OUTER_PROFILE_AB=1: profile B rounds only (ab_round()), to
+        # see what the sampling itself costs
+        profile = os.environ.get("LAB_OUTER_PROFILE") and (
+            os.environ.get("LAB_OUTER_PROFILE_AB") != "1" or ab_round(round_no))
+        profiler = OuterProfiler.start(proc.pid, os.environ["LAB_OUTER_PROFILE"], log_path) if profile else None
         try:
             watch(proc, col, log, timeout, verbose=args.verbose, demo=args.cmd == "demo", clock=clock)
             clock.annotate(col.cells)

@@ -39,6 +39,9 @@ class Snapshot:
     idle_ticks: int
     steal_ticks: int
     own_cpu_s: float
+    # With a PID: its threads' (run, run-queue wait) nanoseconds by kind
+    # (outer_threads()).
+    threads: dict = field(default_factory=dict)
 
     @staticmethod
     def take(stat_text: str | None = None, pid: int | None = None) -> "Snapshot":
@@ -55,7 +58,34 @@ class Snapshot:
             theirs = kids.ru_utime + kids.ru_stime
         else:
             theirs = process_cpu_s(pid)
-        return Snapshot(time.monotonic(), cpus, idle, steal, own.ru_utime + own.ru_stime + theirs)
+        return Snapshot(time.monotonic(), cpus, idle, steal, own.ru_utime + own.ru_stime + theirs,
+                        outer_threads(pid) if pid is not None else {})
+
+
+def outer_threads(pid: int, proc: str = "/proc") -> dict[str, tuple[int, int]]:
+    """Process PID's threads' time running and waiting to run (their
+    `schedstat`, nanoseconds), summed by kind: "main" (the thread that
+    is the process: the outer QEMU's main loop, which serves the lab
+    host's NVMe and IOMMU), "vcpus" (threads named "CPU ...", with
+    -name ...,debug-threads=on), "other". A thread that ends between two
+    snapshots takes its time with it; empty once the process is gone."""
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"{proc}/{pid}/task/{tid}/schedstat") as f:
+                run, wait = (int(x) for x in f.read().split()[:2])
+            with open(f"{proc}/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        kind = "main" if tid == str(pid) else "vcpus" if comm.startswith("CPU") else "other"
+        r, w = out.get(kind, (0, 0))
+        out[kind] = (r + run, w + wait)
+    return out
 
 
 def process_cpu_s(pid: int) -> float:
@@ -95,11 +125,21 @@ def quiet_of(before: Snapshot, after: Snapshot) -> dict:
     idle_s = (after.idle_ticks - before.idle_ticks) / HZ
     steal_s = (after.steal_ticks - before.steal_ticks) / HZ
     ours_s = after.own_cpu_s - before.own_cpu_s
-    return {
+    quiet = {
         "seconds": round(wall, 1),
         "others_cpu_pct": round(max(capacity_s - idle_s - steal_s - ours_s, 0.0) / wall * 100, 1),
         "steal_pct": round(steal_s / capacity_s * 100, 1),
     }
+    # The outer QEMU's threads by kind, % of the window spent running and
+    # waiting on the machine's run queue (a main loop that waits behind
+    # busy TCG threads serves the lab host's drive late).
+    kinds = before.threads.keys() & after.threads.keys()
+    if kinds:
+        quiet["outer_threads"] = {
+            k: {"run_pct": round(max(after.threads[k][0] - before.threads[k][0], 0) / 1e7 / wall, 1),
+                "wait_pct": round(max(after.threads[k][1] - before.threads[k][1], 0) / 1e7 / wall, 1)}
+            for k in sorted(kinds)}
+    return quiet
 
 
 def loud(quiet: dict | None) -> str | None:

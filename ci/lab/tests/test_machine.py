@@ -68,6 +68,31 @@ class MachineTest(unittest.TestCase):
         self.assertEqual(judge.boot_problems(base), ([], []))
 
 
+class OuterThreadsTest(unittest.TestCase):
+    def test_threads_are_summed_by_kind_and_their_wait_is_a_share_of_the_window(self):
+        import os
+        import tempfile
+        with tempfile.TemporaryDirectory() as proc:
+            for tid, comm, run, wait in ((100, "qemu-system-x86", 5e9, 1e9), (101, "CPU 0/TCG", 9e9, 2e9),
+                                         (102, "CPU 1/TCG", 8e9, 1e9), (103, "worker", 1e8, 0)):
+                os.makedirs(f"{proc}/100/task/{tid}")
+                with open(f"{proc}/100/task/{tid}/schedstat", "w") as f:
+                    f.write(f"{int(run)} {int(wait)} 42\n")
+                with open(f"{proc}/100/task/{tid}/comm", "w") as f:
+                    f.write(comm + "\n")
+            os.makedirs(f"{proc}/100/task/104")  # a thread gone mid-read
+            got = machine.outer_threads(100, proc)
+            self.assertEqual(got, {"main": (5e9, 1e9), "vcpus": (17e9, 3e9), "other": (1e8, 0)})
+            self.assertEqual(machine.outer_threads(999, proc), {})
+        before = Snapshot(0, 2, 0, 0, 0.0, {"main": (0, 0), "vcpus": (0, 0)})
+        after = Snapshot(10, 2, 0, 0, 0.0, {"main": (1e9, 5e8), "vcpus": (15e9, 0), "other": (1, 1)})
+        q = machine.quiet_of(before, after)
+        # 1 s of 10 running, 0.5 waiting; only kinds both snapshots saw
+        self.assertEqual(q["outer_threads"], {"main": {"run_pct": 10.0, "wait_pct": 5.0},
+                                              "vcpus": {"run_pct": 150.0, "wait_pct": 0.0}})
+        self.assertNotIn("outer_threads", machine.quiet_of(snap(0, 0, 0, 0), snap(10, 0, 0, 0)))
+
+
 class PhaseClockTest(unittest.TestCase):
     def test_each_phase_gets_the_window_to_the_next_line_or_its_cell(self):
         # (wall, idle s, steal s, ours s) at each line that starts or ends

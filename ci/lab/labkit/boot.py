@@ -63,8 +63,9 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
                 col.outer_profile = profiler.stop()
         LIVE_HOSTS.discard(proc)
         col.finish(proc.returncode)
-    for c in col.cells if col.outer_profile else []:
-        c["outer_profile"] = col.outer_profile
+    if col.outer_profile:
+        for c in col.cells:
+            c["outer_profile"] = col.outer_profile
     col.machine = quiet_of(before, Snapshot.take())
     return col
 

@@ -24,6 +24,7 @@ perf (Debian: linux-perf).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import shutil
@@ -124,30 +125,29 @@ def guest_costs(doc: dict) -> list[dict]:
     """Per guest (cell with timed phases on a profiled lab host): its
     column, round, factor, and outer samples per 1000 I/Os over its timed
     phases, by function and by thread."""
-    per_file: dict[str, list] = {}  # each lab host's samples, read once
+    per_file: dict[str, tuple[list, list]] = {}  # each lab host's samples and their times, read once
     factors = guest_factors(doc)
     out = []
     for i, c in enumerate(doc["cells"]):
-        t = timed_iops(c)
         prof = c.get("outer_profile")
-        if not t or not prof or i not in factors:
+        if not prof or i not in factors:
             continue
-        data = prof["data"]
-        if data not in per_file:
-            per_file[data] = samples(data, prof["pid"])
+        if prof["data"] not in per_file:
+            found = sorted(samples(prof["data"], prof["pid"]))
+            per_file[prof["data"]] = (found, [s[0] for s in found])
+        found, times = per_file[prof["data"]]
         by_fn: Counter = Counter()
         by_thread: Counter = Counter()
         ios = seconds = 0.0
-        for name in t:
+        for name, iops in timed_iops(c).items():
             w = c["phases"][name].get("machine") or {}
             if "t0" not in w:
                 continue
-            ios += c["phases"][name]["fio"]["read_iops"] * (w["t1"] - w["t0"])
+            ios += iops * (w["t1"] - w["t0"])
             seconds += w["t1"] - w["t0"]
-            for when, thread, fn in per_file[data]:
-                if w["t0"] <= when < w["t1"]:
-                    by_fn[fn] += 1
-                    by_thread[thread] += 1
+            for _, thread, fn in found[bisect.bisect_left(times, w["t0"]):bisect.bisect_left(times, w["t1"])]:
+                by_fn[fn] += 1
+                by_thread[thread] += 1
         if ios:
             k = 1000 / ios
             out.append({"column": c["column"], "round": c["round"], "factor": factors[i],

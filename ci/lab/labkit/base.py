@@ -46,6 +46,18 @@ def timed_iops(cell: dict) -> dict[str, float]:
 
 
 
+def phase_windows(cell: dict) -> list[tuple[str, float, float, float]]:
+    """A cell's timed phases (timed_iops()) that carry their `machine`
+    window's monotonic ends: (phase, IOPS, t0, t1). A phase without a
+    window (a run from before windows had them) is left out."""
+    out = []
+    for name, iops in timed_iops(cell).items():
+        w = cell["phases"][name].get("machine") or {}
+        if "t0" in w and "t1" in w:
+            out.append((name, iops, w["t0"], w["t1"]))
+    return out
+
+
 def usual_log_iops(cells: list[tuple[dict, dict[str, float]]]) -> dict[tuple[str, str], float]:
     """Each (column, phase)'s usual: the mean log IOPS of its guests over
     CELLS, (cell, its timed_iops()) pairs. A guest's factor is how far

@@ -35,7 +35,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .base import timed_iops, usual_log_iops
+from .base import phase_windows, timed_iops, usual_log_iops
 
 RATE_HZ = 199
 
@@ -139,13 +139,10 @@ def guest_costs(doc: dict) -> list[dict]:
         by_fn: Counter = Counter()
         by_thread: Counter = Counter()
         ios = seconds = 0.0
-        for name, iops in timed_iops(c).items():
-            w = c["phases"][name].get("machine") or {}
-            if "t0" not in w:
-                continue
-            ios += iops * (w["t1"] - w["t0"])
-            seconds += w["t1"] - w["t0"]
-            for _, thread, fn in found[bisect.bisect_left(times, w["t0"]):bisect.bisect_left(times, w["t1"])]:
+        for _, iops, t0, t1 in phase_windows(c):
+            ios += iops * (t1 - t0)
+            seconds += t1 - t0
+            for _, thread, fn in found[bisect.bisect_left(times, t0):bisect.bisect_left(times, t1)]:
                 by_fn[fn] += 1
                 by_thread[thread] += 1
         if ios:

@@ -22,7 +22,7 @@ import math
 import statistics as st
 import sys
 
-from .base import timed_iops, usual_log_iops
+from .base import phase_windows, timed_iops, usual_log_iops
 
 
 def read_probe(lines) -> list[tuple[float, float, float]]:
@@ -48,12 +48,10 @@ def phase_gauges(doc: dict, samples: list[tuple[float, float, float]], wall: boo
     usual = usual_log_iops(pairs)
     rows, missed = [], 0
     for c, iops in pairs:
-        for name, v in iops.items():
-            m = (c["phases"][name].get("machine") or {})
-            if "t0" not in m or "t1" not in m:
-                missed += 1
-                continue
-            inside = samples[bisect.bisect_left(starts, m["t0"]):bisect.bisect_right(starts, m["t1"])]
+        windows = phase_windows(c)
+        missed += len(iops) - len(windows)
+        for name, v, t0, t1 in windows:
+            inside = samples[bisect.bisect_left(starts, t0):bisect.bisect_right(starts, t1)]
             if not inside:
                 missed += 1
                 continue

@@ -174,7 +174,7 @@ PROGRAM_SCENARIOS = {
         "timeout": 1200,
     },
     "vmm-exits": {
-        "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM, and restarts a rebooting guest in place (its default, --on-reboot restart) up to its --reboot-limit with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe",
+        "help": "our VMM exits cleanly (no VFIO error, right exit code) on power-off, reset, triple fault and SIGTERM, and restarts a rebooting guest in place (its default, --on-reboot restart) up to its --reboot-limit with the NVMe live behind the virtio-iommu; the crash test: our VMM and stock QEMU killed with SIGKILL mid 128k randread; after each, a fresh guest writes and verifies through the same NVMe; a guest's reboots must leave no DMA fault at the lab host's IOMMU (the patched guest shuts the NVMe down before the virtio-iommu)",
         "script": "vmm-exits",
         "runs": [],
         "cargo_bins": [("vmm", "vmm"), ("vmm", "vmmctl")],

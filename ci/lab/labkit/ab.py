@@ -1,5 +1,5 @@
-"""Split an interleaved A/B lab run (LAB_HOST_APPEND_AB or
-LAB_OUTER_QEMU_AB: boot.ab_round() says which rounds are B) into one
+"""Split an interleaved A/B lab run (LAB_HOST_APPEND_AB, LAB_OUTER_QEMU_AB
+or LAB_OUTER_ICOUNT_AB: boot.ab_round() says which rounds are B) into one
 results JSON per side, each a run of its own to the bench tool's report,
 and compare the sides column by column and phase by phase: B's IOPS
 over A's (geometric means) with Welch's 95% interval on the log IOPS,
@@ -74,7 +74,7 @@ def compare(sides: dict[str, dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """ci/lab/ab-split LAB.json OUTDIR."""
     p = argparse.ArgumentParser(prog="ci/lab/ab-split", description=__doc__)
-    p.add_argument("results", help="a lab run's results JSON (ci/lab/lab run ... --results), run with LAB_HOST_APPEND_AB")
+    p.add_argument("results", help="a lab run's results JSON (ci/lab/lab run ... --results), run with LAB_HOST_APPEND_AB, LAB_OUTER_QEMU_AB or LAB_OUTER_ICOUNT_AB")
     p.add_argument("out", help="directory for a-lab.json and b-lab.json (each a results JSON for ci/lab/lab table)")
     args = p.parse_args(argv)
     doc = json.loads(Path(args.results).read_text())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .base import LabError
 from .console import BENCH_LINE, HOST_STALL, MARK, TEARDOWN_GRACE, Collector
-from .host import HOST_IOMMUS, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
+from .host import HOST_IOMMUS, OUTER_ICOUNT_TSC_KHZ, host_command, host_ram_mib, hugepages_at_boot, nvme_args, tsc_khz
 from .knobs import host_knobs
 from .machine import PhaseClock, Snapshot, quiet_of
 from .outer_profile import OuterProfiler
@@ -25,11 +25,12 @@ def boot_host(args, sc: dict, k: dict, specs: list[str], round_no: int, image: d
     """Boot one lab host, run the scenario's script for SPECS in round
     ROUND_NO, collect what it reports."""
     disk = fresh_drive(run_dir, k.get("nvme_image"))
-    cmdline = host_cmdline(k, host_knobs(sc, k, specs, round_no))
+    icount = outer_icount_of(k, round_no)
+    cmdline = host_cmdline(k, host_knobs(sc, k, specs, round_no), icount)
     cmd = host_command(image, disk, cmdline, args.cpus, k["host_iommu"],
                        nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"]),
                        outer_qemu_of(k, round_no), k["outer_tcg"], host_ram_mib(k.get("hugepages") == "1"),
-                       k.get("nic", "none"), k.get("outer_mem", "plain"))
+                       k.get("nic", "none"), k.get("outer_mem", "plain"), icount)
     timeout = args.timeout or sc["timeout"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     col = Collector(len(specs))
@@ -86,10 +87,11 @@ def fresh_drive(run_dir: Path, image: str | None) -> Path:
     return disk
 
 
-def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
+def host_cmdline(k: dict, knobs: dict[str, str], icount: str = "") -> str:
     """The lab host's kernel command line: its console, its IOMMU's
     parameters, the huge pages it reserves (--hugepages), its transparent
-    huge pages (--host-thp), and the lab.NAME=VALUE knobs."""
+    huge pages (--host-thp), its TSC's rate (the machine's, or ICOUNT's:
+    outer_icount_of()), and the lab.NAME=VALUE knobs."""
     # loglevel=5: warnings and backtraces (a soft lockup's) reach the log.
     host_iommu = HOST_IOMMUS[k["host_iommu"]]
     cmdline = f"console=ttyS0 {host_iommu['cmdline']} loglevel=5 panic=-1 " + " ".join(f"lab.{n}={v}" for n, v in knobs.items())
@@ -99,8 +101,11 @@ def host_cmdline(k: dict, knobs: dict[str, str]) -> str:
         cmdline += f" transparent_hugepage={k['host_thp']}"
     # The lab host's first TSC calibration is KVM's guest TSC rate (KVM is
     # built into our lab host kernels): give it the right one (host-init's
-    # tsc_check() says why and checks it).
-    if tsc_khz() and os.environ.get("LAB_TSC_EARLY_KHZ", "1") != "0":  # LAB_TSC_EARLY_KHZ=0: let it calibrate (A/B)
+    # tsc_check() says why and checks it). Under icount it is the virtual
+    # clock's, not the machine's.
+    if icount:
+        cmdline += f" tsc_early_khz={OUTER_ICOUNT_TSC_KHZ}"
+    elif tsc_khz() and os.environ.get("LAB_TSC_EARLY_KHZ", "1") != "0":  # LAB_TSC_EARLY_KHZ=0: let it calibrate (A/B)
         cmdline += f" tsc_early_khz={tsc_khz()}"
     if os.environ.get("LAB_HOST_APPEND"):  # e.g. "tsc_early_khz=1800000" to try a lab host kernel parameter
         cmdline += " " + os.environ["LAB_HOST_APPEND"]
@@ -118,10 +123,22 @@ def outer_qemu_of(k: dict, round_no: int) -> str:
     return k.get("outer_qemu_bin", "qemu-system-x86_64")
 
 
+def outer_icount_of(k: dict, round_no: int) -> str:
+    """The outer QEMU's instruction counter shift in round ROUND_NO ("":
+    the machine's clock): the run's (--outer-icount), or in a B round of
+    an interleaved A/B of the lab's clock (LAB_OUTER_ICOUNT_AB=SHIFT)
+    that one."""
+    ab = os.environ.get("LAB_OUTER_ICOUNT_AB", "")
+    if ab and ab_round(round_no):
+        return ab
+    return str(k.get("outer_icount") or "")
+
+
 def ab_round(round_no: int) -> bool:
     """Whether round ROUND_NO is a B round of an interleaved A/B of a lab
     host kernel parameter (LAB_HOST_APPEND_AB: the parameters B rounds
-    add) or of the outer QEMU (LAB_OUTER_QEMU_AB, outer_qemu_of()): rounds 3-4, 7-8, ... are B and 1-2, 5-6, ... A, so that each
+    add), of the outer QEMU (LAB_OUTER_QEMU_AB, outer_qemu_of()) or of its
+    clock (LAB_OUTER_ICOUNT_AB, outer_icount_of()): rounds 3-4, 7-8, ... are B and 1-2, 5-6, ... A, so that each
     side gets both of the balanced order's directions (a round pair runs
     the columns forwards, then backwards) and the machine's drift through
     the run lands on both alike."""

@@ -44,6 +44,13 @@ from .run import run_scenario
 from .scenarios import SCENARIOS
 
 
+def icount_shift(value: str) -> str:
+    """--outer-icount's SHIFT: a whole number 0-10 (QEMU's own bound)."""
+    if not value.isdigit() or int(value) > 10:
+        raise argparse.ArgumentTypeError(f"{value!r}: the shift is a whole number 0-10 (each instruction 2^SHIFT ns; 3 runs the lab at about its usual pace)")
+    return str(int(value))
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: run, demo, build, kernels, table."""
     ap = argparse.ArgumentParser(prog="ci/lab/lab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,6 +98,7 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
     p.add_argument("--vmm-qemu", choices=OUTER_QEMUS, help="stock QEMU as the VMM under test in the lab host: 7.2 (Debian 12's, in the lab image) or 10.0/11.1 (Debian 13's, from the root ci/lab/debian-root makes), untraced in timed phases either way; debian13-userland: the QEMU of its Debian 13 root, 11.1 or 10.0" + d("vmm_qemu", " (default 7.2)"))
     p.add_argument("--outer-qemu", choices=OUTER_QEMUS + FIXED_OUTER_QEMUS, help="the outer emulator that runs the lab host: 7.2 (Debian 12's, this machine's) or 10.0/11.1 (Debian 13's, from a root ci/lab/debian-root makes once and caches, about 30 s and 250 MB); 10.0-fixed/11.1-fixed: that QEMU built from Debian's source with ci/lab/outer-qemu/patches (the TCG race behind the lab host crashes), once, about 10 min" + d("outer_qemu", f" (default {DEFAULT_OUTER_QEMU})"))
     p.add_argument("--outer-tcg", choices=OUTER_TCG, help="the outer emulator's TCG threading: multi (a host thread per lab host vCPU) or single (all lab host vCPUs on one host thread in turn: slower, never two at once; for telling lab faults apart: 2-vCPU guests then hang in boot)" + d("outer_tcg", " (default multi)"))
+    p.add_argument("--outer-icount", type=icount_shift, metavar="SHIFT", help="drive the lab host's clocks by the outer emulator's instruction count (QEMU's -icount shift=SHIFT,sleep=on: each emulated instruction 2^SHIFT ns, 0-10; single-threaded TCG): a phase's IOPS then counts the instructions its I/O costs rather than the machine's price for them (docs/lab.md); LAB_OUTER_ICOUNT_AB=SHIFT turns it on in an A/B's B rounds only" + d("outer_icount", " (default off: the machine's clock)"))
     p.add_argument("--outer-mem", choices=OUTER_MEMS, help="what the machine under the lab may reclaim: plain (the outer QEMU's RAM and the drive's page cache are ordinary memory: a reclaim scheme such as this machine's DAMON pageout evicts the drive's cached blocks) or locked (the outer QEMU locks its memory as it faults it in, -overcommit mem-lock=on-fault, and the run's directory with the drive lives in /dev/shm; up to about 3 GiB resident and locked per lab host); locked was not quieter than plain (docs/lab.md)" + d("outer_mem", " (default plain)"))
     p.add_argument("--nvme-ioqpairs", type=int, help="I/O queue pairs of the lab host's emulated NVMe (QEMU's max_ioqpairs; 1: every guest vCPU shares one queue and its interrupt)" + d("nvme_ioqpairs", " (default: QEMU's, 64)"))
     p.add_argument("--nvme-mdts", type=int, help="the emulated NVMe's maximum transfer as a power of two of 4 KiB pages (QEMU's mdts; 3 = 32 KiB: large I/O is split)" + d("nvme_mdts", " (default: QEMU's, 7 = 512 KiB)"))

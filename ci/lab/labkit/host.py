@@ -84,6 +84,19 @@ OUTER_QEMUS = ["7.2", "10.0", "11.1"]
 # does not help: 2-vCPU guests then hang in boot, spinning in their timer
 # interrupt).
 OUTER_TCG = ["multi", "single"]
+# The outer emulator's clock (--outer-icount SHIFT): without it the lab
+# host's clocks (TSC, timers) are the machine's, so a guest's IOPS is the
+# machine's CPU over what TCG spends per I/O, and that price moves from boot
+# to boot and hour to hour (docs/lab.md, "Spread"). With it QEMU's
+# instruction counting (-icount shift=SHIFT,sleep=on) drives the lab host's
+# clocks: each emulated instruction advances them 2^SHIFT ns, whatever the
+# machine's speed, and time the lab host spends idle (halted, waiting for
+# the emulated NVMe) passes at the machine's rate. A phase's IOPS then
+# counts the instructions its I/O costs the lab host and its guest (the
+# VMM's, KVM's, the guest's, exits included) rather than TCG's price for
+# them. Icount needs single-threaded TCG (the lab host's vCPUs in turn on
+# one host thread), and its TSC runs at 1 GHz (the virtual clock in ns).
+OUTER_ICOUNT_TSC_KHZ = 1_000_000
 # The lab host's transparent huge pages (--host-thp: its kernel's
 # transparent_hugepage=; without the flag the kernel's own: madvise on our
 # 6.12 lab host, always on Debian's 6.1 cloud kernel). Both VMMs madvise
@@ -231,17 +244,20 @@ def tsc_khz() -> int | None:
 
 def host_command(image: dict[str, str], disk: Path, cmdline: str, cpus: int, host_iommu: str = "vtd", nvme: list[str] | None = None,
                  qemu: str = "qemu-system-x86_64", tcg_thread: str = "multi", ram_mib: int = HOST_RAM_MIB,
-                 nic: str = "none", outer_mem: str = "plain") -> list[str]:
+                 nic: str = "none", outer_mem: str = "plain", icount: str = "") -> list[str]:
     """The QEMU TCG command line of the lab host (L2); NVME the arguments
     of its drive's controller(s) (nvme_args()); QEMU the outer emulator's
     binary (outer_qemu()); TCG_THREAD its TCG threading (OUTER_TCG);
     RAM_MIB its RAM (host_ram_mib()); NIC its network card (NICS);
-    OUTER_MEM what the machine may reclaim of it (OUTER_MEMS);
+    OUTER_MEM what the machine may reclaim of it (OUTER_MEMS); ICOUNT
+    the instruction counter's shift ("": the machine's clock; see
+    OUTER_ICOUNT_TSC_KHZ), which forces single-threaded TCG;
     $LAB_QEMU_ARGS adds flags (e.g. "-trace dma_map_wait -D
     /tmp/l1.trace" to look inside the emulated NVMe and VT-d)."""
     return [
         qemu,
-        "-accel", f"tcg,thread={tcg_thread}", "-M", "q35", "-cpu", "max",
+        "-accel", f"tcg,thread={'single' if icount else tcg_thread}", "-M", "q35", "-cpu", "max",
+        *(["-icount", f"shift={icount},sleep=on"] if icount else []),
         "-smp", str(cpus), "-m", str(ram_mib),
         "-nodefaults", "-display", "none", "-monitor", "none", "-serial", "stdio",
         "-no-reboot", "-net", "none",

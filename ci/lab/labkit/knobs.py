@@ -32,6 +32,8 @@ def knobs_of(args, sc: dict) -> dict:
         "outer_qemu": pick("outer_qemu", DEFAULT_OUTER_QEMU),
         "outer_tcg": pick("outer_tcg", "multi"),
         "outer_mem": pick("outer_mem", "plain"),
+        # "": the machine's clock; else the instruction counter's shift.
+        "outer_icount": pick("outer_icount", ""),
         # "": the lab host kernel's own setting.
         "host_thp": pick("host_thp", ""),
         "host_kernel": pick("host_kernel", "6.12"),

@@ -134,7 +134,15 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     doc["nic"] = k["nic"]
     k["outer_qemu_bin"] = outer_qemu(k["outer_qemu"])
     doc["outer_qemu"] = outer_version(k["outer_qemu_bin"])
-    doc["outer_tcg"] = k["outer_tcg"]
+    doc["outer_tcg"] = "single" if k["outer_icount"] else k["outer_tcg"]
+    doc["outer_icount"] = k["outer_icount"]
+    # An interleaved A/B of the lab's clock: B rounds (boot.ab_round())
+    # count instructions (boot.outer_icount_of()).
+    icount_ab = os.environ.get("LAB_OUTER_ICOUNT_AB")
+    if icount_ab:
+        if not icount_ab.isdigit() or int(icount_ab) > 10:
+            raise LabError(f"LAB_OUTER_ICOUNT_AB={icount_ab}: the shift is a whole number 0-10 (3 runs the lab at about its usual pace)")
+        doc["outer_icount_ab"] = icount_ab
     # An interleaved A/B of outer QEMUs: B rounds (boot.ab_round()) run
     # their lab host under LAB_OUTER_QEMU_AB's version instead.
     ab = os.environ.get("LAB_OUTER_QEMU_AB")

@@ -75,7 +75,10 @@ def short_outer(version: str | None) -> str:
 
 def outer_of(d: dict) -> str:
     """The outer emulator of a run, with its TCG threading when it was not
-    the default multi-threaded one (--outer-tcg single)."""
+    the default multi-threaded one (--outer-tcg single) and its clock when
+    it counted instructions (--outer-icount)."""
+    if d.get("outer_icount"):
+        return short_outer(d.get("outer_qemu")) + f" (icount shift {d['outer_icount']})"
     tcg = d.get("outer_tcg", "multi")
     return short_outer(d.get("outer_qemu")) + ("" if tcg == "multi" else f" (TCG {tcg})")
 

@@ -95,7 +95,11 @@ OUTER_TCG = ["multi", "single"]
 # counts the instructions its I/O costs the lab host and its guest (the
 # VMM's, KVM's, the guest's, exits included) rather than TCG's price for
 # them. Icount needs single-threaded TCG (the lab host's vCPUs in turn on
-# one host thread), and its TSC runs at 1 GHz (the virtual clock in ns).
+# one host thread: a one-core host in time, see docs/lab.md; 2-vCPU guests
+# boot under it, unlike under --outer-tcg single alone), and its TSC runs
+# at 1 GHz (the virtual clock in ns). Tested: a lab host's, a guest's and a
+# phase's noise 2%, 2%, 3% against 7-26% on the machine's clock
+# (benches/results/current/icount-polling-6rounds-2026-12-04/).
 OUTER_ICOUNT_TSC_KHZ = 1_000_000
 # The lab host's transparent huge pages (--host-thp: its kernel's
 # transparent_hugepage=; without the flag the kernel's own: madvise on our

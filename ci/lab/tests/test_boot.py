@@ -35,6 +35,17 @@ class AbTest(unittest.TestCase):
         self.assertEqual([boot.outer_qemu_of(k, r) for r in (1, 2, 3, 4, 5)], ["/a/qemu", "/a/qemu", "/b/qemu", "/b/qemu", "/a/qemu"])
         self.assertEqual(boot.outer_qemu_of({"outer_qemu_bin": "/a/qemu"}, 3), "/a/qemu")
 
+    def test_only_b_rounds_count_instructions_with_the_tsc_at_1ghz(self):
+        import os
+        from unittest import mock
+        k = {"host_iommu": "vtd", "outer_icount": ""}
+        with mock.patch.dict(os.environ, {"LAB_OUTER_ICOUNT_AB": "3"}):
+            self.assertEqual([boot.outer_icount_of(k, r) for r in (1, 2, 3, 4, 5)], ["", "", "3", "3", ""])
+        self.assertEqual(boot.outer_icount_of({"outer_icount": "2"}, 1), "2")
+        line = boot.host_cmdline(k, {"round": "3"}, "3")
+        self.assertIn("tsc_early_khz=1000000", line)
+        self.assertEqual(line.count("tsc_early_khz="), 1)
+
 
 if __name__ == "__main__":
     unittest.main()

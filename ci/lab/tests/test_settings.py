@@ -96,6 +96,24 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("-accel") + 1], "tcg,thread=single")
         self.assertEqual(cmd.count("-accel"), 1)
 
+    def test_outer_icount_is_off_unless_asked_and_forces_single_threaded_tcg(self):
+        image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
+        k = knobs_of(self.args("run"), scenarios.SCENARIOS["smoke"])
+        self.assertEqual(k["outer_icount"], "")
+        self.assertNotIn("-icount", host.host_command(image, Path("/d"), "c", 2, icount=k["outer_icount"]))
+        k = knobs_of(self.args("run", outer_icount="3"), scenarios.SCENARIOS["smoke"])
+        cmd = host.host_command(image, Path("/d"), "c", 2, tcg_thread="multi", icount=k["outer_icount"])
+        self.assertEqual(cmd[cmd.index("-icount") + 1], "shift=3,sleep=on")
+        self.assertEqual(cmd[cmd.index("-accel") + 1], "tcg,thread=single")
+
+    def test_outer_icount_shift_is_checked(self):
+        from labkit import cli
+        self.assertEqual(cli.icount_shift("03"), "3")
+        for bad in ("11", "-1", "auto", ""):
+            with self.assertRaises(Exception) as e:
+                cli.icount_shift(bad)
+            self.assertIn("0-10", str(e.exception))
+
     def test_outer_memory_is_plain_unless_locked(self):
         image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
         k = knobs_of(self.args("run"), scenarios.SCENARIOS["smoke"])

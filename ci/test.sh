@@ -37,7 +37,7 @@ if [ $lab = 1 ]; then
 	lab_steps=(
 		vfio-backend vmm-errors
 		smoke bench-tool restore multipath hostile
-		smoke-6.12-ci smp-smoke smp-smoke-1qp vmm-exits
+		smoke-6.12-ci smp-smoke icount-smoke smp-smoke-1qp vmm-exits
 		iommufd distro-smoke vtd-smoke
 	)
 fi

@@ -22,7 +22,7 @@ from .scenarios_programs import PROGRAM_SCENARIOS
 # in either module and missing here is an error at import.
 LISTED = (
     "smoke", "qemu-baseline", "compare", "compare-6.1", "compare-stock", "guest-patches", "patched-smoke",
-    "lazy-smoke", "smp-smoke", "smp-smoke-1qp", "poll-smoke", "vcpu-kicks", "levers", "reuse-7.3", "hostile",
+    "lazy-smoke", "smp-smoke", "icount-smoke", "smp-smoke-1qp", "poll-smoke", "vcpu-kicks", "levers", "reuse-7.3", "hostile",
     "lbs4k-smoke", "multipath", "vtd-smoke", "distro-smoke", "distro-vm", "own-kernel", "debian13-userland", "scaling", "smoke-6.12", "smoke-7.3",
     "fault-census", "breakdown", "vmm-boot", "vmm-smoke", "vmm-errors", "bench-tool", "restore", "vmm-exits",
     "vfio-backend", "iommufd", "tcg-race",

@@ -126,6 +126,17 @@ GUEST_SCENARIOS = {
             "ours-lazy+pool": ["hits"],
         },
     },
+    "icount-smoke": {
+        "help": "the lab's instruction clock (--outer-icount 3: the lab host's clocks count the outer QEMU's instructions, its TSC at 1 GHz, single-threaded TCG): a 2-vCPU stock guest behind stock QEMU and behind ours (polling off, as that clock wants) boots, verifies at 4k and reads",
+        "script": "guest-runs",
+        "runs": [f"qemu+stock:qemu:viommu:{STOCK}", f"ours-nopoll:vmm:viommu:{STOCK}:--viommu-poll-us=0"],
+        "mode": "fio",
+        "bs": "4k",
+        "runtime": 2,
+        "guest_cpus": 2,
+        "outer_icount": "3",
+        "timeout": 1200,
+    },
     "smp-smoke-1qp": {
         "help": "smp-smoke with the lab host's NVMe given one I/O queue pair and a 32 KiB maximum transfer: both guest vCPUs share one queue and its interrupt, every large I/O is split",
         "script": "guest-runs",

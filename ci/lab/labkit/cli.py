@@ -35,7 +35,7 @@ from pathlib import Path
 from .base import CACHE, REPO, LabError
 from .boot import stop_lab_hosts
 from .host import (DEFAULT_OUTER_QEMU, FIXED_OUTER_QEMUS, GUEST_RAM_MIB, HOST_IOMMUS, HOST_KERNELS, HOST_THP,
-                   HUGEPAGES_MARGIN, NICS, OUTER_MEMS, OUTER_QEMUS, OUTER_TCG, hugepages_at_boot)
+                   HUGEPAGES_MARGIN, NICS, OUTER_MEMS, OUTER_QEMUS, OUTER_TCG, hugepages_at_boot, icount_shift_problem)
 from .images import build_image
 from .kernels import kernels_to_build, outer_qemus_to_build
 from .presets import BLOCK_SIZES, DEMO, LAB_7X_PARAMS
@@ -46,8 +46,9 @@ from .scenarios import SCENARIOS
 
 def icount_shift(value: str) -> str:
     """--outer-icount's SHIFT: a whole number 0-10 (QEMU's own bound)."""
-    if not value.isdigit() or int(value) > 10:
-        raise argparse.ArgumentTypeError(f"{value!r}: the shift is a whole number 0-10 (each instruction 2^SHIFT ns; 3 runs the lab at about its usual pace)")
+    problem = icount_shift_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return str(int(value))
 
 

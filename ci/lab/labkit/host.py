@@ -101,6 +101,15 @@ OUTER_TCG = ["multi", "single"]
 # phase's noise 2%, 2%, 3% against 7-26% on the machine's clock
 # (benches/results/current/icount-polling-6rounds-2026-12-04/).
 OUTER_ICOUNT_TSC_KHZ = 1_000_000
+
+
+def icount_shift_problem(value: str) -> str | None:
+    """Why VALUE is no instruction counter shift QEMU takes (a whole
+    number 0-10), or None when it is one."""
+    if value.isdigit() and int(value) <= 10:
+        return None
+    return f"{value!r}: the shift is a whole number 0-10 (each instruction 2^SHIFT ns; 3 runs the lab at about its usual pace)"
+
 # The lab host's transparent huge pages (--host-thp: its kernel's
 # transparent_hugepage=; without the flag the kernel's own: madvise on our
 # 6.12 lab host, always on Debian's 6.1 cloud kernel). Both VMMs madvise

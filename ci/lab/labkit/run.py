@@ -14,7 +14,8 @@ from pathlib import Path
 from .base import CACHE, LabError, tag_of
 from .boot import boot_host
 from .console import Collector
-from .host import FIXED_OUTER_QEMUS, IGB_OUTER_QEMUS, OUTER_QEMUS, SUITE_QEMUS, TMPFS_RUNS, nvme_args, outer_qemu, outer_version, userland_root
+from .host import (FIXED_OUTER_QEMUS, IGB_OUTER_QEMUS, OUTER_QEMUS, SUITE_QEMUS, TMPFS_RUNS, icount_shift_problem, nvme_args, outer_qemu,
+                   outer_version, userland_root)
 from .images import BENCH_BINS, build_image, c_bins, cargo_bins, distro_drive
 from .judge import judge
 from .kernels import guest_kernels_of, own_kernel_knobs, tool_specs
@@ -140,8 +141,9 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
     # count instructions (boot.outer_icount_of()).
     icount_ab = os.environ.get("LAB_OUTER_ICOUNT_AB")
     if icount_ab:
-        if not icount_ab.isdigit() or int(icount_ab) > 10:
-            raise LabError(f"LAB_OUTER_ICOUNT_AB={icount_ab}: the shift is a whole number 0-10 (3 runs the lab at about its usual pace)")
+        problem = icount_shift_problem(icount_ab)
+        if problem:
+            raise LabError(f"LAB_OUTER_ICOUNT_AB={problem}")
         doc["outer_icount_ab"] = icount_ab
     # An interleaved A/B of outer QEMUs: B rounds (boot.ab_round()) run
     # their lab host under LAB_OUTER_QEMU_AB's version instead.

@@ -50,6 +50,8 @@ bench_args() {
 	[ "$(lab_arg retry_hung 0)" = 1 ] && echo --retry-hung
 	# Guest RAM in the 2 MiB pages the lab host reserved at boot (hugepages=).
 	[ "$(lab_arg hugepages 0)" = 1 ] && echo --hugepages
+	# fio's buffers in the guests' own 2 MiB pages.
+	[ "$(lab_arg guest_hugepages 0)" = 1 ] && echo --guest-hugepages
 	# Each vCPU thread on a CPU of its own, the rest on the other.
 	[ "$(lab_arg pin_vcpus 0)" = 1 ] && echo --pin-vcpus
 	printf '%s\n' --idle-ms "$(lab_arg idle_ms 0)"

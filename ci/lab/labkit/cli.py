@@ -121,6 +121,11 @@ def run_args(p: argparse.ArgumentParser, demo: bool = False) -> None:
                         f"{2 * HUGEPAGES_MARGIN} MiB more RAM for the margin (default: the scenario's, else off); under the outer "
                         "QEMU's TCG every column runs 1.2-6x slower with it and no quieter (docs/lab.md, \"How precise the lab is\"): "
                         "for checking the option, not for measuring")
+    p.add_argument("--guest-hugepages", action="store_true", default=None,
+                   help="fio's I/O buffers inside every guest in 2 MiB huge pages the guest reserves at its start (viommu-bench "
+                        "--guest-hugepages): each I/O is one physically contiguous range, so the MAP requests a guest sends per I/O "
+                        "do not depend on how fragmented its memory is, which differs per boot and with what ran before "
+                        "(default: the scenario's, else off)")
     p.add_argument("--pin-vcpus", action="store_true", default=None,
                    help="every guest's vCPU thread on a lab-host CPU of its own, the VMM's other threads and the drive's interrupts on the other "
                         "(viommu-bench --pin-vcpus; guests of 1 vCPU, the lab host has 2) (default: the scenario's, else off)")

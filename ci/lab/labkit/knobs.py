@@ -53,6 +53,10 @@ def knobs_of(args, sc: dict) -> dict:
         "idle_ms": str(sc.get("idle_ms", 0)),
         # viommu-bench --hugepages, the pages reserved at the lab host's boot.
         "hugepages": "1" if pick("hugepages", False) else "0",
+        # viommu-bench --guest-hugepages: fio's buffers in the guests' own
+        # 2 MiB pages, so an I/O's MAP requests do not depend on the
+        # guest's fragmentation.
+        "guest_hugepages": "1" if pick("guest_hugepages", False) else "0",
         # viommu-bench --pin-vcpus.
         "pin_vcpus": "1" if pick("pin_vcpus", False) else "0",
         # A guest that hangs is run again, as a warning, in CI and in the
@@ -74,7 +78,8 @@ def report_args(k: dict, specs: list[str], bdf: str) -> list[str]:
     return ["--device", bdf, "--columns", ",".join(specs), "--mode", k["mode"], "--bs", k["bs"],
             "--runtime", k["runtime"], "--ramp", k["ramp"], "--numjobs", k["numjobs"], "--iodepth", k["iodepth"], "--rw", k["rw"], "--guest-cpus", k["guest_cpus"],
             "--rounds", str(k["rounds"])] + (["--lead", k["lead"]] if k.get("lead") and k["lead"] in {tag_of(t) for t in specs} else []) \
-        + (["--hugepages"] if k.get("hugepages") == "1" else [])
+        + (["--hugepages"] if k.get("hugepages") == "1" else []) \
+        + (["--guest-hugepages"] if k.get("guest_hugepages") == "1" else [])
 
 
 
@@ -102,7 +107,7 @@ def host_knobs(sc: dict, k: dict, specs: list[str], round_no: int) -> dict[str, 
     knobs = {"scenario": sc["script"], "runs": ",".join(s for s in k["tool_specs"] if tag_of(s) in tags), "round": str(round_no),
              **{n: k[n] for n in ("mode", "bs", "runtime", "ramp", "guest_timeout", "guest_cpus", "numjobs", "iodepth", "stall", "rw",
                                   "kernel_stock", "kernel_patched", "kernels", "kvm_exits", "breakdown", "idle_ms", "retry_hung", "retries", "skip",
-                                  "hugepages", "pin_vcpus") if n in k}}
+                                  "hugepages", "guest_hugepages", "pin_vcpus") if n in k}}
     if k.get("nic", "none") != "none":
         knobs["nic"] = k["nic"]
     if sc.get("userland"):

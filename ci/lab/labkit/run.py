@@ -53,7 +53,7 @@ def run_scenario(args) -> dict:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_base = Path(args.log) if args.log else CACHE / "logs" / f"{args.scenario}-{stamp}.log"
     doc = {"scenario": args.scenario, "mode": k["mode"], "runs": specs, "rounds": k["rounds"], "first_round": 1, "host_iommu": k["host_iommu"],
-           "hugepages": k["hugepages"] == "1", "pin_vcpus": k.get("pin_vcpus") == "1", "outer_mem": k["outer_mem"], "machine_reclaim": reclaim_schemes(),
+           "hugepages": k["hugepages"] == "1", "guest_hugepages": k.get("guest_hugepages") == "1", "pin_vcpus": k.get("pin_vcpus") == "1", "outer_mem": k["outer_mem"], "machine_reclaim": reclaim_schemes(),
            "nvme": " ".join(nvme_args(k["nvme_ioqpairs"], k["nvme_mdts"], k["nvme_lbs"], k["nvme_multipath"])[1::2]),
            "boots": [], "cells": [], "checks": [], "ok": False}
     # An interleaved A/B's B-round parameters (boot.ab_round(); ci/lab/ab-split).

@@ -309,6 +309,19 @@ class SettingsTest(unittest.TestCase):
             self.assertEqual(cmd[cmd.index("-m") + 1], str(ram))
         # What is left beside the pool is what a running guest left before.
         self.assertEqual(host.host_ram_mib(True) - 2 * host.hugepages_at_boot(), host.HOST_RAM_MIB - host.GUEST_RAM_MIB)
+        # The guests' buffers in their own huge pages: the bench tool's flag,
+        # in its table too; nothing for the lab host.
+        for flag, want in ((None, False), (True, True)):
+            k = knobs_of(self.args("run", guest_hugepages=flag, host_iommu=None), sc)
+            k["tool_specs"], kernels = tool_specs(sc["runs"])
+            k.update(kernels)
+            knobs = host_knobs(sc, k, sc["runs"], 1)
+            self.assertEqual(knobs["guest_hugepages"], "1" if want else "0")
+            self.assertEqual("--guest-hugepages" in self.bench_args_of(knobs), want)
+            self.assertEqual("--guest-hugepages" in report_args(k, sc["runs"], "x"), want)
+            self.assertFalse(any(w.startswith("hugepages=") for w in boot.host_cmdline(k, knobs).split()))
+        # Our guest kernels have hugetlbfs for it.
+        self.assertIn("CONFIG_HUGETLBFS=y", (LAB_DIR.parent.parent / "guest-patches" / "config-fragment").read_text().splitlines())
         # The lab's own host kernel has hugetlbfs (Debian's cloud kernel has it too).
         self.assertIn("CONFIG_HUGETLBFS=y", LAB_DIR.joinpath("host-config-fragment").read_text())
 

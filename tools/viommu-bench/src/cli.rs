@@ -251,6 +251,19 @@ pub struct Args {
     /// results.json (`provenance.hugepages`).
     #[arg(long)]
     pub hugepages: bool,
+    /// fio's I/O buffers inside each guest in 2 MiB huge pages, which the
+    /// guest's /init reserves before its first I/O (`lab.hugebuf=N` on
+    /// its command line: enough for the largest --bs times --iodepth, per
+    /// job of the largest --numjobs; fio `--iomem=shmhuge`). Every I/O of up to 2 MiB is then one
+    /// physically contiguous range of guest memory, so the MAP requests a
+    /// lazy or strict guest sends per I/O (one per contiguous range) no
+    /// longer depend on how fragmented the guest's memory was when fio
+    /// started, which differs per boot and with what ran before. Every
+    /// column gets it; the guest kernels need CONFIG_HUGETLBFS (checked
+    /// with their configs). Recorded in results.json
+    /// (`provenance.guest_hugepages`).
+    #[arg(long)]
+    pub guest_hugepages: bool,
     /// Root of the sysfs/procfs tree to read (for tests).
     #[arg(long, default_value = "/", hide = true)]
     pub root: PathBuf,
@@ -490,6 +503,30 @@ impl Config {
     /// The index of the no-vIOMMU column (the ceiling), if one was selected.
     pub fn ceiling(&self) -> Option<usize> {
         self.columns.iter().position(|c| c.iommu == Iommu::None)
+    }
+
+    /// The 2 MiB pages `--guest-hugepages` has each guest reserve for
+    /// fio's buffers (None without it): the most one fio run of the
+    /// guest's holds at once. fio gives each job its depth times its
+    /// largest block, one 4 KiB page more under O_DIRECT (to align it),
+    /// rounded up to whole huge pages; the runs are the measured ones
+    /// (`--iodepth`, the largest `--bs`), the verify passes (depth 16,
+    /// blocks up to 256 KiB), both with the largest `--numjobs`, and the
+    /// preconditioning write (one job, depth 32, 1 MiB blocks).
+    pub fn guest_huge_buffers(&self) -> Option<u64> {
+        if !self.args.guest_hugepages {
+            return None;
+        }
+        let per_job = |depth: u64, bs: u64| depth * bs / HUGE_PAGE_BYTES + 1;
+        let max_bs = self.bs.iter().map(|b| b.bytes).max().unwrap_or(4096);
+        let jobs = u64::from(self.numjobs.iter().copied().max().unwrap_or(1));
+        let measured = jobs * per_job(u64::from(self.args.iodepth), max_bs);
+        let verify = jobs * per_job(16, max_bs.max(256 << 10));
+        let pre = match self.args.precondition {
+            Precondition::None => 0,
+            _ => per_job(32, 1 << 20),
+        };
+        Some(measured.max(verify).max(pre))
     }
 }
 

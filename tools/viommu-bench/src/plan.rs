@@ -154,13 +154,17 @@ pub fn guest_cmdline(cfg: &Config, lbs: Option<u64>) -> String {
         String::new()
     };
     let lbs = lbs.map(|l| format!(" lab.lbs={l}")).unwrap_or_default();
+    let huge = cfg
+        .guest_huge_buffers()
+        .map(|n| format!(" lab.hugebuf={n}"))
+        .unwrap_or_default();
     let pre = match a.precondition {
         Precondition::None => String::new(),
         Precondition::Span => format!(" lab.precondition=span lab.span={}", cfg.span_bytes),
         Precondition::Full => " lab.precondition=full".into(),
     };
     format!(
-        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}{lbs}{pre}",
+        "console=ttyS0 quiet panic=-1 lab.mode={} lab.rw={} lab.bs={} lab.runtime={} lab.iodepth={} lab.verify={}M lab.numjobs={} lab.heartbeat=5 lab.counters={GUEST_COUNTERS}{idle}{ramp}{lbs}{pre}{huge}",
         a.mode.as_str(),
         a.rw.as_str(),
         bs.join(","),

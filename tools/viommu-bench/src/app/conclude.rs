@@ -218,6 +218,7 @@ pub fn report_only(cfg: &Config, files: &[PathBuf]) -> u8 {
     // that has one), else only what the flags say.
     let provenance = provenance.unwrap_or_else(|| Provenance {
         hugepages: cfg.args.hugepages,
+        guest_hugepages: cfg.guest_huge_buffers(),
         ..Default::default()
     });
     let code = conclude(

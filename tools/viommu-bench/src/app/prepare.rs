@@ -154,6 +154,7 @@ pub fn prepare(cfg: &mut Config) -> Result<Prepared, u8> {
         pre.facts.namespaces.first().map(String::as_str),
     );
     provenance.hugepages = a.hugepages;
+    provenance.guest_hugepages = cfg.guest_huge_buffers();
     provenance.vcpu_pinning = placement.as_ref().map(Layout::describe);
     Ok(Prepared {
         provenance,
@@ -257,6 +258,7 @@ fn guest_use(cfg: &Config) -> GuestUse {
     GuestUse {
         columns,
         modules: cfg.args.modules.clone(),
+        huge_buffers: cfg.args.guest_hugepages,
     }
 }
 

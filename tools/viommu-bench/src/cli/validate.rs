@@ -46,7 +46,7 @@ impl Args {
             return Err(bad("--first-round", 0, "rounds are numbered from 1"));
         }
         self.check_kernels_given(&columns, &kernels_named)?;
-        Ok(Config {
+        let cfg = Config {
             bdf,
             kernels_named,
             columns,
@@ -59,7 +59,9 @@ impl Args {
             drive_bytes: None,
             qemu_no_trace: None,
             args: self,
-        })
+        };
+        check_guest_huge_buffers(&cfg)?;
+        Ok(cfg)
     }
 
     /// `--baseline`: the index of its column (the first when not given).
@@ -290,4 +292,25 @@ impl Args {
         }
         Ok(())
     }
+}
+
+/// `--guest-hugepages`: fio's buffers take at most half the guest's RAM.
+fn check_guest_huge_buffers(cfg: &Config) -> Result<(), CliError> {
+    let Some(pages) = cfg.guest_huge_buffers() else {
+        return Ok(());
+    };
+    let mib = pages * (HUGE_PAGE_BYTES >> 20);
+    if mib > cfg.memory_mib / 2 {
+        return Err(bad(
+            "--guest-memory",
+            &cfg.args.guest_memory,
+            format!(
+                "--guest-hugepages reserves {pages} 2 MiB pages ({mib} MiB) in each guest for fio's buffers \
+                 (--iodepth {} times the largest --bs, per job of the largest --numjobs), more than half its RAM: \
+                 raise --guest-memory, lower --iodepth or --numjobs, or drop --guest-hugepages",
+                cfg.args.iodepth
+            ),
+        ));
+    }
+    Ok(())
 }

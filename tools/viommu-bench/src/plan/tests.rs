@@ -223,3 +223,50 @@ fn cmdline_and_phases() {
         Duration::from_secs(15 + 2 * 3 + (5 + 2))
     );
 }
+
+#[test]
+fn guest_hugepages_reserves_the_largest_fio_runs_buffers() {
+    let cfg = |extra: &[&str]| {
+        let mut argv = vec!["viommu-bench", "--device", "01:00.0", "--dry-run"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).unwrap().validate()
+    };
+    // Off: no reservation, nothing on the guest's command line.
+    let off = cfg(&["--precondition", "none"]).unwrap();
+    assert_eq!(off.guest_huge_buffers(), None);
+    assert!(!guest_cmdline(&off, None).contains("lab.hugebuf"));
+    // 64 x 256 KiB = 8 pages, one more for O_DIRECT's alignment, per job
+    // of the largest numjobs.
+    let on = cfg(&[
+        "--guest-hugepages",
+        "--precondition",
+        "none",
+        "--numjobs",
+        "1,2",
+    ])
+    .unwrap();
+    assert_eq!(on.guest_huge_buffers(), Some(18));
+    assert!(guest_cmdline(&on, None).ends_with(" lab.hugebuf=18"));
+    // Small blocks: the verify passes' 16 x 256 KiB decide (2 + 1).
+    let small = cfg(&["--guest-hugepages", "--precondition", "none", "--bs", "4k"]).unwrap();
+    assert_eq!(small.guest_huge_buffers(), Some(3));
+    // The preconditioning write's 32 x 1 MiB (16 + 1) when it runs.
+    let pre = cfg(&["--guest-hugepages", "--bs", "4k"]).unwrap();
+    assert_eq!(pre.guest_huge_buffers(), Some(17));
+    // More than half the guest's RAM: refused, naming the way out.
+    let e = cfg(&[
+        "--guest-hugepages",
+        "--guest-memory",
+        "256M",
+        "--bs",
+        "1m",
+        "--numjobs",
+        "4",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("--guest-memory") && e.contains("lower --iodepth"),
+        "{e}"
+    );
+}

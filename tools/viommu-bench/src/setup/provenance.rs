@@ -36,6 +36,11 @@ pub struct Provenance {
     /// kernel finds them). Results from before the flag: off.
     #[serde(default)]
     pub hugepages: bool,
+    /// fio's buffers inside each guest in 2 MiB huge pages
+    /// (`--guest-hugepages`, the pages each guest reserved); absent:
+    /// the guest's ordinary pages. Results from before the flag: absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_hugepages: Option<u64>,
     /// The host's 2 MiB huge page pool when the run started (absent: no
     /// hugetlbfs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +101,7 @@ impl Provenance {
                 }),
             smt_active: read("/sys/devices/system/cpu/smt/active").map(|v| v == "1"),
             hugepages: false,
+            guest_hugepages: None,
             hugepages_2m: HugePool::read(root),
             vcpu_pinning: None,
             drive_model: ctrl_file("model"),
@@ -158,10 +164,16 @@ impl Provenance {
         let pool = self.hugepages_2m.map_or(String::new(), |p| {
             format!(" (2 MiB pool: {} pages, {} free)", p.total, p.free)
         });
-        if self.hugepages {
+        let ram = if self.hugepages {
             format!("2 MiB huge pages, --hugepages{pool}")
         } else {
             format!("anonymous memory{pool}")
+        };
+        match self.guest_hugepages {
+            Some(n) => {
+                format!("{ram}; fio's buffers in {n} 2 MiB guest huge pages (--guest-hugepages)")
+            }
+            None => ram,
         }
     }
 }

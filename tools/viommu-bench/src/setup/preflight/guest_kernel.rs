@@ -47,7 +47,14 @@ pub struct GuestUse {
     pub columns: BTreeMap<PathBuf, Vec<(String, Iommu)>>,
     /// `--modules DIR`: where modular kernels' modules are.
     pub modules: Option<PathBuf>,
+    /// `--guest-hugepages`: every guest reserves huge pages for fio's
+    /// buffers, which needs [`HUGE_BUFFER_OPTION`].
+    pub huge_buffers: bool,
 }
+
+/// What `--guest-hugepages` needs of every guest kernel: hugetlbfs (and
+/// with it the huge page pool fio's SHM_HUGETLB segments come from).
+pub const HUGE_BUFFER_OPTION: &str = "CONFIG_HUGETLBFS";
 
 /// The kernel config that goes with the bzImage `kernel`, if one is found:
 /// `.config` beside it (guest-patches' cache), `config-VER` beside a
@@ -171,6 +178,15 @@ impl Checks {
             let mods = release.as_deref().and_then(|r| {
                 crate::setup::modules::modules_dir(k, r, self.guest.modules.as_deref())
             });
+            if self.guest.huge_buffers && !has(&text, HUGE_BUFFER_OPTION, "y") {
+                p.push(problem(
+                    format!(
+                        "{flag} {}: {source} has no {HUGE_BUFFER_OPTION}=y, which --guest-hugepages needs (the guest reserves huge pages for fio's buffers)",
+                        k.display()
+                    ),
+                    format!("use a kernel with {HUGE_BUFFER_OPTION}=y (guest-patches/config-fragment has it), or drop --guest-hugepages"),
+                ));
+            }
             let columns = self.guest.columns.get(k).cloned().unwrap_or_default();
             let (drivers, missing) = kernel_gaps(&text, &columns, mods.is_some());
             for (option, tag) in drivers {

@@ -728,3 +728,27 @@ fn consent_by_bdf_or_serial() {
         "{line}"
     );
 }
+
+#[test]
+fn guest_hugepages_needs_hugetlbfs_in_every_guest_kernel() {
+    let good: String = GUEST_KERNEL_OPTIONS
+        .iter()
+        .map(|o| format!("{o}=y\n"))
+        .collect();
+    let f = Fake::healthy();
+    f.file("k/.config", &good);
+    let mut c = f.checks();
+    // Without the flag the option is not asked for.
+    assert!(c.run().problems.is_empty());
+    c.guest.huge_buffers = true;
+    let out = c.run();
+    // Both kernels share the config beside them: each is named.
+    assert_eq!(out.problems.len(), 2, "{:#?}", out.problems);
+    let line = out.problems[0].to_string();
+    assert!(
+        line.contains("no CONFIG_HUGETLBFS=y") && line.contains("drop --guest-hugepages"),
+        "{line}"
+    );
+    f.file("k/.config", &format!("{good}CONFIG_HUGETLBFS=y\n"));
+    assert!(c.run().problems.is_empty());
+}

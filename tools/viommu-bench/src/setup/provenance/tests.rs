@@ -142,4 +142,15 @@ fn read_from_a_fake_tree() {
         serde_json::to_value(&p).unwrap()["vcpu_pinning"],
         "vCPU 0 on CPU 1; the VMM's other threads on CPUs 0"
     );
+    // --guest-hugepages: absent unless set, then the pages each guest
+    // reserved, in the JSON and the header.
+    assert!(json.get("guest_hugepages").is_none());
+    p.guest_hugepages = Some(18);
+    assert_eq!(serde_json::to_value(&p).unwrap()["guest_hugepages"], 18);
+    assert!(
+        p.header_lines()[0]
+            .contains("; fio's buffers in 18 2 MiB guest huge pages (--guest-hugepages)"),
+        "{}",
+        p.header_lines()[0]
+    );
 }

@@ -126,11 +126,11 @@ def outer_qemu_of(k: dict, round_no: int) -> str:
 def outer_icount_of(k: dict, round_no: int) -> str:
     """The outer QEMU's instruction counter shift in round ROUND_NO ("":
     the machine's clock): the run's (--outer-icount), or in a B round of
-    an interleaved A/B of the lab's clock (LAB_OUTER_ICOUNT_AB=SHIFT)
+    an interleaved A/B of the lab's clock (LAB_OUTER_ICOUNT_AB=SHIFT,
+    checked and resolved by run.qemus_of() into K's outer_icount_ab)
     that one."""
-    ab = os.environ.get("LAB_OUTER_ICOUNT_AB", "")
-    if ab and ab_round(round_no):
-        return ab
+    if k.get("outer_icount_ab") and ab_round(round_no):
+        return k["outer_icount_ab"]
     return str(k.get("outer_icount") or "")
 
 

@@ -144,7 +144,7 @@ def qemus_of(args, sc: dict, k: dict, doc: dict) -> tuple[str, str]:
         problem = icount_shift_problem(icount_ab)
         if problem:
             raise LabError(f"LAB_OUTER_ICOUNT_AB={problem}")
-        doc["outer_icount_ab"] = icount_ab
+        k["outer_icount_ab"] = doc["outer_icount_ab"] = str(int(icount_ab))
     # An interleaved A/B of outer QEMUs: B rounds (boot.ab_round()) run
     # their lab host under LAB_OUTER_QEMU_AB's version instead.
     ab = os.environ.get("LAB_OUTER_QEMU_AB")

@@ -38,9 +38,11 @@ class AbTest(unittest.TestCase):
     def test_only_b_rounds_count_instructions_with_the_tsc_at_1ghz(self):
         import os
         from unittest import mock
-        k = {"host_iommu": "vtd", "outer_icount": ""}
-        with mock.patch.dict(os.environ, {"LAB_OUTER_ICOUNT_AB": "3"}):
-            self.assertEqual([boot.outer_icount_of(k, r) for r in (1, 2, 3, 4, 5)], ["", "", "3", "3", ""])
+        k = {"host_iommu": "vtd", "outer_icount": "", "outer_icount_ab": "3"}
+        self.assertEqual([boot.outer_icount_of(k, r) for r in (1, 2, 3, 4, 5)], ["", "", "3", "3", ""])
+        # What run.qemus_of() resolved, not the environment at boot time.
+        with mock.patch.dict(os.environ, {"LAB_OUTER_ICOUNT_AB": "5"}):
+            self.assertEqual(boot.outer_icount_of({"outer_icount": ""}, 3), "")
         self.assertEqual(boot.outer_icount_of({"outer_icount": "2"}, 1), "2")
         line = boot.host_cmdline(k, {"round": "3"}, "3")
         self.assertIn("tsc_early_khz=1000000", line)

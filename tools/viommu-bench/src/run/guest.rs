@@ -60,6 +60,11 @@ pub struct BootInfo {
     /// 1:1.37.0-6+b9)`; absent: not reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busybox: Option<String>,
+    /// The 2 MiB huge pages the guest reserved for fio's buffers
+    /// (`--guest-hugepages`, its `lab.hugebuf`; 0: none asked; absent:
+    /// not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugebuf: Option<u64>,
 }
 
 /// One fio run's result: the guest's record (phase, jobs, its counters,

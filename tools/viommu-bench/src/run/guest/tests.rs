@@ -42,6 +42,10 @@ fn parses_markers() {
     assert!(matches!(parse_line(boot).unwrap(), Some(Marker::Boot(b)) if b.nvme));
     let boot = r#"@@LAB-GUEST@@ {"event":"boot","kernel":"6.12","nvme":true,"max_hw_kb":256,"iommu_groups":"DMA-FQ:1","cmdline":"x"}"#;
     assert!(matches!(parse_line(boot).unwrap(), Some(Marker::Boot(b)) if b.max_hw_kb == Some(256)));
+    // --guest-hugepages: the pages the guest reserved.
+    let boot =
+        r#"@@LAB-GUEST@@ {"event":"boot","kernel":"6.12","nvme":true,"hugebuf":18,"cmdline":"x"}"#;
+    assert!(matches!(parse_line(boot).unwrap(), Some(Marker::Boot(b)) if b.hugebuf == Some(18)));
     assert_eq!(
         parse_line(r#"@@LAB-GUEST@@ {"event":"error","message":"fio verify-4k exited 1"}"#)
             .unwrap(),

@@ -235,8 +235,8 @@ fn guest_hugepages_reserves_the_largest_fio_runs_buffers() {
     let off = cfg(&["--precondition", "none"]).unwrap();
     assert_eq!(off.guest_huge_buffers(), None);
     assert!(!guest_cmdline(&off, None).contains("lab.hugebuf"));
-    // 64 x 256 KiB = 8 pages, one more for O_DIRECT's alignment, per job
-    // of the largest numjobs.
+    // 64 x 256 KiB = 8 pages and the 2 more fio 3.33 takes, per job of
+    // the largest numjobs (20 is what fio needed for 2 such jobs).
     let on = cfg(&[
         "--guest-hugepages",
         "--precondition",
@@ -245,14 +245,14 @@ fn guest_hugepages_reserves_the_largest_fio_runs_buffers() {
         "1,2",
     ])
     .unwrap();
-    assert_eq!(on.guest_huge_buffers(), Some(18));
-    assert!(guest_cmdline(&on, None).ends_with(" lab.hugebuf=18"));
-    // Small blocks: the verify passes' 16 x 256 KiB decide (2 + 1).
+    assert_eq!(on.guest_huge_buffers(), Some(20));
+    assert!(guest_cmdline(&on, None).ends_with(" lab.hugebuf=20"));
+    // Small blocks: the verify passes' 16 x 256 KiB decide (2 + 2).
     let small = cfg(&["--guest-hugepages", "--precondition", "none", "--bs", "4k"]).unwrap();
-    assert_eq!(small.guest_huge_buffers(), Some(3));
-    // The preconditioning write's 32 x 1 MiB (16 + 1) when it runs.
+    assert_eq!(small.guest_huge_buffers(), Some(4));
+    // The preconditioning write's 32 x 1 MiB (16 + 2) when it runs.
     let pre = cfg(&["--guest-hugepages", "--bs", "4k"]).unwrap();
-    assert_eq!(pre.guest_huge_buffers(), Some(17));
+    assert_eq!(pre.guest_huge_buffers(), Some(18));
     // More than half the guest's RAM: refused, naming the way out.
     let e = cfg(&[
         "--guest-hugepages",

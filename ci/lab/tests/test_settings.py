@@ -288,18 +288,26 @@ class SettingsTest(unittest.TestCase):
             k = knobs_of(self.args("run", host_thp=thp), sc)
             self.assertIn(f"transparent_hugepage={thp}", boot.host_cmdline(k, {}).split())
 
+    def bench_tool_flag(self, sc, name, flag, want):
+        """The bench-tool scenario's knobs with the lab flag NAME set to
+        FLAG: the lab host's knob and the bench tool's flag (in its table's
+        flags too) on exactly when WANT."""
+        k = knobs_of(self.args("run", **{name: flag}, host_iommu=None), sc)
+        k["tool_specs"], kernels = tool_specs(sc["runs"])
+        k.update(kernels)
+        knobs = host_knobs(sc, k, sc["runs"], 1)
+        self.assertEqual(knobs[name], "1" if want else "0")
+        option = "--" + name.replace("_", "-")
+        self.assertEqual(option in self.bench_args_of(knobs), want)
+        self.assertEqual(option in report_args(k, sc["runs"], "x"), want)
+        return k, knobs
+
     def test_hugepages_are_reserved_at_boot_and_reach_the_bench_tool(self):
         from labkit import boot
         sc = scenarios.SCENARIOS["bench-tool"]
         image = {"HOST_KERNEL": "k", "HOST_INITRD": "i"}
         for flag, want in ((None, False), (True, True)):
-            k = knobs_of(self.args("run", hugepages=flag, host_iommu=None), sc)
-            k["tool_specs"], kernels = tool_specs(sc["runs"])
-            k.update(kernels)
-            knobs = host_knobs(sc, k, sc["runs"], 1)
-            self.assertEqual(knobs["hugepages"], "1" if want else "0")
-            self.assertEqual("--hugepages" in self.bench_args_of(knobs), want)
-            self.assertEqual("--hugepages" in report_args(k, sc["runs"], "x"), want)
+            k, knobs = self.bench_tool_flag(sc, "hugepages", flag, want)
             cmdline = boot.host_cmdline(k, knobs)
             # One 1 GiB guest at a time: 512 pages, and the margin.
             self.assertEqual("hugepages=576" in cmdline.split(), want, cmdline)
@@ -312,13 +320,7 @@ class SettingsTest(unittest.TestCase):
         # The guests' buffers in their own huge pages: the bench tool's flag,
         # in its table too; nothing for the lab host.
         for flag, want in ((None, False), (True, True)):
-            k = knobs_of(self.args("run", guest_hugepages=flag, host_iommu=None), sc)
-            k["tool_specs"], kernels = tool_specs(sc["runs"])
-            k.update(kernels)
-            knobs = host_knobs(sc, k, sc["runs"], 1)
-            self.assertEqual(knobs["guest_hugepages"], "1" if want else "0")
-            self.assertEqual("--guest-hugepages" in self.bench_args_of(knobs), want)
-            self.assertEqual("--guest-hugepages" in report_args(k, sc["runs"], "x"), want)
+            k, knobs = self.bench_tool_flag(sc, "guest_hugepages", flag, want)
             self.assertFalse(any(w.startswith("hugepages=") for w in boot.host_cmdline(k, knobs).split()))
         # Our guest kernels have hugetlbfs for it.
         self.assertIn("CONFIG_HUGETLBFS=y", (LAB_DIR.parent.parent / "guest-patches" / "config-fragment").read_text().splitlines())

@@ -2,7 +2,7 @@ use std::io::Write;
 
 use super::*;
 use crate::columns::Iommu;
-use crate::setup::preflight::guest_kernel::{kernel_gaps, GUEST_KERNEL_OPTIONS};
+use crate::setup::preflight::guest_kernel::{config_with_guest_options, kernel_gaps};
 
 const DEP: &str = "\
 kernel/drivers/nvme/host/nvme.ko.xz: kernel/drivers/nvme/host/nvme-core.ko.xz kernel/drivers/nvme/common/nvme-auth.ko.xz
@@ -166,10 +166,7 @@ fn a_package_kernels_modules_go_into_a_layer_in_order() {
 
 #[test]
 fn a_kernel_without_a_columns_iommu_driver_is_refused_by_column() {
-    let all: String = GUEST_KERNEL_OPTIONS
-        .iter()
-        .map(|o| format!("{o}=y\n"))
-        .collect();
+    let all = config_with_guest_options();
     let modular = all
         .replace("CONFIG_BLK_DEV_NVME=y", "CONFIG_BLK_DEV_NVME=m")
         .replace("CONFIG_VIRTIO_IOMMU=y", "CONFIG_VIRTIO_IOMMU=m");

@@ -73,6 +73,16 @@ pub fn kernel_config(kernel: &Path) -> Option<PathBuf> {
     c.into_iter().find(|p| p.is_file())
 }
 
+/// A kernel config that builds in every option of [`GUEST_KERNEL_OPTIONS`]
+/// and nothing else (the tests' good kernel).
+#[cfg(test)]
+pub(crate) fn config_with_guest_options() -> String {
+    GUEST_KERNEL_OPTIONS
+        .iter()
+        .map(|o| format!("{o}=y\n"))
+        .collect()
+}
+
 /// The options of [`GUEST_KERNEL_OPTIONS`] a kernel config does not build in.
 pub fn missing_guest_options(config: &str) -> Vec<String> {
     GUEST_KERNEL_OPTIONS

@@ -224,10 +224,7 @@ fn a_fio_without_libaio_is_named() {
 
 #[test]
 fn a_guest_kernel_with_modules_is_refused_by_its_config() {
-    let good: String = GUEST_KERNEL_OPTIONS
-        .iter()
-        .map(|o| format!("{o}=y\n"))
-        .collect();
+    let good = config_with_guest_options();
     assert!(missing_guest_options(&good).is_empty());
     // A distribution's /boot: vmlinuz-VER and config-VER.
     let f = Fake::healthy();
@@ -277,10 +274,7 @@ fn a_guest_kernel_with_modules_is_refused_by_its_config() {
 #[test]
 fn a_guest_kernel_is_checked_by_its_embedded_config() {
     use std::io::Write;
-    let good: String = GUEST_KERNEL_OPTIONS
-        .iter()
-        .map(|o| format!("{o}=y\n"))
-        .collect();
+    let good = config_with_guest_options();
     // An uncompressed kernel image (the bzImage payloads are the
     // ikconfig module's tests) with the config between its markers.
     let image = |config: &str| {
@@ -731,10 +725,7 @@ fn consent_by_bdf_or_serial() {
 
 #[test]
 fn guest_hugepages_needs_hugetlbfs_in_every_guest_kernel() {
-    let good: String = GUEST_KERNEL_OPTIONS
-        .iter()
-        .map(|o| format!("{o}=y\n"))
-        .collect();
+    let good = config_with_guest_options();
     let f = Fake::healthy();
     f.file("k/.config", &good);
     let mut c = f.checks();

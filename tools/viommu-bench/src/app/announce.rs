@@ -67,13 +67,16 @@ fn binding(cfg: &Config, p: &Prepared) -> String {
     }
 }
 
-/// `--hugepages`' pages, or nothing.
+/// `--hugepages`' pages and `--guest-hugepages`' buffers, or nothing.
 fn hugepages(cfg: &Config) -> String {
+    let guest = cfg.guest_huge_buffers().map_or(String::new(), |n| {
+        format!(", fio's buffers in {n} 2 MiB huge pages each guest reserves (--guest-hugepages)")
+    });
     if !cfg.args.hugepages {
-        return String::new();
+        return guest;
     }
     format!(
-        ", one at a time, each with its {} MiB of RAM in {} reserved 2 MiB huge pages (--hugepages)",
+        ", one at a time, each with its {} MiB of RAM in {} reserved 2 MiB huge pages (--hugepages){guest}",
         cfg.memory_mib,
         (cfg.memory_mib << 20).div_ceil(crate::cli::HUGE_PAGE_BYTES)
     )
@@ -179,3 +182,6 @@ pub fn dry_run(cfg: &Config, p: &Prepared, what: &str) -> u8 {
     }
     0
 }
+
+#[cfg(test)]
+mod tests;

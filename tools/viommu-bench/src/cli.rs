@@ -253,8 +253,9 @@ pub struct Args {
     pub hugepages: bool,
     /// fio's I/O buffers inside each guest in 2 MiB huge pages, which the
     /// guest's /init reserves before its first I/O (`lab.hugebuf=N` on
-    /// its command line: enough for the largest --bs times --iodepth, per
-    /// job of the largest --numjobs; fio `--iomem=shmhuge`). Every I/O of up to 2 MiB is then one
+    /// its command line: enough for the largest --bs times --iodepth,
+    /// per job of the largest --numjobs; fio `--iomem=shmhuge`). Every
+    /// I/O of up to 2 MiB is then one
     /// physically contiguous range of guest memory, so the MAP requests a
     /// lazy or strict guest sends per I/O (one per contiguous range) no
     /// longer depend on how fragmented the guest's memory was when fio

@@ -11,9 +11,23 @@ pub(crate) fn median(v: &[f64]) -> Option<f64> {
     Spread::of(v).map(|s| s.median)
 }
 
-/// The I/Os of a phase: the bytes fio moved over the block size.
+/// The guest's counter of the drive's 512-byte sectors read and written
+/// over a phase's counter window (guest/init's `counters_snapshot`).
+pub(crate) const WINDOW_SECTORS: &str = "block/sectors";
+
+/// The I/Os of a phase's counter window, which every figure per I/O
+/// divides by: the drive's sectors the guest's block layer moved between
+/// the counter snapshots, over the block size. So counts and I/Os come
+/// from one window: with `--ramp` the counters start a little before fio
+/// measures (fio starts its ramp clock after its own start-up), and the
+/// I/Os of that edge are in the counts but not in fio's totals. Records
+/// from guests that did not count sectors: the bytes fio moved over the
+/// block size.
 pub(crate) fn ios_of(f: &crate::run::guest::FioRecord, ph: &Phase) -> f64 {
-    (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64
+    match f.counters.get(WINDOW_SECTORS) {
+        Some(&sectors) if sectors > 0 => sectors as f64 * 512.0 / ph.bs_bytes as f64,
+        _ => (f.read_kib + f.write_kib) as f64 * 1024.0 / ph.bs_bytes as f64,
+    }
 }
 
 /// Whether `cell` hung in (or right after) an untimed counting run, after

@@ -200,7 +200,7 @@ pub(crate) fn notes(s: &Summary) -> String {
         Some(c) => n += &format!(" The ceiling: {c}."),
         None => n += " No no-viommu column ran, so there is no ceiling ratio.",
     }
-    n += " requests/IO and VFIO calls/IO: plain = exact, our VMM's always-on device counters over the timed phase itself; `>=N untimed` = stock QEMU's trace events over an untimed counting run of the same fio job after the timed phases (its events are off in every timed phase), lower bounds of a sample; `>=N traced` = QEMU traced during the timed phase (results from before the counting run: its IOPS paid for the trace); `no trace` = that QEMU wrote no trace (no `log` trace backend); `not counted` = no counting run gave a count. hung: the guest stopped completing I/O and was killed.";
+    n += " requests/IO and VFIO calls/IO: plain = exact, our VMM's always-on device counters over the timed phase itself, divided by the I/Os of the same window (the drive's sectors in the guest's block statistics over the block size; fio's totals leave out its ramp); `>=N untimed` = stock QEMU's trace events over an untimed counting run of the same fio job after the timed phases (its events are off in every timed phase), lower bounds of a sample; `>=N traced` = QEMU traced during the timed phase (results from before the counting run: its IOPS paid for the trace); `no trace` = that QEMU wrote no trace (no `log` trace backend); `not counted` = no counting run gave a count. hung: the guest stopped completing I/O and was killed.";
     for f in &s.findings {
         n += &format!("\n- {f}");
     }

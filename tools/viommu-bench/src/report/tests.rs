@@ -538,3 +538,32 @@ fn renders_text_and_markdown() {
         "{md}"
     );
 }
+
+#[test]
+fn figures_per_io_divide_by_the_counter_windows_ios() {
+    // The counter window held a quarter more I/O than fio counted (the end
+    // of its ramp): the guest's sector count of the window divides.
+    let (cols, phases, mut cells) = fixture();
+    let ours = |s: &Summary| s.groups[0].rows[1].requests_per_io.unwrap();
+    let by_fio = ours(&summarize(&cols, &phases, &cells, 0, 3));
+    with(&mut cells, "ours+patched-lazy", |c| {
+        let f = c
+            .phases
+            .get_mut("randread-4k")
+            .unwrap()
+            .fio
+            .as_mut()
+            .unwrap();
+        let sectors = f.read_kib as i64 * 2 * 5 / 4;
+        f.counters
+            .insert(crate::report::cells::WINDOW_SECTORS.into(), sectors);
+    });
+    let by_window = ours(&summarize(&cols, &phases, &cells, 0, 3));
+    assert!(
+        (by_window - by_fio / 1.25).abs() < 1e-12,
+        "{by_fio} {by_window}"
+    );
+    // IOPS stay fio's.
+    let s = summarize(&cols, &phases, &cells, 0, 3);
+    assert_eq!(s.groups[0].rows[1].iops.unwrap().median, 3000.0);
+}

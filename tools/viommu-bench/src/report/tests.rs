@@ -18,6 +18,15 @@ pub(crate) fn cols(tags: &[&str]) -> Vec<Column> {
         .collect()
 }
 
+/// The fio record of `c`'s randread-4k phase (the fixture's cells have one).
+pub(crate) fn fio_4k(c: &mut CellResult) -> &mut FioRecord {
+    let p = c
+        .phases
+        .get_mut("randread-4k")
+        .expect("a randread-4k phase");
+    p.fio.as_mut().expect("its fio record")
+}
+
 /// The fixture's phase: randread-4k, one job.
 pub(crate) fn phase_4k() -> Phase {
     Phase {
@@ -547,13 +556,7 @@ fn figures_per_io_divide_by_the_counter_windows_ios() {
     let ours = |s: &Summary| s.groups[0].rows[1].requests_per_io.unwrap();
     let by_fio = ours(&summarize(&cols, &phases, &cells, 0, 3));
     with(&mut cells, "ours+patched-lazy", |c| {
-        let f = c
-            .phases
-            .get_mut("randread-4k")
-            .unwrap()
-            .fio
-            .as_mut()
-            .unwrap();
+        let f = fio_4k(c);
         let sectors = f.read_kib as i64 * 2 * 5 / 4;
         f.counters
             .insert(crate::report::cells::WINDOW_SECTORS.into(), sectors);

@@ -65,13 +65,7 @@ fn latencies_add_a_p99_panel_below() {
         } else {
             150_000
         };
-        let f = c
-            .phases
-            .get_mut("randread-4k")
-            .unwrap()
-            .fio
-            .as_mut()
-            .unwrap();
+        let f = crate::report::tests::fio_4k(c);
         f.read_lat = Some(crate::run::guest::Latency {
             p50_ns: Some(p99 / 10),
             p99_ns: Some(p99),

@@ -31,13 +31,7 @@ fn per_io_medians_of_guest_and_host() {
         // The ceiling's guest without the cpu/* counters (an old init).
         {
             let mut c = mk("no-viommu", 0, 0, 100);
-            let f = c
-                .phases
-                .get_mut("randread-4k")
-                .unwrap()
-                .fio
-                .as_mut()
-                .unwrap();
+            let f = crate::report::tests::fio_4k(&mut c);
             f.counters.retain(|k, _| !k.starts_with("cpu/"));
             c
         },

@@ -4,13 +4,7 @@ use crate::report::tests::cell;
 /// A cell of `col` whose randread-4k phase did 1000 I/Os with these counters.
 fn with_counters(col: &str, round: u32, counters: &[(&str, i64)]) -> CellResult {
     let mut c = cell(col, round, 100, None, false);
-    let f = c
-        .phases
-        .get_mut("randread-4k")
-        .unwrap()
-        .fio
-        .as_mut()
-        .unwrap();
+    let f = crate::report::tests::fio_4k(&mut c);
     assert_eq!(f.read_kib, 4000, "the fixture's I/O count changed");
     f.counters = counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     c

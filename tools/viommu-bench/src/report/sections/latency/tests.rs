@@ -8,14 +8,8 @@ use crate::report::text::render_text;
 /// cell of `column`, round r getting `p99[r]`.
 fn with_latency(cells: &mut [CellResult], column: &str, p99: &[f64]) {
     for c in cells.iter_mut().filter(|c| c.column == column) {
-        let f = c
-            .phases
-            .get_mut("randread-4k")
-            .unwrap()
-            .fio
-            .as_mut()
-            .unwrap();
         let ns = (p99[c.round as usize] * 1e3) as u64;
+        let f = crate::report::tests::fio_4k(c);
         f.read_lat = Some(Latency {
             p50_ns: Some(ns / 10),
             p99_ns: Some(ns),

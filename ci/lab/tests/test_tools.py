@@ -269,6 +269,13 @@ class MapTripsTest(unittest.TestCase):
         self.assertIn("| randread-128k | qemu | 1 | 1 | 900 | 1.00 | 128 |", text)
         self.assertIn("| randread-128k | qemu | 2 | 2 | 310 | 31.00 | 4 |", text)
 
+    def test_the_counter_windows_sectors_divide(self):
+        from labkit import map_trips
+        c = self.cell("qemu", 0, 0, 1250, 160000, 900)
+        # The window held a quarter more than fio's 1000 I/Os (its ramp's end).
+        c["phases"]["randread-128k"]["fio"]["counters"] = {"block/sectors": 1250 * 256}
+        self.assertEqual(map_trips.samples({"cells": [c]})[0]["maps_per_io"], 1.0)
+
     def test_no_counts_is_an_error_naming_the_flag(self):
         from labkit import map_trips
         with tempfile.TemporaryDirectory() as d:

@@ -255,11 +255,11 @@ pub struct Args {
     /// guest's /init reserves before its first I/O (`lab.hugebuf=N` on
     /// its command line: enough for the largest --bs times --iodepth,
     /// per job of the largest --numjobs; fio `--iomem=shmhuge`). Every
-    /// I/O of up to 2 MiB is then one
-    /// physically contiguous range of guest memory, so the MAP requests a
-    /// lazy or strict guest sends per I/O (one per contiguous range) no
-    /// longer depend on how fragmented the guest's memory was when fio
-    /// started, which differs per boot and with what ran before. Every
+    /// I/O of up to 2 MiB is then one physically contiguous range of
+    /// guest memory, so the MAP requests a lazy or strict guest sends per
+    /// I/O (one per contiguous range) no longer depend on how fragmented
+    /// the guest's memory was when fio started, which differs per boot
+    /// and with what ran before. Every
     /// column gets it; the guest kernels need CONFIG_HUGETLBFS (checked
     /// with their configs). Recorded in results.json
     /// (`provenance.guest_hugepages`).

@@ -561,12 +561,12 @@ fn figures_per_io_divide_by_the_counter_windows_ios() {
         f.counters
             .insert(crate::report::cells::WINDOW_SECTORS.into(), sectors);
     });
-    let by_window = ours(&summarize(&cols, &phases, &cells, 0, 3));
+    let s = summarize(&cols, &phases, &cells, 0, 3);
+    let by_window = ours(&s);
     assert!(
         (by_window - by_fio / 1.25).abs() < 1e-12,
         "{by_fio} {by_window}"
     );
     // IOPS stay fio's.
-    let s = summarize(&cols, &phases, &cells, 0, 3);
     assert_eq!(s.groups[0].rows[1].iops.unwrap().median, 3000.0);
 }
